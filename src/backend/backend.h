@@ -1,0 +1,190 @@
+// The backend interface: everything a model needs from a device. Models are written
+// once against this interface; CPU (backend/cpu) and CUDA (backend/cuda) implement it.
+//
+// Data layout: activations are packed, row-major 2-D matrices [tokens, features] with
+// no padding; sequence boundaries travel as cu_seqlens (int32, num_seqs + 1 offsets).
+// A Tensor is a non-owning view; `stride` lets a view select a column block of a wider
+// matrix (e.g. Q, K and V inside one fused QKV GEMM output).
+//
+// Threading: a Backend instance is used by one engine thread at a time. Kernels may
+// parallelise internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;  // elements between consecutive rows; 0 means `cols` (dense)
+
+  int64_t row_stride() const { return stride ? stride : cols; }
+  bool dense() const { return stride == 0 || stride == cols; }
+  int64_t numel() const { return rows * cols; }
+  template <typename T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
+  // Rows [r0, r0 + n).
+  Tensor RowSlice(int64_t r0, int64_t n) const;
+  // Columns [c0, c0 + n) of every row (a strided view).
+  Tensor ColSlice(int64_t c0, int64_t n) const;
+};
+
+// Device memory owned by a backend; freed when the Buffer is destroyed.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(std::shared_ptr<void> mem, Tensor view) : mem_(std::move(mem)), view_(view) {}
+  const Tensor& t() const { return view_; }
+  bool empty() const { return view_.data == nullptr; }
+
+ private:
+  std::shared_ptr<void> mem_;
+  Tensor view_;
+};
+
+// A host-side tensor as read from a checkpoint (e.g. an mmap'ed safetensors entry).
+struct HostTensor {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string name;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+};
+
+enum class Activation { kNone, kGeluErf, kGeluTanh, kSilu, kRelu };
+
+// A linear layer's weight, prepared (converted/prepacked) for this backend.
+// y = x · W^T + b, W stored as [out_features, in_features] like torch.nn.Linear.
+class LinearWeight {
+ public:
+  virtual ~LinearWeight() = default;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  DType dtype = DType::kF32;  // compute dtype of the weight
+  bool has_bias = false;
+};
+
+struct LinearParams {
+  const LinearWeight* weight = nullptr;
+  Tensor x;                           // [M, in_features], f32
+  Tensor out;                         // [M, out_features], f32; may alias residual
+  Activation act = Activation::kNone;  // applied after bias
+  const Tensor* residual = nullptr;   // optional [M, out_features]: out = act(xW^T+b) + residual
+};
+
+enum class RopeStyle { kNeox, kInterleaved };
+
+struct RopeParams {
+  Tensor x;  // [tokens, num_heads * head_dim], f32, rotated in place
+  const int32_t* positions = nullptr;  // [tokens], host memory on CPU, device on CUDA
+  int num_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;  // rotated leading dims of each head (== head_dim unless partial)
+  double theta = 10000.0;
+  RopeStyle style = RopeStyle::kNeox;
+};
+
+struct AttentionParams {
+  Tensor q;    // [tokens, num_heads * head_dim]
+  Tensor k;    // [tokens, num_kv_heads * head_dim]
+  Tensor v;    // [tokens, num_kv_heads * head_dim]
+  Tensor out;  // [tokens, num_heads * head_dim], must not alias q/k/v
+  const int32_t* cu_seqlens = nullptr;  // [num_seqs + 1]
+  int num_seqs = 0;
+  int max_seqlen = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA/MQA)
+  int head_dim = 0;
+  float scale = 0.f;    // softmax scale, usually 1/sqrt(head_dim)
+  bool causal = false;
+  int window = 0;       // sliding window (tokens attended to on each side/behind); 0 = none
+};
+
+enum class PoolMode { kCls, kMean, kLast, kMax };
+
+struct PoolParams {
+  Tensor hidden;  // [tokens, H] f32
+  Tensor out;     // [num_seqs, H] f32
+  const int32_t* cu_seqlens = nullptr;
+  int num_seqs = 0;
+  PoolMode mode = PoolMode::kCls;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string Describe() const = 0;  // e.g. "cpu (2 threads, avx512_bf16)"
+
+  // Memory. Allocated buffers are uninitialised.
+  virtual Buffer Allocate(DType dtype, int64_t rows, int64_t cols) = 0;
+  // Copies/converts a host tensor (checkpoint dtype) to a device buffer of `dtype`.
+  // The shape is flattened to [shape[0], prod(rest)] (1-D tensors become [1, n]).
+  virtual StatusOr<Buffer> Upload(const HostTensor& src, DType dtype) = 0;
+  // Copies host memory into a device tensor of the same dtype and size.
+  virtual void CopyFromHost(const void* src, const Tensor& dst) = 0;
+  // Copies a (possibly strided) device tensor to dense host memory, converting to f32.
+  virtual void CopyToHostF32(const Tensor& src, float* dst) = 0;
+
+  // Linear layers. bias may be null. `dtype` is the compute dtype of the weight.
+  virtual StatusOr<std::unique_ptr<LinearWeight>> PrepareLinear(const HostTensor& weight,
+                                                                const HostTensor* bias,
+                                                                DType dtype) = 0;
+  virtual void Linear(const LinearParams& p) = 0;
+
+  // out[i, :] (+)= table[ids[i], :]. table is [vocab, H] (f32 or bf16/f16); out f32.
+  virtual void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, Tensor out,
+                               bool accumulate) = 0;
+  // out = LayerNorm(x + residual) * gamma + beta over the last dim. residual may be null;
+  // out may alias x or residual. beta may be null (no bias).
+  virtual void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma,
+                         const Tensor* beta, float eps, Tensor out) = 0;
+  // Pre-norm residual stream: if delta != null, residual += delta; then
+  // out = RMSNorm(residual) * weight. `group` > 0 normalises each consecutive group of
+  // `group` columns separately (per-head QK-norm, weight has `group` entries).
+  // out may alias residual (only when delta == null).
+  virtual void RmsNorm(Tensor residual, const Tensor* delta, const Tensor& weight, float eps,
+                       Tensor out, int group = 0) = 0;
+  virtual void Rope(const RopeParams& p) = 0;
+  virtual void Attention(const AttentionParams& p) = 0;
+  // In-place element-wise activation.
+  virtual void Activate(Tensor x, Activation act) = 0;
+  // Gated activation: gate_up [T, 2I] holds gate in cols [0, I) and up in [I, 2I);
+  // out [T, I] = act(gate) * up. (SwiGLU: kSilu; GeGLU: kGeluErf/kGeluTanh.)
+  virtual void GatedActivate(const Tensor& gate_up, Activation act, Tensor out) = 0;
+  // out = a + b (element-wise; out may alias a or b).
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+  // out[i, :] = x[rows[i], :]
+  virtual void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) = 0;
+  virtual void Pool(const PoolParams& p) = 0;
+
+  // Blocks until queued device work is done (no-op on CPU).
+  virtual void Synchronize() = 0;
+};
+
+struct BackendOptions {
+  DeviceKind device = DeviceKind::kCpu;
+  int device_index = 0;
+  int num_threads = 0;  // CPU: 0 = all cores available to the process
+};
+
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+}  // namespace sluice
