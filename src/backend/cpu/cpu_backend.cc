@@ -1,0 +1,180 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_linear.h"
+#include "backend/cpu/kernels.h"
+
+namespace sluice {
+namespace {
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+std::shared_ptr<void> AlignedAlloc(size_t bytes) {
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+// Converts n elements between float dtypes (f32/f16/bf16 -> f32/bf16); same dtype copies.
+void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
+  if (sdt == ddt) {
+    std::memcpy(dst, src, n * DTypeSize(sdt));
+    return;
+  }
+  const auto* s16 = static_cast<const uint16_t*>(src);
+  const auto* s32 = static_cast<const float*>(src);
+  auto load = [&](int64_t i) {
+    switch (sdt) {
+      case DType::kBF16: return BF16ToF32(s16[i]);
+      case DType::kF16: return F16ToF32(s16[i]);
+      default: return s32[i];
+    }
+  };
+  if (ddt == DType::kF32) {
+    auto* d = static_cast<float*>(dst);
+#pragma omp parallel for schedule(static) if (n >= (1 << 20))
+    for (int64_t i = 0; i < n; ++i) d[i] = load(i);
+  } else {
+    auto* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static) if (n >= (1 << 20))
+    for (int64_t i = 0; i < n; ++i) d[i] = F32ToBF16(load(i));
+  }
+}
+
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// Sets the OpenMP team size for this (engine) thread: omp_set_num_threads is per thread,
+// and the engine thread is not necessarily the thread that created the backend.
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(threads) { omp_set_num_threads(threads_); }
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string Describe() const override {
+    return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
+           ", oneDNN matmul)";
+  }
+
+  Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {
+    Tensor t{nullptr, dtype, rows, cols, 0};
+    auto mem = AlignedAlloc(static_cast<size_t>(rows * cols) * DTypeSize(dtype));
+    t.data = mem.get();
+    return Buffer(std::move(mem), t);
+  }
+
+  StatusOr<Buffer> Upload(const HostTensor& src, DType dtype) override {
+    const int64_t n = src.numel();
+    const int64_t rows = src.shape.size() <= 1 ? 1 : src.shape[0];
+    const int64_t cols = rows == 0 ? 0 : n / rows;
+    const bool ok = src.dtype == dtype || (IsFloat(src.dtype) && (dtype == DType::kF32 ||
+                                                                  dtype == DType::kBF16));
+    if (!ok) {
+      return Unsupported("cannot upload tensor '" + src.name + "' of dtype " +
+                         DTypeName(src.dtype) + " as " + DTypeName(dtype));
+    }
+    Buffer b = Allocate(dtype, rows, cols);
+    Convert(src.data, src.dtype, b.t().data, dtype, n);
+    return b;
+  }
+
+  void CopyFromHost(const void* src, const Tensor& dst) override {
+    const size_t es = DTypeSize(dst.dtype);
+    if (dst.dense()) {
+      std::memcpy(dst.data, src, dst.numel() * es);
+      return;
+    }
+    for (int64_t r = 0; r < dst.rows; ++r) {
+      std::memcpy(static_cast<char*>(dst.data) + r * dst.row_stride() * es,
+                  static_cast<const char*>(src) + r * dst.cols * es, dst.cols * es);
+    }
+  }
+
+  void CopyToHostF32(const Tensor& src, float* dst) override {
+    const size_t es = DTypeSize(src.dtype);
+    for (int64_t r = 0; r < src.rows; ++r) {
+      Convert(static_cast<const char*>(src.data) + r * src.row_stride() * es, src.dtype,
+              dst + r * src.cols, DType::kF32, src.cols);
+    }
+  }
+
+  StatusOr<std::unique_ptr<LinearWeight>> PrepareLinear(const HostTensor& weight,
+                                                        const HostTensor* bias,
+                                                        DType dtype) override {
+    omp_set_num_threads(threads_);
+    return linear_.Prepare(weight, bias, dtype);
+  }
+  void Linear(const LinearParams& p) override {
+    omp_set_num_threads(threads_);
+    linear_.Run(p);
+  }
+  void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, Tensor out,
+                       bool accumulate) override {
+    omp_set_num_threads(threads_);
+    cpu::EmbeddingGatherKernel(table, ids, n, out, accumulate);
+  }
+  void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma,
+                 const Tensor* beta, float eps, Tensor out) override {
+    omp_set_num_threads(threads_);
+    cpu::LayerNormKernel(x, residual, gamma, beta, eps, out);
+  }
+  void RmsNorm(Tensor residual, const Tensor* delta, const Tensor& weight, float eps, Tensor out,
+               int group) override {
+    omp_set_num_threads(threads_);
+    cpu::RmsNormKernel(residual, delta, weight, eps, out, group);
+  }
+  void Rope(const RopeParams& p) override {
+    omp_set_num_threads(threads_);
+    cpu::RopeKernel(p);
+  }
+  void Attention(const AttentionParams& p) override {
+    omp_set_num_threads(threads_);
+    cpu::AttentionKernel(p);
+  }
+  void Activate(Tensor x, Activation act) override {
+    omp_set_num_threads(threads_);
+    cpu::ActivateKernel(x, act);
+  }
+  void GatedActivate(const Tensor& gate_up, Activation act, Tensor out) override {
+    omp_set_num_threads(threads_);
+    cpu::GatedActivateKernel(gate_up, act, out);
+  }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override {
+    omp_set_num_threads(threads_);
+    cpu::AddKernel(a, b, out);
+  }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    omp_set_num_threads(threads_);
+    cpu::GatherRowsKernel(x, rows, n, out);
+  }
+  void Pool(const PoolParams& p) override {
+    omp_set_num_threads(threads_);
+    cpu::PoolKernel(p);
+  }
+  void Synchronize() override {}
+
+ private:
+  int threads_;
+  cpu::LinearRunner linear_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& options) {
+  if (options.num_threads < 0) {
+    return InvalidArgument("num_threads must be >= 0 (0 = all available cores)");
+  }
+  const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads));
+}
+
+}  // namespace sluice

@@ -1,0 +1,328 @@
+#include "backend/cpu/cpu_linear.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "core/log.h"
+
+namespace sluice::cpu {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+using dims = dnnl::memory::dims;
+
+constexpr int64_t kMaxChunk = 8192;    // largest M per primitive call
+constexpr int64_t kPadAllBelow = 256;  // below this, pad the whole remainder at once
+constexpr int64_t kPrepackM = 256;     // M used to ask oneDNN for its preferred layout
+
+int64_t FloorPow2(int64_t m) {
+  int64_t p = 1;
+  while (p * 2 <= m) p *= 2;
+  return p;
+}
+// Bucket granularity: 1/8 of the octave, at least 16 rows.
+int64_t Granularity(int64_t m) { return std::max<int64_t>(16, FloorPow2(m) / 8); }
+// Largest bucket <= m (m >= 16).
+int64_t BucketFloor(int64_t m) {
+  int64_t g = Granularity(m);
+  return m / g * g;
+}
+
+struct Step {
+  int64_t r0, rows, bucket;  // rows [r0, r0 + rows) run as a primitive of M = bucket
+};
+
+struct Primitive {
+  dnnl::matmul prim;
+  dnnl::memory src, dst;
+};
+
+class CpuLinearWeight final : public LinearWeight {
+ public:
+  dnnl::memory::desc packed_md;
+  dnnl::memory packed;
+  dnnl::memory bias_mem;
+  std::vector<float> bias;
+  mutable std::mutex mu;
+  mutable std::unordered_map<uint64_t, Primitive> cache;
+};
+
+dnnl::algorithm EltwiseAlg(Activation act) {
+  switch (act) {
+    case Activation::kGeluErf: return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::kGeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case Activation::kSilu: return dnnl::algorithm::eltwise_swish;
+    case Activation::kRelu: return dnnl::algorithm::eltwise_relu;
+    case Activation::kNone: break;
+  }
+  return dnnl::algorithm::undef;
+}
+
+dnnl::primitive_attr MakeAttr(Activation act, bool sum) {
+  dnnl::post_ops po;
+  if (act != Activation::kNone) {
+    // swish(x) = x * sigmoid(alpha * x): alpha = 1 gives SiLU. relu alpha = 0.
+    float alpha = act == Activation::kSilu ? 1.f : 0.f;
+    po.append_eltwise(1.f, EltwiseAlg(act), alpha, 0.f);
+  }
+  if (sum) po.append_sum(1.f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  return attr;
+}
+
+// Copies `rows` rows of `cols` elements of `elem` bytes between strided matrices.
+void CopyRows(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t rows, int64_t cols,
+              size_t elem) {
+  const auto* s = static_cast<const char*>(src);
+  auto* d = static_cast<char*>(dst);
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(d + r * ldd * elem, s + r * lds * elem, cols * elem);
+  }
+}
+
+}  // namespace
+
+struct LinearRunner::Impl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  Workspace ws_src;      // bf16 activations / padded f32 tail
+  Workspace ws_dst;      // padded output tail
+  std::vector<Step> plan;
+  bool warned = false;
+
+  dnnl::matmul::primitive_desc MakePd(const CpuLinearWeight& w, int64_t m, int64_t lds,
+                                      int64_t ldd, const dnnl::memory::desc& wmd,
+                                      const dnnl::primitive_attr& attr) {
+    dt cdt = w.dtype == DType::kBF16 ? dt::bf16 : dt::f32;
+    int64_t k = w.in_features, n = w.out_features;
+    dnnl::memory::desc src_md(dims{m, k}, cdt, dims{lds, 1});
+    dnnl::memory::desc dst_md(dims{m, n}, dt::f32, dims{ldd, 1});
+    if (w.has_bias) {
+      dnnl::memory::desc bias_md(dims{1, n}, dt::f32, tag::ab);
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wmd, bias_md, dst_md), attr,
+                                          eng);
+    }
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wmd, dst_md), attr, eng);
+  }
+
+  Primitive& Get(const CpuLinearWeight& w, int64_t m, int64_t lds, int64_t ldd, Activation act,
+                 bool sum) {
+    uint64_t key = (static_cast<uint64_t>(m) << 40) ^ (static_cast<uint64_t>(lds) << 20) ^
+                   (static_cast<uint64_t>(ldd) << 4) ^ (static_cast<uint64_t>(act) << 1) ^
+                   static_cast<uint64_t>(sum);
+    // Key collisions are impossible for m < 2^24, ld < 2^20.
+    std::lock_guard<std::mutex> lock(w.mu);
+    auto it = w.cache.find(key);
+    if (it != w.cache.end()) return it->second;
+    auto pd = MakePd(w, m, lds, ldd, w.packed_md, MakeAttr(act, sum));
+    if (!warned && std::strncmp(pd.impl_info_str(), "brg", 3) != 0) {
+      warned = true;
+      SLUICE_LOG_WARN("oneDNN matmul picked '{}' (not brgemm) for M={} K={} N={}",
+                      pd.impl_info_str(), m, w.in_features, w.out_features);
+    }
+    Primitive p{dnnl::matmul(pd), dnnl::memory(pd.src_desc(), eng, DNNL_MEMORY_NONE),
+                dnnl::memory(pd.dst_desc(), eng, DNNL_MEMORY_NONE)};
+    return w.cache.emplace(key, std::move(p)).first->second;
+  }
+
+  void Exec(const CpuLinearWeight& w, int64_t m, const void* src, int64_t lds, float* dst,
+            int64_t ldd, Activation act, bool sum) {
+    Primitive& p = Get(w, m, lds, ldd, act, sum);
+    p.src.set_data_handle(const_cast<void*>(src));
+    p.dst.set_data_handle(dst);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, p.src}, {DNNL_ARG_WEIGHTS, w.packed}, {DNNL_ARG_DST, p.dst}};
+    if (w.has_bias) args.emplace(DNNL_ARG_BIAS, w.bias_mem);
+    p.prim.execute(strm, args);
+    strm.wait();
+  }
+};
+
+LinearRunner::LinearRunner() : impl_(std::make_unique<Impl>()) {}
+LinearRunner::~LinearRunner() = default;
+
+int64_t LinearRunner::BucketFor(int64_t m) {
+  if (m <= 16) return 16;
+  int64_t g = Granularity(m);
+  return (m + g - 1) / g * g;
+}
+
+namespace {
+
+// Converts a host tensor to f32.
+Status ToF32(const HostTensor& t, std::vector<float>* out) {
+  int64_t n = t.numel();
+  out->resize(n);
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(out->data(), t.data, n * sizeof(float));
+      return Status::Ok();
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) (*out)[i] = BF16ToF32(s[i]);
+      return Status::Ok();
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) (*out)[i] = F16ToF32(s[i]);
+      return Status::Ok();
+    }
+    default:
+      return Unsupported("tensor '" + t.name + "' has dtype " + DTypeName(t.dtype) +
+                         "; a linear layer needs f32, f16 or bf16");
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& weight,
+                                                               const HostTensor* bias,
+                                                               DType dtype) {
+  if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
+    return InvalidArgument("linear weight '" + weight.name + "' must be 2-D [out, in]");
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return Unsupported(std::string("CPU linear compute dtype must be f32 or bf16, not ") +
+                       DTypeName(dtype));
+  }
+  auto w = std::make_unique<CpuLinearWeight>();
+  const int64_t n = weight.shape[0], k = weight.shape[1];
+  w->out_features = n;
+  w->in_features = k;
+  w->dtype = dtype;
+  w->has_bias = bias != nullptr;
+  if (bias) {
+    if (bias->numel() != n) {
+      return InvalidArgument("bias '" + bias->name + "' has " + std::to_string(bias->numel()) +
+                             " elements, expected " + std::to_string(n));
+    }
+    RETURN_IF_ERROR(ToF32(*bias, &w->bias));
+  }
+
+  std::vector<float> wf;
+  std::vector<uint16_t> wb;
+  void* user_data = nullptr;
+  if (dtype == DType::kBF16 && weight.dtype == DType::kBF16) {
+    user_data = const_cast<void*>(weight.data);  // read-only use by reorder
+  } else {
+    RETURN_IF_ERROR(ToF32(weight, &wf));
+    user_data = wf.data();
+    if (dtype == DType::kBF16) {
+      wb.resize(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = F32ToBF16(wf[i]);
+      user_data = wb.data();
+    }
+  }
+  Impl& im = *impl_;
+  const dt cdt = dtype == DType::kBF16 ? dt::bf16 : dt::f32;
+  try {
+    // Weights as oneDNN sees them: [K, N] with torch's [N, K] storage = tag::ba.
+    dnnl::memory::desc user_md(dims{k, n}, cdt, tag::ba);
+    dnnl::memory::desc any_md(dims{k, n}, cdt, tag::any);
+    auto pd = im.MakePd(*w, kPrepackM, k, n, any_md, MakeAttr(Activation::kNone, false));
+    w->packed_md = pd.weights_desc();
+    w->packed = dnnl::memory(w->packed_md, im.eng);
+    dnnl::memory user_mem(user_md, im.eng, user_data);
+    dnnl::reorder(user_mem, w->packed).execute(im.strm, user_mem, w->packed);
+    im.strm.wait();
+    if (bias) {
+      w->bias_mem = dnnl::memory(dnnl::memory::desc(dims{1, n}, dt::f32, tag::ab), im.eng,
+                                 w->bias.data());
+    }
+  } catch (const dnnl::error& e) {
+    return Internal("oneDNN failed to prepare linear weight '" + weight.name + "': " + e.what());
+  }
+  return std::unique_ptr<LinearWeight>(std::move(w));
+}
+
+void LinearRunner::Run(const LinearParams& p) {
+  const auto& w = static_cast<const CpuLinearWeight&>(*p.weight);
+  const int64_t m = p.x.rows, k = w.in_features, n = w.out_features;
+  if (m == 0) return;
+  Impl& im = *impl_;
+  const bool sum = p.residual != nullptr;
+  float* out = p.out.ptr<float>();
+  const int64_t ldo = p.out.row_stride();
+  if (sum && p.residual->data != p.out.data) {
+    CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
+  }
+
+  // Plan: chunks of kMaxChunk, then bucket-sized direct calls, then one padded tail.
+  std::vector<Step>& plan = im.plan;  // reused: no allocation in steady state
+  plan.clear();
+  for (int64_t r0 = 0; r0 < m;) {
+    const int64_t rem = m - r0;
+    int64_t rows = rem, bucket = rem;
+    if (rem >= kMaxChunk) {
+      rows = bucket = kMaxChunk;
+    } else if (rem == BucketFor(rem)) {
+      // exact bucket
+    } else if (rem > kPadAllBelow) {
+      rows = bucket = BucketFloor(rem);
+    } else {
+      bucket = BucketFor(rem);
+    }
+    plan.push_back({r0, rows, bucket});
+    r0 += rows;
+  }
+  const Step& last = plan.back();
+
+  // Source: bf16 copy (rows up to the padded bucket, pad rows zeroed) or f32 in place.
+  const void* src = p.x.data;
+  int64_t lds = p.x.row_stride();
+  size_t elem = sizeof(float);
+  if (w.dtype == DType::kBF16) {
+    const int64_t rows = last.r0 + last.bucket;
+    auto* xb = im.ws_src.Get<uint16_t>(rows * k);
+    const float* x = p.x.ptr<float>();
+    const int64_t ldx = p.x.row_stride();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* d = xb + r * k;
+      if (r < m) {
+        const float* s = x + r * ldx;
+        for (int64_t c = 0; c < k; ++c) d[c] = F32ToBF16(s[c]);
+      } else {
+        std::memset(d, 0, k * sizeof(uint16_t));
+      }
+    }
+    src = xb;
+    lds = k;
+    elem = sizeof(uint16_t);
+  }
+
+  for (const Step& s : plan) {
+    const char* s_src = static_cast<const char*>(src) + s.r0 * lds * elem;
+    if (s.rows == s.bucket) {
+      im.Exec(w, s.rows, s_src, lds, out + s.r0 * ldo, ldo, p.act, sum);
+      continue;
+    }
+    // Padded tail: run a bucket-sized primitive on workspaces.
+    int64_t s_lds = lds;
+    if (w.dtype != DType::kBF16) {
+      auto* xp = im.ws_src.Get<float>(s.bucket * k);
+      CopyRows(s_src, lds, xp, k, s.rows, k, sizeof(float));
+      std::memset(xp + s.rows * k, 0, (s.bucket - s.rows) * k * sizeof(float));
+      s_src = reinterpret_cast<const char*>(xp);
+      s_lds = k;
+    }
+    float* op = im.ws_dst.Get<float>(s.bucket * n);
+    if (sum) {
+      CopyRows(out + s.r0 * ldo, ldo, op, n, s.rows, n, sizeof(float));
+      std::memset(op + s.rows * n, 0, (s.bucket - s.rows) * n * sizeof(float));
+    }
+    im.Exec(w, s.bucket, s_src, s_lds, op, n, p.act, sum);
+    CopyRows(op, n, out + s.r0 * ldo, ldo, s.rows, n, sizeof(float));
+  }
+}
+
+}  // namespace sluice::cpu

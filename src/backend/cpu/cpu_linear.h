@@ -1,0 +1,48 @@
+// Linear layers on oneDNN matmul.
+//
+// Weights ([N, K], torch layout) are converted to the compute dtype (f32 or bf16) and
+// prepacked once into the blocked layout that oneDNN's brgemm matmul prefers.
+//
+// M (tokens) varies per batch. oneDNN 2.6 only gives a blocked-weight (brgemm) kernel
+// for a fixed M (runtime M falls back to gemm:jit with plain weights, which is ~10%
+// slower and NOT batch invariant: a row's result changes with M). So primitives are
+// created per M *bucket* and cached; a batch runs as a few bucket-sized calls, with the
+// tail rows copied into a zero-padded workspace. The brgemm kernel's K-reduction order
+// does not depend on M, so a row's output is bit-identical whatever batch it is in
+// (tested in tests/unit/backend/linear_test.cc).
+//
+// bf16: activations are rounded (RNE) to bf16 into a workspace; accumulation and output
+// are f32. Bias, activation (post-op eltwise) and residual (sum post-op, out pre-filled
+// with the residual) are fused into the matmul.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cpu/workspace.h"
+
+namespace sluice::cpu {
+
+// Owns the oneDNN engine/stream and the Linear workspaces. Used by one thread at a time.
+class LinearRunner {
+ public:
+  LinearRunner();
+  ~LinearRunner();
+  LinearRunner(const LinearRunner&) = delete;
+  LinearRunner& operator=(const LinearRunner&) = delete;
+
+  StatusOr<std::unique_ptr<LinearWeight>> Prepare(const HostTensor& weight,
+                                                   const HostTensor* bias, DType dtype);
+  // out must not alias x. If residual is set and differs from out, it is copied into out
+  // first. x and out may be strided.
+  void Run(const LinearParams& p);
+
+  // Rows per primitive call used for a given M (exposed for tests/benchmarks).
+  static int64_t BucketFor(int64_t m);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::cpu

@@ -1,0 +1,34 @@
+// CPU element-wise, normalisation, RoPE, gather and pooling kernels (Highway SIMD with
+// runtime dispatch; OpenMP across rows). Every output row is computed by the same code
+// path in the same order whatever the batch or thread count, so results are batch
+// invariant and deterministic. Semantics match backend.h; all activations are f32.
+// Attention lives in attention.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace sluice::cpu {
+
+// Name of the Highway target chosen at run time (e.g. "AVX3_ZEN4").
+std::string SimdTargetName();
+
+void ActivateKernel(const Tensor& x, Activation act);
+void GatedActivateKernel(const Tensor& gate_up, Activation act, const Tensor& out);
+void AddKernel(const Tensor& a, const Tensor& b, const Tensor& out);
+void LayerNormKernel(const Tensor& x, const Tensor* residual, const Tensor& gamma,
+                     const Tensor* beta, float eps, const Tensor& out);
+void RmsNormKernel(const Tensor& residual, const Tensor* delta, const Tensor& weight, float eps,
+                   const Tensor& out, int group);
+// inv_freq[i] = 1 / theta^(2i / rotary_dim) in float32, cos/sin of the float32 product
+// pos * inv_freq (as Hugging Face computes them). rotary_dim <= 1024.
+void RopeKernel(const RopeParams& p);
+void EmbeddingGatherKernel(const Tensor& table, const int32_t* ids, int64_t n, const Tensor& out,
+                           bool accumulate);
+void GatherRowsKernel(const Tensor& x, const int32_t* rows, int64_t n, const Tensor& out);
+// Empty sequences pool to zeros. MEAN divides the f32 sum by the length.
+void PoolKernel(const PoolParams& p);
+
+}  // namespace sluice::cpu

@@ -1,0 +1,91 @@
+// Per-target SIMD helpers shared by the Highway kernels (include after highway.h, inside
+// a HWY_TARGET_INCLUDE'd translation unit). Uses Highway's per-target include guard.
+#if defined(SLUICE_BACKEND_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SLUICE_BACKEND_CPU_SIMD_INL_H_
+#undef SLUICE_BACKEND_CPU_SIMD_INL_H_
+#else
+#define SLUICE_BACKEND_CPU_SIMD_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+#include "backend/backend.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sluice::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr size_t kMaxFloatLanes = HWY_MAX_BYTES / sizeof(float);
+
+// Loads n < Lanes(d) floats (rest zero) without reading past p + n.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const float* p, int64_t n) {
+  alignas(64) float buf[kMaxFloatLanes] = {};
+  std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(float));
+  return hn::Load(d, buf);
+}
+
+// Stores the first n < Lanes(d) lanes of v without writing past p + n.
+template <class D>
+HWY_INLINE void StoreTail(hn::Vec<D> v, D d, float* p, int64_t n) {
+  alignas(64) float buf[kMaxFloatLanes];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(float));
+}
+
+// erf(x) for float: rational approximation on [-4, 4] (|error| < 4e-7), +-1 outside.
+template <class D, class V>
+HWY_INLINE V Erf(D d, V x) {
+  x = hn::Min(hn::Max(x, hn::Set(d, -4.f)), hn::Set(d, 4.f));
+  const V x2 = hn::Mul(x, x);
+  V p = hn::Set(d, -2.72614225801306e-10f);
+  p = hn::MulAdd(x2, p, hn::Set(d, 2.77068142495902e-08f));
+  p = hn::MulAdd(x2, p, hn::Set(d, -2.10102402082508e-06f));
+  p = hn::MulAdd(x2, p, hn::Set(d, -5.69250639462346e-05f));
+  p = hn::MulAdd(x2, p, hn::Set(d, -7.34990630326855e-04f));
+  p = hn::MulAdd(x2, p, hn::Set(d, -2.95459980854025e-03f));
+  p = hn::MulAdd(x2, p, hn::Set(d, -1.60960333262415e-02f));
+  p = hn::Mul(x, p);
+  V q = hn::Set(d, -1.45660718464996e-05f);
+  q = hn::MulAdd(x2, q, hn::Set(d, -2.13374055278905e-04f));
+  q = hn::MulAdd(x2, q, hn::Set(d, -1.68282697438203e-03f));
+  q = hn::MulAdd(x2, q, hn::Set(d, -7.37332916720468e-03f));
+  q = hn::MulAdd(x2, q, hn::Set(d, -1.42647390514189e-02f));
+  return hn::Div(p, q);
+}
+
+template <class D, class V>
+HWY_INLINE V Act(D d, V x, Activation act) {
+  switch (act) {
+    case Activation::kGeluErf: {
+      const V e = Erf(d, hn::Mul(x, hn::Set(d, 0.70710678118654752f)));
+      return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(hn::Set(d, 1.f), e));
+    }
+    case Activation::kGeluTanh: {
+      const V x3 = hn::Mul(hn::Mul(x, x), x);
+      const V in = hn::Mul(hn::Set(d, 0.7978845608028654f),
+                           hn::MulAdd(hn::Set(d, 0.044715f), x3, x));
+      return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(hn::Set(d, 1.f), hn::Tanh(d, in)));
+    }
+    case Activation::kSilu: {
+      // exp argument clamped to stay inside Exp's valid range.
+      const V e = hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, 88.f)));
+      return hn::Div(x, hn::Add(hn::Set(d, 1.f), e));
+    }
+    case Activation::kRelu:
+      return hn::Max(x, hn::Zero(d));
+    case Activation::kNone:
+      break;
+  }
+  return x;
+}
+
+}  // namespace sluice::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
