@@ -1,0 +1,255 @@
+// `sluice embed|classify|score --model DIR --input in.jsonl --output out.jsonl`
+//
+// Input lines (token ids; text arrives with the tokenizer):
+//   {"input_ids": [...], "token_type_ids": [...]}   one full sequence ("ids" also accepted)
+//   {"q": [...], "d": [...]}                         a pair, assembled as
+//        prefix + q + separator + d + suffix, where a header line
+//        {"prefix": [...], "separator": [...], "suffix": [...]} (any field optional) may come
+//        first; for models with token types, the d part and suffix get type id 1.
+#include <simdjson.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli/command.h"
+#include "cli/common.h"
+
+namespace sluice::cli {
+namespace {
+
+struct OfflineFlags {
+  ModelFlags model;
+  std::string input;
+  std::string output = "-";
+  int dimensions = 0;
+};
+
+Status ReadIds(simdjson::dom::element e, const char* field, size_t line,
+               std::vector<int32_t>* out) {
+  simdjson::dom::array arr;
+  if (e.get(arr)) {
+    return InvalidArgument("line " + std::to_string(line) + ": \"" + field +
+                           "\" must be a list of token ids");
+  }
+  for (auto v : arr) {
+    int64_t id;
+    if (v.get(id) || id < 0 || id > INT32_MAX) {
+      return InvalidArgument("line " + std::to_string(line) + ": \"" + field +
+                             "\" holds a value that is not a token id");
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<SequenceInput>> ReadInputs(const std::string& path, bool use_types) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open input file " + path);
+  simdjson::dom::parser parser;
+  std::vector<SequenceInput> seqs;
+  std::vector<int32_t> prefix, separator, suffix;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    simdjson::dom::element doc;
+    if (auto err = parser.parse(line).get(doc)) {
+      return InvalidArgument(path + ":" + std::to_string(lineno) + ": invalid JSON (" +
+                             simdjson::error_message(err) + ")");
+    }
+    simdjson::dom::element f;
+    SequenceInput s;
+    if (!doc["input_ids"].get(f) || !doc["ids"].get(f)) {
+      RETURN_IF_ERROR(ReadIds(f, "input_ids", lineno, &s.ids));
+      if (!doc["token_type_ids"].get(f)) {
+        RETURN_IF_ERROR(ReadIds(f, "token_type_ids", lineno, &s.type_ids));
+        if (!use_types) s.type_ids.clear();
+      }
+    } else if (!doc["q"].get(f)) {
+      std::vector<int32_t> q, d;
+      RETURN_IF_ERROR(ReadIds(f, "q", lineno, &q));
+      if (doc["d"].get(f)) {
+        return InvalidArgument(path + ":" + std::to_string(lineno) + ": \"q\" without \"d\"");
+      }
+      RETURN_IF_ERROR(ReadIds(f, "d", lineno, &d));
+      s.ids = prefix;
+      s.ids.insert(s.ids.end(), q.begin(), q.end());
+      s.ids.insert(s.ids.end(), separator.begin(), separator.end());
+      const size_t first = s.ids.size();
+      s.ids.insert(s.ids.end(), d.begin(), d.end());
+      s.ids.insert(s.ids.end(), suffix.begin(), suffix.end());
+      if (use_types) {
+        s.type_ids.assign(s.ids.size(), 0);
+        std::fill(s.type_ids.begin() + static_cast<long>(first), s.type_ids.end(), 1);
+      }
+    } else if (!doc["prefix"].get(f) || !doc["suffix"].get(f) || !doc["separator"].get(f)) {
+      prefix.clear();
+      separator.clear();
+      suffix.clear();
+      if (!doc["prefix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "prefix", lineno, &prefix));
+      if (!doc["separator"].get(f)) RETURN_IF_ERROR(ReadIds(f, "separator", lineno, &separator));
+      if (!doc["suffix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "suffix", lineno, &suffix));
+      continue;
+    } else if (!doc["text"].get(f) || !doc["query"].get(f)) {
+      return InvalidArgument(path + ":" + std::to_string(lineno) +
+                             ": text input needs the tokenizer, which this build does not "
+                             "include yet; pass token ids (\"input_ids\" or \"q\"/\"d\")");
+    } else {
+      return InvalidArgument(path + ":" + std::to_string(lineno) +
+                             ": expected \"input_ids\", or \"q\" and \"d\"");
+    }
+    seqs.push_back(std::move(s));
+  }
+  return seqs;
+}
+
+// Shortest text that reads back as the same float (%.9g round-trips every float).
+void AppendFloat(std::string* out, float v) {
+  if (!std::isfinite(v)) {
+    out->append("null");
+    return;
+  }
+  char buf[32];
+  const int len = std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  out->append(buf, static_cast<size_t>(len));
+}
+
+void WriteFloats(std::string* out, const float* v, size_t n) {
+  out->push_back('[');
+  for (size_t i = 0; i < n; ++i) {
+    if (i) out->push_back(',');
+    AppendFloat(out, v[i]);
+  }
+  out->push_back(']');
+}
+
+void AppendJsonString(std::string* out, const std::string& s) {
+  out->push_back('"');
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out->append(buf);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+int RunOffline(const OfflineFlags& f, Task task) {
+  ModelFlags mf = f.model;
+  if (mf.task.empty()) mf.task = TaskName(task);
+  auto engine_or = LoadEngine(mf);
+  if (!engine_or.ok()) return ReportError(engine_or.status());
+  Engine& engine = **engine_or;
+  const bool use_types = engine.model().config().type_vocab_size > 1;
+  auto inputs_or = ReadInputs(f.input, use_types);
+  if (!inputs_or.ok()) return ReportError(inputs_or.status());
+  const auto& inputs = *inputs_or;
+  if (f.dimensions < 0) return ReportError(InvalidArgument("--dimensions must be positive"));
+  if (f.dimensions > 0 && (task != Task::kEmbed || f.dimensions > engine.head().output_dim)) {
+    return ReportError(InvalidArgument("--dimensions applies to embeddings, at most " +
+                                       std::to_string(engine.head().output_dim)));
+  }
+  ProgressBar bar("sequences", inputs.size());
+  int64_t total_tokens = 0;
+  auto out_or = engine.Run(inputs, [&](size_t done, size_t, int64_t tokens) {
+    total_tokens = tokens;
+    bar.Update(done, tokens);
+  });
+  if (!out_or.ok()) return ReportError(out_or.status());
+  bar.Finish(inputs.size(), total_tokens);
+
+  std::ofstream file;
+  std::ostream* os = &std::cout;
+  if (f.output != "-") {
+    file.open(f.output);
+    if (!file) return ReportError(NotFound("cannot write " + f.output));
+    os = &file;
+  }
+  const HeadSpec& head = engine.head();
+  std::string line;
+  for (size_t i = 0; i < out_or->size(); ++i) {
+    SequenceOutput& o = (*out_or)[i];
+    line = "{\"index\":" + std::to_string(i);
+    if (task == Task::kEmbed) {
+      if (o.rows != 1 || head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep) {
+        const size_t dim = o.rows ? o.values.size() / o.rows : 0;
+        line += ",\"embeddings\":[";
+        for (int r = 0; r < o.rows; ++r) {
+          if (r) line += ',';
+          WriteFloats(&line, o.values.data() + r * dim, dim);
+        }
+        line += "]";
+      } else {
+        size_t n = o.values.size();
+        if (f.dimensions > 0) {
+          n = static_cast<size_t>(f.dimensions);
+          if (head.normalize) L2Normalize(o.values.data(), static_cast<int>(n));
+        }
+        line += ",\"embedding\":";
+        WriteFloats(&line, o.values.data(), n);
+      }
+    } else if (task == Task::kScore) {
+      line += ",\"score\":";
+      AppendFloat(&line, o.values[0]);
+    } else {
+      size_t best = 0;
+      for (size_t k = 1; k < o.values.size(); ++k) {
+        if (o.values[k] > o.values[best]) best = k;
+      }
+      line += ",\"label\":";
+      AppendJsonString(&line, best < head.labels.size() ? head.labels[best] : std::to_string(best));
+      line += ",\"probs\":";
+      WriteFloats(&line, o.values.data(), o.values.size());
+      line += ",\"logits\":";
+      WriteFloats(&line, o.raw.data(), o.raw.size());
+      if (!head.thresholds.empty()) {
+        line += ",\"labels\":[";
+        bool first = true;
+        for (size_t k = 0; k < o.values.size(); ++k) {
+          if (o.values[k] >= head.thresholds[k]) {
+            if (!first) line += ',';
+            first = false;
+            AppendJsonString(&line, k < head.labels.size() ? head.labels[k] : std::to_string(k));
+          }
+        }
+        line += "]";
+      }
+    }
+    line += "}\n";
+    *os << line;
+  }
+  return 0;
+}
+
+Command MakeCommand(const char* name, const char* help, Task task) {
+  return Command{name, help, [task](CLI::App* sub) {
+                   auto f = std::make_shared<OfflineFlags>();
+                   AddModelFlags(sub, &f->model);
+                   sub->add_option("--input", f->input, "input JSONL file")->required();
+                   sub->add_option("--output", f->output, "output JSONL file (- = stdout)")
+                       ->capture_default_str();
+                   if (task == Task::kEmbed) {
+                     sub->add_option("--dimensions", f->dimensions,
+                                     "Matryoshka: keep the first N dimensions (renormalised)");
+                   }
+                   return std::function<int()>([f, task] { return RunOffline(*f, task); });
+                 }};
+}
+
+Registrar embed_cmd(MakeCommand("embed", "Embed token-id sequences from a JSONL file",
+                                Task::kEmbed));
+Registrar classify_cmd(MakeCommand("classify", "Classify token-id sequences from a JSONL file",
+                                   Task::kClassify));
+Registrar score_cmd(MakeCommand("score", "Score (rerank) pairs from a JSONL file", Task::kScore));
+
+}  // namespace
+}  // namespace sluice::cli

@@ -1,0 +1,115 @@
+#include "cli/common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/log.h"
+
+namespace sluice::cli {
+
+void AddModelFlags(CLI::App* app, ModelFlags* f) {
+  app->add_option("--model", f->model, "Hugging Face model directory")->required();
+  app->add_option("--dtype", f->dtype, "auto (checkpoint dtype) | float32 | bfloat16 | float16")
+      ->capture_default_str();
+  app->add_option("--device", f->device, "cpu | cuda[:N]")->capture_default_str();
+  app->add_option("--task", f->task, "embed | classify | score (default: from the architecture)");
+  app->add_option("--threads", f->threads, "CPU threads (0 = all available)")
+      ->capture_default_str();
+  app->add_option("--max-batch-tokens", f->max_batch_tokens, "token budget of one packed batch")
+      ->capture_default_str();
+  app->add_option("--max-num-seqs", f->max_num_seqs, "sequences per batch at most")
+      ->capture_default_str();
+}
+
+StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
+  EngineOptions o;
+  o.model_dir = f.model;
+  if (f.dtype != "auto") {
+    DType t;
+    if (!ParseDType(f.dtype, &t)) {
+      return InvalidArgument("--dtype: unknown dtype \"" + f.dtype +
+                             "\" (auto, float32, bfloat16, float16)");
+    }
+    o.dtype = t;
+  }
+  if (!f.task.empty()) {
+    Task t;
+    if (!ParseTask(f.task, &t)) {
+      return InvalidArgument("--task: unknown task \"" + f.task + "\" (embed, classify, score)");
+    }
+    o.task = t;
+  }
+  if (f.device == "cpu") {
+    o.backend.device = DeviceKind::kCpu;
+  } else if (f.device.rfind("cuda", 0) == 0) {
+    o.backend.device = DeviceKind::kCuda;
+    if (f.device.size() > 5 && f.device[4] == ':') o.backend.device_index = std::stoi(f.device.substr(5));
+  } else {
+    return InvalidArgument("--device: expected cpu or cuda[:N], got \"" + f.device + "\"");
+  }
+  if (f.threads < 0) return InvalidArgument("--threads must be >= 0");
+  o.backend.num_threads = f.threads;
+  o.max_batch_tokens = f.max_batch_tokens;
+  o.max_num_seqs = f.max_num_seqs;
+  return o;
+}
+
+StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {
+  ASSIGN_OR_RETURN(EngineOptions o, ToEngineOptions(f));
+  const double t0 = NowSeconds();
+  ASSIGN_OR_RETURN(auto engine, Engine::Load(o));
+  const ModelInfo& i = engine->info();
+  SLUICE_LOG_INFO("model {}: {} ({} params, {} layers, hidden {})", i.dir, i.architecture,
+                  i.parameters, i.num_layers, i.hidden_size);
+  SLUICE_LOG_INFO("task {}, dtype {} (checkpoint {}), device {}", TaskName(i.task),
+                  DTypeName(i.compute_dtype), DTypeName(i.checkpoint_dtype), i.backend);
+  SLUICE_LOG_INFO("head: {}", i.head);
+  SLUICE_LOG_INFO("limits: max_batch_tokens {}, max_num_seqs {}, max tokens per input {}",
+                  o.max_batch_tokens, o.max_num_seqs, i.max_sequence_length);
+  SLUICE_LOG_INFO("loaded in {:.2f} s", NowSeconds() - t0);
+  return engine;
+}
+
+int ReportError(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.message().c_str());
+  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+double NowSeconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+ProgressBar::ProgressBar(std::string what, size_t total)
+    : what_(std::move(what)), total_(total), start_(NowSeconds()), tty_(isatty(2) != 0) {}
+
+void ProgressBar::Update(size_t done, int64_t tokens) {
+  const double now = NowSeconds();
+  if (done < total_ && now - last_draw_ < (tty_ ? 0.1 : 5.0)) return;
+  last_draw_ = now;
+  const double el = std::max(now - start_, 1e-9);
+  const double frac = total_ ? static_cast<double>(done) / total_ : 1.0;
+  const int width = 30;
+  const int fill = static_cast<int>(frac * width);
+  std::string bar(fill, '=');
+  if (fill < width) bar += '>' + std::string(width - fill - 1, ' ');
+  const double eta = frac > 0 ? el * (1 - frac) / frac : 0;
+  std::fprintf(stderr, "%s[%s] %zu/%zu %s  %.0f seq/s  %.0f tok/s  elapsed %.1fs  eta %.1fs%s",
+               tty_ ? "\r" : "", bar.c_str(), done, total_, what_.c_str(), done / el, tokens / el,
+               el, eta, tty_ ? "" : "\n");
+  std::fflush(stderr);
+}
+
+void ProgressBar::Finish(size_t done, int64_t tokens) {
+  last_draw_ = -1;
+  Update(done, tokens);
+  if (tty_) std::fprintf(stderr, "\n");
+  const double el = std::max(NowSeconds() - start_, 1e-9);
+  std::fprintf(stderr, "done: %zu %s, %lld tokens in %.3f s: %.1f %s/s, %.0f tokens/s\n", done,
+               what_.c_str(), static_cast<long long>(tokens), el, done / el, what_.c_str(),
+               tokens / el);
+}
+
+}  // namespace sluice::cli

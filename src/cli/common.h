@@ -1,0 +1,46 @@
+// Options and helpers shared by the sub-commands that load a model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace sluice::cli {
+
+struct ModelFlags {
+  std::string model;
+  std::string dtype = "auto";
+  std::string device = "cpu";
+  std::string task;
+  int threads = 0;
+  int64_t max_batch_tokens = 8192;
+  int max_num_seqs = 256;
+};
+
+void AddModelFlags(CLI::App* app, ModelFlags* f);
+// Turns flags into engine options; errors name the bad flag.
+StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f);
+// Loads the engine and logs the resolved model, task, dtype, device and limits.
+StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f);
+// Prints "error: ..." to stderr and returns the CLI exit code for a status.
+int ReportError(const Status& s);
+
+// A progress bar on stderr, redrawn at most ~10 times per second.
+class ProgressBar {
+ public:
+  ProgressBar(std::string what, size_t total);
+  void Update(size_t done, int64_t tokens);
+  void Finish(size_t done, int64_t tokens);
+
+ private:
+  std::string what_;
+  size_t total_;
+  double start_;
+  double last_draw_ = -1;
+  bool tty_;
+};
+
+double NowSeconds();
+
+}  // namespace sluice::cli

@@ -1,0 +1,185 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace sluice {
+
+Engine::~Engine() = default;
+
+namespace {
+
+// Finds the weight-name prefix of the base model by probing its embedding table.
+StatusOr<std::string> DetectPrefix(const ArchitectureInfo& arch, const WeightStore& w) {
+  const std::string probe =
+      arch.family == "qwen3" ? "embed_tokens.weight" : "embeddings.word_embeddings.weight";
+  for (const std::string& p : {arch.prefix, std::string(""), std::string("model."),
+                               std::string("bert."), std::string("roberta.")}) {
+    if (w.Has(p + probe)) return p;
+  }
+  return NotFound("cannot find the base model weights (looked for " + arch.prefix + probe +
+                  ") in " + w.description());
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
+  auto e = std::unique_ptr<Engine>(new Engine());
+  e->options_ = options;
+  if (options.max_batch_tokens <= 0 || options.max_num_seqs <= 0) {
+    return InvalidArgument("max_batch_tokens and max_num_seqs must be positive");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+  ASSIGN_OR_RETURN(ArchitectureInfo arch, LookupArchitecture(config));
+  ASSIGN_OR_RETURN(SentenceTransformersConfig st,
+                   LoadSentenceTransformersConfig(options.model_dir));
+  ASSIGN_OR_RETURN(SluiceOverrides overrides, LoadSluiceOverrides(options.model_dir));
+  ASSIGN_OR_RETURN(WeightStore store, WeightStore::OpenDirectory(options.model_dir));
+  e->weights_ = std::make_unique<WeightStore>(std::move(store));
+  const WeightStore& w = *e->weights_;
+
+  const DType stored = w.DominantDType();
+  DType compute = options.dtype.value_or(stored);
+  ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend));
+  if (e->backend_->kind() == DeviceKind::kCpu && compute == DType::kF16) {
+    return Unsupported("the checkpoint is float16, which the CPU backend does not compute in; "
+                       "pass --dtype float32 or --dtype bfloat16 (a conversion, logged at load)");
+  }
+  if (compute != stored) {
+    SLUICE_LOG_INFO("converting weights from the checkpoint's {} to {} as requested",
+                    DTypeName(stored), DTypeName(compute));
+  }
+  ASSIGN_OR_RETURN(std::string prefix, DetectPrefix(arch, w));
+  ModelLoadOptions mo;
+  mo.dtype = compute;
+  mo.prefix = prefix;
+  ASSIGN_OR_RETURN(e->model_, CreateModel(arch, config, w, e->backend_.get(), mo));
+
+  HeadResolveInput hi;
+  hi.arch = &arch;
+  hi.config = &config;
+  hi.st = &st;
+  hi.overrides = &overrides;
+  hi.weights = &w;
+  hi.task = options.task;
+  ArchitectureInfo head_arch = arch;
+  head_arch.prefix = prefix;
+  hi.arch = &head_arch;
+  ASSIGN_OR_RETURN(e->head_, ResolveHead(hi));
+  e->workspace_ = std::make_unique<Workspace>(e->backend_.get());
+
+  ModelInfo& info = e->info_;
+  info.dir = options.model_dir;
+  info.architecture = arch.name;
+  info.family = arch.family;
+  info.task = e->head_.task;
+  info.checkpoint_dtype = stored;
+  info.compute_dtype = compute;
+  info.parameters = w.TotalParameters();
+  info.hidden_size = config.hidden_size;
+  info.num_layers = config.num_hidden_layers;
+  info.max_sequence_length = e->model_->max_sequence_length();
+  if (st.max_seq_length > 0) info.max_sequence_length = std::min(info.max_sequence_length, st.max_seq_length);
+  info.head = e->head_.description;
+  info.weights = w.description();
+  info.backend = e->backend_->Describe();
+  info.st_modules = st.module_types;
+  return e;
+}
+
+Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs) {
+  batch_.Clear();
+  for (const SequenceInput* in : inputs) batch_.Add(in->ids, in->type_ids);
+  RETURN_IF_ERROR(model_->Validate(batch_));
+  DeviceBatch db = model_->PrepareBatch(batch_, *workspace_);
+  ASSIGN_OR_RETURN(Tensor hidden, model_->Forward(db, *workspace_));
+  const int H = model_->hidden_size();
+  const int S = db.num_seqs;
+  HeadRunner runner(head_);
+  if (head_.pooling == PoolingKind::kAll || head_.pooling == PoolingKind::kStep) {
+    host_pooled_.resize(static_cast<size_t>(db.num_tokens) * H);
+    backend_->CopyToHostF32(hidden, host_pooled_.data());
+    for (int s = 0; s < S; ++s) {
+      const int32_t b = batch_.cu_seqlens[s], e = batch_.cu_seqlens[s + 1];
+      SequenceOutput& out = outputs[s];
+      out.token_indices.clear();
+      if (head_.pooling == PoolingKind::kAll) {
+        runner.ApplyTokens(host_pooled_.data() + static_cast<size_t>(b) * H, e - b, H, &out);
+      } else {
+        std::vector<float> rows;
+        for (int32_t i = b; i < e; ++i) {
+          if (batch_.token_ids[i] == head_.step_token_id) {
+            rows.insert(rows.end(), host_pooled_.begin() + static_cast<size_t>(i) * H,
+                        host_pooled_.begin() + static_cast<size_t>(i + 1) * H);
+            out.token_indices.push_back(i - b);
+          }
+        }
+        runner.ApplyTokens(rows.data(), static_cast<int>(out.token_indices.size()), H, &out);
+      }
+    }
+    return Status::Ok();
+  }
+  Tensor pooled = workspace_->Get(2000, DType::kF32, S, H);
+  PoolParams pp;
+  pp.hidden = hidden;
+  pp.out = pooled;
+  pp.cu_seqlens = db.cu_seqlens.ptr<int32_t>();
+  pp.num_seqs = S;
+  switch (head_.pooling) {
+    case PoolingKind::kCls: pp.mode = PoolMode::kCls; break;
+    case PoolingKind::kMean: pp.mode = PoolMode::kMean; break;
+    case PoolingKind::kMax: pp.mode = PoolMode::kMax; break;
+    default: pp.mode = PoolMode::kLast; break;
+  }
+  backend_->Pool(pp);
+  host_pooled_.resize(static_cast<size_t>(S) * H);
+  backend_->CopyToHostF32(pooled, host_pooled_.data());
+  runner.Apply(host_pooled_.data(), S, H, outputs);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<SequenceOutput>> Engine::Run(const std::vector<SequenceInput>& inputs,
+                                                  const ProgressFn& progress) {
+  std::vector<SequenceOutput> outputs(inputs.size());
+  const int max_len = info_.max_sequence_length;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t n = inputs[i].ids.size();
+    if (n == 0) return InvalidArgument("input " + std::to_string(i) + " has no tokens");
+    if (max_len > 0 && n > static_cast<size_t>(max_len)) {
+      return OutOfRange("input " + std::to_string(i) + " has " + std::to_string(n) +
+                        " tokens, over the model's limit of " + std::to_string(max_len));
+    }
+    if (!inputs[i].type_ids.empty() && inputs[i].type_ids.size() != n) {
+      return InvalidArgument("input " + std::to_string(i) + ": token_type_ids length differs");
+    }
+  }
+  std::vector<const SequenceInput*> group;
+  size_t start = 0, done = 0;
+  int64_t tokens = 0, done_tokens = 0;
+  auto flush = [&]() -> Status {
+    if (group.empty()) return Status::Ok();
+    RETURN_IF_ERROR(RunBatch(group, outputs.data() + start).WithContext(
+        "batch of inputs " + std::to_string(start) + ".." + std::to_string(start + group.size() - 1)));
+    done += group.size();
+    done_tokens += tokens;
+    if (progress) progress(done, inputs.size(), done_tokens);
+    start += group.size();
+    group.clear();
+    tokens = 0;
+    return Status::Ok();
+  };
+  for (const auto& in : inputs) {
+    const int64_t n = static_cast<int64_t>(in.ids.size());
+    if (!group.empty() && (tokens + n > options_.max_batch_tokens ||
+                           static_cast<int>(group.size()) >= options_.max_num_seqs)) {
+      RETURN_IF_ERROR(flush());
+    }
+    group.push_back(&in);
+    tokens += n;
+  }
+  RETURN_IF_ERROR(flush());
+  return outputs;
+}
+
+}  // namespace sluice

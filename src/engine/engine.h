@@ -1,0 +1,81 @@
+// The offline engine: loads a model directory (config, weights, model, pooling/head)
+// on a backend and runs token-id sequences in packed batches under a token budget.
+//
+// Not thread-safe: one thread drives an Engine (the server's engine thread, or the CLI).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pooling/head.h"
+
+namespace sluice {
+
+struct EngineOptions {
+  std::string model_dir;
+  std::optional<DType> dtype;  // nullopt = "auto": the checkpoint's dtype
+  std::optional<Task> task;    // nullopt = inferred from the architecture
+  BackendOptions backend;
+  int64_t max_batch_tokens = 8192;
+  int max_num_seqs = 256;
+};
+
+struct SequenceInput {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> type_ids;  // empty = all zero
+};
+
+struct ModelInfo {
+  std::string dir;
+  std::string architecture;
+  std::string family;
+  Task task = Task::kEmbed;
+  DType checkpoint_dtype = DType::kF32;
+  DType compute_dtype = DType::kF32;
+  int64_t parameters = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  int max_sequence_length = 0;
+  std::string head;  // HeadSpec::description
+  std::string weights;
+  std::string backend;
+  std::vector<std::string> st_modules;
+};
+
+// Called after each batch with (sequences done, total sequences, tokens done).
+using ProgressFn = std::function<void(size_t, size_t, int64_t)>;
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
+  ~Engine();
+
+  const ModelInfo& info() const { return info_; }
+  const HeadSpec& head() const { return head_; }
+  const Model& model() const { return *model_; }
+
+  // Runs all inputs, batching by max_batch_tokens / max_num_seqs in input order.
+  // Outputs are in input order. A sequence never depends on its batch neighbours.
+  StatusOr<std::vector<SequenceOutput>> Run(const std::vector<SequenceInput>& inputs,
+                                            const ProgressFn& progress = nullptr);
+  // Runs exactly one packed forward over `inputs` (they must fit the budget).
+  Status RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs);
+
+ private:
+  Engine() = default;
+
+  EngineOptions options_;
+  ModelInfo info_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Workspace> workspace_;
+  HeadSpec head_;
+  ForwardBatch batch_;
+  std::vector<float> host_pooled_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,114 @@
+// Model interface and the architecture registry.
+//
+// A Model runs the transformer stack of one architecture family on packed batches
+// (no padding) and returns hidden states; pooling and heads (src/pooling) turn those
+// into task outputs. Models are written once against the Backend interface.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "weights/config.h"
+#include "weights/safetensors.h"
+
+namespace sluice {
+
+// A packed batch: the tokens of all sequences concatenated.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;       // [T]
+  std::vector<int32_t> token_type_ids;  // [T] or empty (all zero)
+  std::vector<int32_t> cu_seqlens;      // [S + 1], cu_seqlens[0] == 0
+  int max_seqlen = 0;
+
+  int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  void Clear();
+  // Appends one sequence (type ids may be empty = zeros).
+  void Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids = {});
+};
+
+// Scratch device buffers reused across batches. Slot i keeps the largest buffer asked
+// for so far; steady-state batches allocate nothing.
+class Workspace {
+ public:
+  explicit Workspace(Backend* backend) : backend_(backend) {}
+  Tensor Get(int slot, DType dtype, int64_t rows, int64_t cols);
+
+ private:
+  Backend* backend_;
+  std::vector<Buffer> buffers_;
+  std::vector<int64_t> capacity_;  // bytes
+};
+
+// Device-resident batch metadata, uploaded once per forward.
+struct DeviceBatch {
+  Tensor ids;        // i32 [T]
+  Tensor type_ids;   // i32 [T] (zeros when absent)
+  Tensor positions;  // i32 [T], 0-based within each sequence
+  Tensor cu_seqlens; // i32 [S + 1]
+  int num_seqs = 0;
+  int max_seqlen = 0;
+  int64_t num_tokens = 0;
+  std::vector<int32_t> host_cu_seqlens;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+  int hidden_size() const { return config_.hidden_size; }
+  DType compute_dtype() const { return dtype_; }
+  // Longest sequence the model accepts (position embeddings / config limit).
+  virtual int max_sequence_length() const { return config_.max_position_embeddings; }
+
+  // Runs the stack; returns packed final hidden states [T, hidden] (f32), valid until the
+  // next Forward. `batch` must be uploaded by PrepareBatch on the same workspace.
+  virtual StatusOr<Tensor> Forward(const DeviceBatch& batch, Workspace& ws) = 0;
+
+  // Uploads ids/types/positions/cu_seqlens (positions include any architecture offset).
+  DeviceBatch PrepareBatch(const ForwardBatch& batch, Workspace& ws) const;
+
+  // Validates token ids and lengths against the model (vocab, positions, type vocab).
+  Status Validate(const ForwardBatch& batch) const;
+
+ protected:
+  Model(ModelConfig config, Backend* backend, DType dtype)
+      : config_(std::move(config)), backend_(backend), dtype_(dtype) {}
+  virtual int position_offset() const { return 0; }
+
+  ModelConfig config_;
+  Backend* backend_;
+  DType dtype_;
+  std::vector<int32_t> scratch_positions_;
+};
+
+enum class Task { kEmbed, kClassify, kScore, kTokenClassify };
+const char* TaskName(Task t);
+bool ParseTask(std::string_view s, Task* out);
+
+// What an `architectures[0]` value means to sluice.
+struct ArchitectureInfo {
+  std::string name;        // e.g. "BertForSequenceClassification"
+  std::string family;      // "bert" | "qwen3"
+  std::string prefix;      // weight-name prefix of the base model ("bert.", "model.", ...)
+  std::string head;        // "none" | "bert_pooler_classifier" | "roberta_classifier" |
+                           // "score_last" | "lm_yes_no"
+  Task default_task = Task::kEmbed;
+};
+
+// Looks up an architecture; unknown names are refused with the list of supported ones.
+StatusOr<ArchitectureInfo> LookupArchitecture(const ModelConfig& config);
+std::vector<std::string> SupportedArchitectures();
+
+struct ModelLoadOptions {
+  DType dtype = DType::kF32;  // compute dtype of linear weights
+  std::string prefix;         // weight-name prefix of the base model
+};
+
+StatusOr<std::unique_ptr<Model>> CreateModel(const ArchitectureInfo& arch,
+                                             const ModelConfig& config, const WeightStore& weights,
+                                             Backend* backend, const ModelLoadOptions& options);
+
+}  // namespace sluice

@@ -1,0 +1,375 @@
+#include "pooling/head.h"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <filesystem>
+
+namespace sluice {
+
+const char* PoolingName(PoolingKind p) {
+  switch (p) {
+    case PoolingKind::kCls: return "cls";
+    case PoolingKind::kMean: return "mean";
+    case PoolingKind::kMax: return "max";
+    case PoolingKind::kLast: return "last";
+    case PoolingKind::kAll: return "all";
+    case PoolingKind::kStep: return "step";
+  }
+  return "?";
+}
+
+bool ParsePooling(std::string_view s, PoolingKind* out) {
+  if (s == "cls") *out = PoolingKind::kCls;
+  else if (s == "mean") *out = PoolingKind::kMean;
+  else if (s == "max") *out = PoolingKind::kMax;
+  else if (s == "last" || s == "lasttoken") *out = PoolingKind::kLast;
+  else if (s == "all") *out = PoolingKind::kAll;
+  else if (s == "step") *out = PoolingKind::kStep;
+  else return false;
+  return true;
+}
+
+const char* OutputActivationName(OutputActivation a) {
+  switch (a) {
+    case OutputActivation::kNone: return "none";
+    case OutputActivation::kSigmoid: return "sigmoid";
+    case OutputActivation::kSoftmax: return "softmax";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<float> ToF32(const HostTensor& t, int64_t row0 = 0, int64_t rows = -1) {
+  const int64_t cols = t.shape.size() >= 2 ? t.shape[1] : t.numel();
+  if (rows < 0) rows = t.shape.size() >= 2 ? t.shape[0] : 1;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const int64_t src = row0 * cols + i;
+    switch (t.dtype) {
+      case DType::kF32: out[i] = static_cast<const float*>(t.data)[src]; break;
+      case DType::kBF16: out[i] = BF16ToF32(static_cast<const uint16_t*>(t.data)[src]); break;
+      case DType::kF16: out[i] = F16ToF32(static_cast<const uint16_t*>(t.data)[src]); break;
+      default: out[i] = 0.f;
+    }
+  }
+  return out;
+}
+
+StatusOr<HostLinear> LoadHostLinear(const WeightStore& w, const std::string& name, int out, int in,
+                                    bool bias, const std::string& act) {
+  HostLinear l;
+  l.name = name;
+  l.in = in;
+  l.out = out;
+  l.act = act;
+  ASSIGN_OR_RETURN(HostTensor wt, w.Get(name + ".weight", {out, in}));
+  l.weight = ToF32(wt);
+  if (bias) {
+    ASSIGN_OR_RETURN(HostTensor bt, w.Get(name + ".bias", {out}));
+    l.bias = ToF32(bt);
+  }
+  return l;
+}
+
+// sentence-transformers / torch activation class name -> host activation name.
+StatusOr<std::string> TorchActivation(const std::string& name) {
+  if (name.empty()) return std::string("tanh");  // ST Dense default
+  const auto dot = name.rfind('.');
+  const std::string cls = dot == std::string::npos ? name : name.substr(dot + 1);
+  if (cls == "Tanh") return std::string("tanh");
+  if (cls == "Identity") return std::string("none");
+  if (cls == "ReLU") return std::string("relu");
+  if (cls == "GELU") return std::string("gelu");
+  if (cls == "Sigmoid") return std::string("sigmoid");
+  return Unsupported("activation function " + name + " is not supported");
+}
+
+// Looks a token up in tokenizer.json (model.vocab and added_tokens).
+std::optional<int> LookupVocabToken(const std::string& dir, const std::string& token) {
+  const auto path = std::filesystem::path(dir) / "tokenizer.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.load(path.string()).get(doc)) return std::nullopt;
+  simdjson::dom::array added;
+  if (!doc["added_tokens"].get(added)) {
+    for (auto t : added) {
+      std::string_view content;
+      int64_t id;
+      if (!t["content"].get(content) && content == token && !t["id"].get(id)) {
+        return static_cast<int>(id);
+      }
+    }
+  }
+  int64_t id;
+  if (!doc["model"]["vocab"][token].get(id)) return static_cast<int>(id);
+  return std::nullopt;
+}
+
+}  // namespace
+
+StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
+  const ArchitectureInfo& arch = *in.arch;
+  const ModelConfig& c = *in.config;
+  const SluiceOverrides& ov = *in.overrides;
+  const WeightStore& w = *in.weights;
+  HeadSpec h;
+  h.task = arch.default_task;
+  if (arch.head != "none" && c.num_labels == 1) h.task = Task::kScore;
+  if (ov.task) {
+    Task t;
+    if (!ParseTask(*ov.task, &t)) return InvalidArgument("sluice.json: unknown task " + *ov.task);
+    h.task = t;
+  }
+  if (in.task) h.task = *in.task;
+  const int H = c.hidden_size;
+  const bool decoder = arch.family == "qwen3";
+  std::string desc;
+
+  if (arch.head == "none") {
+    if (h.task != Task::kEmbed && h.task != Task::kTokenClassify) {
+      return FailedPrecondition(arch.name + " has no classification head; it can only embed "
+                                "(use --task embed)");
+    }
+    h.pooling = decoder ? PoolingKind::kLast : PoolingKind::kCls;
+    if (in.st && in.st->pooling) {
+      const StPooling& p = *in.st->pooling;
+      int modes = p.cls + p.mean + p.max + p.last_token + p.mean_sqrt_len + p.weighted_mean;
+      if (modes != 1 || p.mean_sqrt_len || p.weighted_mean) {
+        return Unsupported("sentence-transformers Pooling with more than one mode, "
+                           "mean_sqrt_len or weightedmean is not supported");
+      }
+      h.pooling = p.cls ? PoolingKind::kCls
+                  : p.mean ? PoolingKind::kMean
+                  : p.max ? PoolingKind::kMax
+                          : PoolingKind::kLast;
+    }
+    int dim = H;
+    if (in.st) {
+      for (const auto& d : in.st->dense) {
+        if (d.in_features != dim) {
+          return FailedPrecondition("Dense module " + d.dir + " expects " +
+                                    std::to_string(d.in_features) + " inputs but gets " +
+                                    std::to_string(dim));
+        }
+        ASSIGN_OR_RETURN(WeightStore dw, WeightStore::OpenDirectory(d.dir));
+        ASSIGN_OR_RETURN(std::string act, TorchActivation(d.activation));
+        ASSIGN_OR_RETURN(HostLinear l, LoadHostLinear(dw, "linear", d.out_features, d.in_features,
+                                                      d.bias, act));
+        l.name = d.dir;
+        h.layers.push_back(std::move(l));
+        dim = d.out_features;
+      }
+      h.normalize = in.st->normalize;
+    }
+    h.output_dim = dim;
+  } else {
+    if (h.task == Task::kEmbed) {
+      // Embedding from a classifier checkpoint: pooled hidden state, no head.
+      h.pooling = decoder ? PoolingKind::kLast : PoolingKind::kCls;
+      h.output_dim = H;
+    } else if (arch.head == "bert_pooler_classifier") {
+      h.pooling = PoolingKind::kCls;
+      ASSIGN_OR_RETURN(auto pooler, LoadHostLinear(w, arch.prefix + "pooler.dense", H, H, true,
+                                                   "tanh"));
+      h.layers.push_back(std::move(pooler));
+      ASSIGN_OR_RETURN(auto cls, LoadHostLinear(w, "classifier", c.num_labels, H, true, "none"));
+      h.layers.push_back(std::move(cls));
+    } else if (arch.head == "roberta_classifier") {
+      h.pooling = PoolingKind::kCls;
+      ASSIGN_OR_RETURN(auto dense, LoadHostLinear(w, "classifier.dense", H, H, true, "tanh"));
+      h.layers.push_back(std::move(dense));
+      ASSIGN_OR_RETURN(auto out, LoadHostLinear(w, "classifier.out_proj", c.num_labels, H, true,
+                                                "none"));
+      h.layers.push_back(std::move(out));
+    } else if (arch.head == "score_last") {
+      h.pooling = PoolingKind::kLast;
+      ASSIGN_OR_RETURN(auto score, LoadHostLinear(w, "score", c.num_labels, H, false, "none"));
+      h.layers.push_back(std::move(score));
+    } else if (arch.head == "lm_yes_no") {
+      h.pooling = PoolingKind::kLast;
+      h.yes_no = true;
+      if (ov.yes_token_id) h.yes_token_id = *ov.yes_token_id;
+      if (ov.no_token_id) h.no_token_id = *ov.no_token_id;
+      const std::string yes = ov.yes_token.value_or("yes"), no = ov.no_token.value_or("no");
+      if (h.yes_token_id < 0) h.yes_token_id = LookupVocabToken(c.dir, yes).value_or(-1);
+      if (h.no_token_id < 0) h.no_token_id = LookupVocabToken(c.dir, no).value_or(-1);
+      if (h.yes_token_id < 0 || h.no_token_id < 0) {
+        return FailedPrecondition(
+            "causal-LM reranker needs the token ids of \"" + yes + "\" and \"" + no +
+            "\": not found in tokenizer.json; set yes_token_id/no_token_id in sluice.json");
+      }
+      for (int id : {h.yes_token_id, h.no_token_id}) {
+        if (id >= c.vocab_size) return InvalidArgument("yes/no token id outside the vocabulary");
+      }
+      const std::string lm = w.Has("lm_head.weight") ? "lm_head.weight"
+                                                     : arch.prefix + "embed_tokens.weight";
+      ASSIGN_OR_RETURN(HostTensor table, w.Get(lm, {c.vocab_size, H}));
+      HostLinear rows;
+      rows.name = lm + "[yes,no]";
+      rows.in = H;
+      rows.out = 2;
+      rows.act = "none";
+      for (int id : {h.yes_token_id, h.no_token_id}) {
+        auto r = ToF32(table, id, 1);
+        rows.weight.insert(rows.weight.end(), r.begin(), r.end());
+      }
+      h.layers.push_back(std::move(rows));
+    } else {
+      return Internal("unknown head kind " + arch.head);
+    }
+    if (h.task != Task::kEmbed) {
+      h.output_dim = h.yes_no ? 1 : c.num_labels;
+      // Activation: sigmoid for one output or multi-label, softmax otherwise.
+      h.activation = (h.output_dim == 1 || c.problem_type == "multi_label_classification")
+                         ? OutputActivation::kSigmoid
+                         : OutputActivation::kSoftmax;
+      if (!c.classifier_activation.empty()) {
+        ASSIGN_OR_RETURN(std::string a, TorchActivation(c.classifier_activation));
+        if (a == "none") h.activation = OutputActivation::kNone;
+        else if (a == "sigmoid") h.activation = OutputActivation::kSigmoid;
+        else return Unsupported("CrossEncoder activation " + c.classifier_activation);
+      }
+      h.labels = c.id2label;
+      if (h.labels.empty() && !h.yes_no) {
+        for (int i = 0; i < c.num_labels; ++i) h.labels.push_back("LABEL_" + std::to_string(i));
+      }
+      if (h.yes_no) h.labels = {"yes"};
+    }
+  }
+
+  // sluice.json overrides.
+  if (ov.pooling) {
+    PoolingKind p;
+    if (!ParsePooling(*ov.pooling, &p)) {
+      return InvalidArgument("sluice.json: unknown pooling \"" + *ov.pooling + "\"");
+    }
+    h.pooling = p;
+  }
+  if (ov.activation) {
+    if (*ov.activation == "sigmoid") h.activation = OutputActivation::kSigmoid;
+    else if (*ov.activation == "softmax") h.activation = OutputActivation::kSoftmax;
+    else if (*ov.activation == "none") h.activation = OutputActivation::kNone;
+    else return InvalidArgument("sluice.json: unknown activation \"" + *ov.activation + "\"");
+  }
+  if (!ov.labels.empty()) {
+    if (static_cast<int>(ov.labels.size()) != h.output_dim) {
+      return InvalidArgument("sluice.json: " + std::to_string(ov.labels.size()) +
+                             " labels for a head with " + std::to_string(h.output_dim) +
+                             " outputs");
+    }
+    h.labels = ov.labels;
+  }
+  auto per_label = [&](const std::vector<float>& v, const char* what) -> StatusOr<std::vector<float>> {
+    if (v.empty()) return v;
+    if (v.size() == 1) return std::vector<float>(h.output_dim, v[0]);
+    if (static_cast<int>(v.size()) != h.output_dim) {
+      return InvalidArgument(std::string("sluice.json: ") + what + " needs 1 or " +
+                             std::to_string(h.output_dim) + " values");
+    }
+    return v;
+  };
+  if (!ov.calibration_mean.empty() || !ov.thresholds.empty()) {
+    if (h.task == Task::kEmbed) {
+      return InvalidArgument("sluice.json: calibration/thresholds apply to classify/score only");
+    }
+  }
+  ASSIGN_OR_RETURN(h.calibration_mean, per_label(ov.calibration_mean, "calibration.mean"));
+  ASSIGN_OR_RETURN(h.calibration_std, per_label(ov.calibration_std, "calibration.std"));
+  ASSIGN_OR_RETURN(h.thresholds, per_label(ov.thresholds, "thresholds"));
+  if (ov.step_token_id) h.step_token_id = *ov.step_token_id;
+  if (h.pooling == PoolingKind::kStep && h.step_token_id < 0) {
+    return InvalidArgument("STEP pooling needs step_token_id in sluice.json");
+  }
+  if ((h.pooling == PoolingKind::kAll || h.pooling == PoolingKind::kStep) &&
+      h.task != Task::kEmbed && h.task != Task::kTokenClassify) {
+    return InvalidArgument("token-level pooling (all/step) only applies to embed/pooling tasks");
+  }
+
+  desc = std::string("pooling=") + PoolingName(h.pooling);
+  for (const auto& l : h.layers) {
+    desc += " -> linear(" + l.name + ", " + std::to_string(l.in) + "->" + std::to_string(l.out) +
+            (l.act != "none" ? ", " + l.act : "") + ")";
+  }
+  if (h.yes_no) desc += " -> sigmoid(yes - no)";
+  if (!h.calibration_mean.empty()) desc += " -> calibrate";
+  if (h.task != Task::kEmbed && !h.yes_no) desc += std::string(" -> ") + OutputActivationName(h.activation);
+  if (h.normalize) desc += " -> normalize";
+  h.description = desc;
+  return h;
+}
+
+void L2Normalize(float* v, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(v[i]) * v[i];
+  // torch.nn.functional.normalize: x / max(||x||, 1e-12)
+  const double norm = std::max(std::sqrt(ss), 1e-12);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] / norm);
+}
+
+namespace {
+
+float ApplyAct(const std::string& act, float x) {
+  if (act == "tanh") return std::tanh(x);
+  if (act == "relu") return x > 0 ? x : 0;
+  if (act == "gelu") return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
+  if (act == "sigmoid") return 1.f / (1.f + std::exp(-x));
+  return x;
+}
+
+void HostLinearApply(const HostLinear& l, const float* x, float* y) {
+  for (int o = 0; o < l.out; ++o) {
+    const float* wr = l.weight.data() + static_cast<size_t>(o) * l.in;
+    double acc = l.bias.empty() ? 0.0 : l.bias[o];
+    for (int i = 0; i < l.in; ++i) acc += static_cast<double>(wr[i]) * x[i];
+    y[o] = ApplyAct(l.act, static_cast<float>(acc));
+  }
+}
+
+}  // namespace
+
+void HeadRunner::Apply(const float* pooled, int n, int hidden, SequenceOutput* outs) const {
+  std::vector<float> a, b;
+  for (int r = 0; r < n; ++r) {
+    a.assign(pooled + static_cast<size_t>(r) * hidden, pooled + static_cast<size_t>(r + 1) * hidden);
+    for (const auto& l : spec_.layers) {
+      b.resize(l.out);
+      HostLinearApply(l, a.data(), b.data());
+      a.swap(b);
+    }
+    SequenceOutput& o = outs[r];
+    o.rows = 1;
+    if (spec_.task == Task::kEmbed) {
+      if (spec_.normalize) L2Normalize(a.data(), static_cast<int>(a.size()));
+      o.values = a;
+      continue;
+    }
+    if (spec_.yes_no) a = {a[0] - a[1]};
+    for (size_t i = 0; i < spec_.calibration_mean.size() && i < a.size(); ++i) {
+      a[i] = (a[i] - spec_.calibration_mean[i]) / spec_.calibration_std[i];
+    }
+    o.raw = a;
+    o.values = a;
+    if (spec_.yes_no || spec_.activation == OutputActivation::kSigmoid) {
+      for (auto& v : o.values) v = 1.f / (1.f + std::exp(-v));
+    } else if (spec_.activation == OutputActivation::kSoftmax) {
+      float mx = o.values[0];
+      for (float v : o.values) mx = std::max(mx, v);
+      double sum = 0;
+      for (auto& v : o.values) sum += std::exp(static_cast<double>(v - mx));
+      for (auto& v : o.values) v = static_cast<float>(std::exp(static_cast<double>(v - mx)) / sum);
+    }
+  }
+}
+
+void HeadRunner::ApplyTokens(const float* rows, int n, int hidden, SequenceOutput* out) const {
+  out->rows = n;
+  out->values.assign(rows, rows + static_cast<size_t>(n) * hidden);
+  if (spec_.normalize) {
+    for (int r = 0; r < n; ++r) L2Normalize(out->values.data() + static_cast<size_t>(r) * hidden, hidden);
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,88 @@
+// Pooling and heads, resolved once at load time from config.json, sentence-transformers
+// modules and sluice.json.
+//
+// Device part: the pooler reduces packed hidden states to one row per sequence (CLS,
+// MEAN, MAX, LAST) or keeps every token (ALL, STEP). Host part: the small per-sequence
+// layers after pooling (BERT pooler + classifier, RoBERTa classification head, Qwen3
+// score row, the two lm_head rows of a yes/no reranker, sentence-transformers Dense),
+// then normalisation, calibration and activation, all in fp32 on the pooled rows only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace sluice {
+
+enum class PoolingKind { kCls, kMean, kMax, kLast, kAll, kStep };
+const char* PoolingName(PoolingKind p);
+bool ParsePooling(std::string_view s, PoolingKind* out);
+
+enum class OutputActivation { kNone, kSigmoid, kSoftmax };
+const char* OutputActivationName(OutputActivation a);
+
+// One fp32 linear layer applied on the host to pooled rows.
+struct HostLinear {
+  std::string name;
+  int in = 0, out = 0;
+  std::vector<float> weight;  // [out, in]
+  std::vector<float> bias;    // [out] or empty
+  std::string act;            // "none" | "tanh" | "relu" | "gelu" | "sigmoid"
+};
+
+struct HeadSpec {
+  Task task = Task::kEmbed;
+  PoolingKind pooling = PoolingKind::kCls;
+  std::vector<HostLinear> layers;
+  bool yes_no = false;      // score = sigmoid(logit_yes - logit_no) over layers' 2 outputs
+  int yes_token_id = -1, no_token_id = -1;
+  bool normalize = false;   // L2-normalise embeddings
+  OutputActivation activation = OutputActivation::kNone;
+  std::vector<float> calibration_mean, calibration_std;
+  std::vector<std::string> labels;
+  std::vector<float> thresholds;
+  int step_token_id = -1;
+  int output_dim = 0;       // per pooled row
+  std::string description;  // for logs and `sluice inspect`
+};
+
+struct HeadResolveInput {
+  const ArchitectureInfo* arch = nullptr;
+  const ModelConfig* config = nullptr;
+  const SentenceTransformersConfig* st = nullptr;
+  const SluiceOverrides* overrides = nullptr;
+  const WeightStore* weights = nullptr;
+  std::string weight_prefix_root;  // "" (heads live at the top level of the checkpoint)
+  std::optional<Task> task;        // forced task (--task)
+};
+
+StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in);
+
+// Output of one sequence.
+struct SequenceOutput {
+  std::vector<float> values;  // embed: vector; classify/score: activated scores;
+                              // token level (ALL/STEP): rows x dim, row-major
+  std::vector<float> raw;     // classify/score: logits after calibration, before activation
+  int rows = 1;
+  std::vector<int32_t> token_indices;  // STEP: positions of the rows in the sequence
+};
+
+// Applies the host part of a head to pooled rows.
+class HeadRunner {
+ public:
+  explicit HeadRunner(const HeadSpec& spec) : spec_(spec) {}
+  // pooled: [n, hidden] row-major. Writes one SequenceOutput per row.
+  void Apply(const float* pooled, int n, int hidden, SequenceOutput* outs) const;
+  // Token-level rows of one sequence (ALL/STEP): keeps per-row vectors, normalised if asked.
+  void ApplyTokens(const float* rows, int n, int hidden, SequenceOutput* out) const;
+
+ private:
+  const HeadSpec& spec_;
+};
+
+// L2-normalises v in place (zero vectors stay zero, like torch.nn.functional.normalize).
+void L2Normalize(float* v, int n);
+
+}  // namespace sluice

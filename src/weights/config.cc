@@ -1,0 +1,408 @@
+#include "weights/config.h"
+
+#include <simdjson.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace sluice {
+
+namespace fs = std::filesystem;
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+namespace {
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Field readers: absent or null -> leave *out unchanged; wrong type -> error.
+class Fields {
+ public:
+  Fields(object obj, std::string origin) : obj_(obj), origin_(std::move(origin)) {}
+
+  Status Int(const char* key, int* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    int64_t v;
+    if (e.get(v)) return Bad(key, "an integer");
+    *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+  Status OptInt(const char* key, std::optional<int>* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    int64_t v;
+    if (e.get(v)) {
+      // Some configs store a list (e.g. several eos ids); take the first.
+      simdjson::dom::array arr;
+      if (!e.get(arr) && arr.size() > 0 && !arr.at(0).get(v)) {
+        *out = static_cast<int>(v);
+        return Status::Ok();
+      }
+      return Bad(key, "an integer");
+    }
+    *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+  Status Double(const char* key, double* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    double v;
+    if (e.get(v)) return Bad(key, "a number");
+    *out = v;
+    return Status::Ok();
+  }
+  Status Bool(const char* key, bool* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    bool v;
+    if (e.get(v)) return Bad(key, "a boolean");
+    *out = v;
+    return Status::Ok();
+  }
+  Status String(const char* key, std::string* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    std::string_view v;
+    if (e.get(v)) return Bad(key, "a string");
+    *out = std::string(v);
+    return Status::Ok();
+  }
+  bool Get(const char* key, element* out) const {
+    element e;
+    if (obj_[key].get(e)) return false;
+    if (e.is_null()) return false;
+    *out = e;
+    return true;
+  }
+  Status Bad(const char* key, const char* what) const {
+    return InvalidArgument(origin_ + ": field \"" + key + "\" must be " + what);
+  }
+
+ private:
+  object obj_;
+  std::string origin_;
+};
+
+Status ParseDTypeField(const Fields& f, std::optional<DType>* out, const std::string& origin) {
+  std::string s;
+  RETURN_IF_ERROR(f.String("dtype", &s));  // transformers 5.x
+  if (s.empty()) RETURN_IF_ERROR(f.String("torch_dtype", &s));  // 4.x
+  if (s.empty()) return Status::Ok();
+  DType t;
+  if (!ParseDType(s, &t)) {
+    return Unsupported(origin + ": unsupported checkpoint dtype \"" + s +
+                       "\" (supported: float32, float16, bfloat16)");
+  }
+  *out = t;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& origin) {
+  simdjson::dom::parser parser;
+  element doc;
+  if (auto err = parser.parse(json.data(), json.size()).get(doc)) {
+    return InvalidArgument(origin + ": invalid JSON: " + simdjson::error_message(err));
+  }
+  object obj;
+  if (doc.get(obj)) return InvalidArgument(origin + ": not a JSON object");
+  Fields f(obj, origin);
+  ModelConfig c;
+
+  element archs;
+  if (f.Get("architectures", &archs)) {
+    simdjson::dom::array arr;
+    std::string_view a;
+    if (archs.get(arr) || arr.size() == 0 || arr.at(0).get(a)) {
+      return InvalidArgument(origin + ": \"architectures\" must be a non-empty list of strings");
+    }
+    c.architecture = std::string(a);
+  }
+  RETURN_IF_ERROR(f.String("model_type", &c.model_type));
+  RETURN_IF_ERROR(ParseDTypeField(f, &c.dtype, origin));
+  RETURN_IF_ERROR(f.Int("vocab_size", &c.vocab_size));
+  RETURN_IF_ERROR(f.Int("hidden_size", &c.hidden_size));
+  RETURN_IF_ERROR(f.Int("num_hidden_layers", &c.num_hidden_layers));
+  RETURN_IF_ERROR(f.Int("num_attention_heads", &c.num_attention_heads));
+  RETURN_IF_ERROR(f.Int("num_key_value_heads", &c.num_key_value_heads));
+  RETURN_IF_ERROR(f.Int("head_dim", &c.head_dim));
+  RETURN_IF_ERROR(f.Int("intermediate_size", &c.intermediate_size));
+  RETURN_IF_ERROR(f.Int("max_position_embeddings", &c.max_position_embeddings));
+  RETURN_IF_ERROR(f.Int("type_vocab_size", &c.type_vocab_size));
+  RETURN_IF_ERROR(f.OptInt("pad_token_id", &c.pad_token_id));
+  RETURN_IF_ERROR(f.String("hidden_act", &c.hidden_act));
+  RETURN_IF_ERROR(f.String("hidden_activation", &c.hidden_act));
+  RETURN_IF_ERROR(f.Double("layer_norm_eps", &c.layer_norm_eps));
+  RETURN_IF_ERROR(f.Double("rms_norm_eps", &c.rms_norm_eps));
+  RETURN_IF_ERROR(f.Double("rope_theta", &c.rope_theta));  // transformers 4.x
+  element rope;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {  // 5.x / 4.x
+    if (f.Get(key, &rope)) {
+      object ro;
+      if (rope.get(ro)) return InvalidArgument(origin + ": \"" + key + "\" must be an object");
+      Fields rf(ro, origin + " " + key);
+      RETURN_IF_ERROR(rf.Double("rope_theta", &c.rope_theta));
+      RETURN_IF_ERROR(rf.String("rope_type", &c.rope_type));
+      RETURN_IF_ERROR(rf.String("type", &c.rope_type));
+    }
+  }
+  RETURN_IF_ERROR(f.String("position_embedding_type", &c.position_embedding_type));
+  RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
+  RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &c.tie_word_embeddings));
+  RETURN_IF_ERROR(f.Bool("use_sliding_window", &c.use_sliding_window));
+  RETURN_IF_ERROR(f.Int("sliding_window", &c.sliding_window));
+  RETURN_IF_ERROR(f.String("problem_type", &c.problem_type));
+
+  // Labels: id2label {"0": "neg", "1": "pos"} wins over num_labels.
+  RETURN_IF_ERROR(f.Int("num_labels", &c.num_labels));
+  element id2label;
+  if (f.Get("id2label", &id2label)) {
+    object lo;
+    if (id2label.get(lo)) return InvalidArgument(origin + ": \"id2label\" must be an object");
+    std::map<int, std::string> labels;
+    for (auto kv : lo) {
+      std::string_view name;
+      if (kv.value.get(name)) return InvalidArgument(origin + ": id2label values must be strings");
+      int idx = -1;
+      try {
+        idx = std::stoi(std::string(kv.key));
+      } catch (...) {
+        return InvalidArgument(origin + ": id2label key \"" + std::string(kv.key) +
+                               "\" is not an integer");
+      }
+      labels[idx] = std::string(name);
+    }
+    int n = static_cast<int>(labels.size());
+    for (int i = 0; i < n; ++i) {
+      if (!labels.count(i)) {
+        return InvalidArgument(origin + ": id2label is missing index " + std::to_string(i));
+      }
+      c.id2label.push_back(labels[i]);
+    }
+    c.num_labels = n;
+  }
+  // sentence-transformers CrossEncoder activation, written into config.json.
+  element st;
+  if (f.Get("sentence_transformers", &st)) {
+    object so;
+    if (!st.get(so)) RETURN_IF_ERROR(Fields(so, origin).String("activation_fn", &c.classifier_activation));
+  }
+  RETURN_IF_ERROR(f.String("sbert_ce_default_activation_function", &c.classifier_activation));
+
+  if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
+  if (c.head_dim == 0 && c.num_attention_heads > 0) {
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  return c;
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(path)) return NotFound("no config.json in model directory " + dir);
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(text, path));
+  c.dir = dir;
+  return c;
+}
+
+namespace {
+
+// "sentence_transformers.models.Pooling" (2.x-5.x),
+// "sentence_transformers.sentence_transformer.models.Pooling" (6.x) -> "Pooling".
+std::string StModuleKind(std::string_view type) {
+  if (type.rfind("sentence_transformers.", 0) != 0) return "";
+  auto dot = type.rfind('.');
+  return std::string(type.substr(dot + 1));
+}
+
+Status ParsePoolingConfig(const std::string& path, StPooling* p) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  simdjson::dom::parser parser;
+  element doc;
+  object o;
+  if (parser.parse(text).get(doc) || doc.get(o)) return InvalidArgument(path + ": invalid JSON");
+  Fields f(o, path);
+  RETURN_IF_ERROR(f.Bool("pooling_mode_cls_token", &p->cls));
+  RETURN_IF_ERROR(f.Bool("pooling_mode_mean_tokens", &p->mean));
+  RETURN_IF_ERROR(f.Bool("pooling_mode_max_tokens", &p->max));
+  RETURN_IF_ERROR(f.Bool("pooling_mode_mean_sqrt_len_tokens", &p->mean_sqrt_len));
+  RETURN_IF_ERROR(f.Bool("pooling_mode_weightedmean_tokens", &p->weighted_mean));
+  RETURN_IF_ERROR(f.Bool("pooling_mode_lasttoken", &p->last_token));
+  RETURN_IF_ERROR(f.Bool("include_prompt", &p->include_prompt));
+  std::string mode;
+  RETURN_IF_ERROR(f.String("pooling_mode", &mode));
+  if (mode == "cls") p->cls = true;
+  else if (mode == "mean") p->mean = true;
+  else if (mode == "max") p->max = true;
+  else if (mode == "lasttoken") p->last_token = true;
+  else if (!mode.empty()) return Unsupported(path + ": unsupported pooling_mode \"" + mode + "\"");
+  return Status::Ok();
+}
+
+Status ParseDenseConfig(const std::string& dir, StDense* d) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  simdjson::dom::parser parser;
+  element doc;
+  object o;
+  if (parser.parse(text).get(doc) || doc.get(o)) return InvalidArgument(path + ": invalid JSON");
+  Fields f(o, path);
+  d->dir = dir;
+  RETURN_IF_ERROR(f.Int("in_features", &d->in_features));
+  RETURN_IF_ERROR(f.Int("out_features", &d->out_features));
+  RETURN_IF_ERROR(f.Bool("bias", &d->bias));
+  RETURN_IF_ERROR(f.String("activation_function", &d->activation));
+  if (d->in_features <= 0 || d->out_features <= 0) {
+    return InvalidArgument(path + ": Dense module needs positive in_features and out_features");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<SentenceTransformersConfig> LoadSentenceTransformersConfig(const std::string& dir) {
+  SentenceTransformersConfig st;
+  const fs::path modules = fs::path(dir) / "modules.json";
+  if (!fs::exists(modules)) return st;
+  st.present = true;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(modules.string()));
+  simdjson::dom::parser parser;
+  element doc;
+  simdjson::dom::array arr;
+  if (parser.parse(text).get(doc) || doc.get(arr)) {
+    return InvalidArgument(modules.string() + ": must be a JSON list of modules");
+  }
+  std::vector<std::pair<std::string, std::string>> mods;  // (kind, path)
+  for (auto m : arr) {
+    std::string_view type, path;
+    if (m["type"].get(type)) return InvalidArgument(modules.string() + ": module without \"type\"");
+    if (m["path"].get(path)) path = "";
+    mods.emplace_back(std::string(type), std::string(path));
+  }
+  for (const auto& [type, path] : mods) {
+    st.module_types.push_back(type);
+    const std::string kind = StModuleKind(type);
+    const std::string mdir = (fs::path(dir) / path).string();
+    if (kind == "Transformer") {
+      // The transformer itself is the model directory's config.json + weights.
+    } else if (kind == "Pooling") {
+      StPooling p;
+      RETURN_IF_ERROR(ParsePoolingConfig((fs::path(mdir) / "config.json").string(), &p));
+      st.pooling = p;
+    } else if (kind == "Dense") {
+      StDense d;
+      RETURN_IF_ERROR(ParseDenseConfig(mdir, &d));
+      st.dense.push_back(d);
+    } else if (kind == "Normalize") {
+      st.normalize = true;
+    } else {
+      return Unsupported(modules.string() + ": sentence-transformers module type \"" + type +
+                         "\" is not supported (supported: Transformer, Pooling, Dense, Normalize)");
+    }
+  }
+  const fs::path sbert = fs::path(dir) / "sentence_bert_config.json";
+  if (fs::exists(sbert)) {
+    ASSIGN_OR_RETURN(std::string sb, ReadFile(sbert.string()));
+    element sd;
+    object so;
+    if (parser.parse(sb).get(sd) || sd.get(so)) {
+      return InvalidArgument(sbert.string() + ": invalid JSON");
+    }
+    RETURN_IF_ERROR(Fields(so, sbert.string()).Int("max_seq_length", &st.max_seq_length));
+  }
+  return st;
+}
+
+StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
+  SluiceOverrides o;
+  const fs::path path = fs::path(dir) / "sluice.json";
+  if (!fs::exists(path)) return o;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path.string()));
+  simdjson::dom::parser parser;
+  element doc;
+  object obj;
+  if (parser.parse(text).get(doc) || doc.get(obj)) {
+    return InvalidArgument(path.string() + ": invalid JSON object");
+  }
+  const std::string origin = path.string();
+  Fields f(obj, origin);
+  static const char* kKnown[] = {"task", "pooling", "activation", "calibration", "labels",
+                                 "thresholds", "yes_token", "no_token", "yes_token_id",
+                                 "no_token_id", "instruction", "step_token_id"};
+  for (auto kv : obj) {
+    bool known = false;
+    for (const char* k : kKnown) known |= kv.key == k;
+    if (!known) {
+      return InvalidArgument(origin + ": unknown field \"" + std::string(kv.key) + "\"");
+    }
+  }
+  auto opt_string = [&](const char* key, std::optional<std::string>* out) -> Status {
+    std::string s;
+    RETURN_IF_ERROR(f.String(key, &s));
+    if (!s.empty()) *out = s;
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(opt_string("task", &o.task));
+  RETURN_IF_ERROR(opt_string("pooling", &o.pooling));
+  RETURN_IF_ERROR(opt_string("activation", &o.activation));
+  RETURN_IF_ERROR(opt_string("yes_token", &o.yes_token));
+  RETURN_IF_ERROR(opt_string("no_token", &o.no_token));
+  RETURN_IF_ERROR(opt_string("instruction", &o.instruction));
+  RETURN_IF_ERROR(f.OptInt("yes_token_id", &o.yes_token_id));
+  RETURN_IF_ERROR(f.OptInt("no_token_id", &o.no_token_id));
+  RETURN_IF_ERROR(f.OptInt("step_token_id", &o.step_token_id));
+  auto floats = [&](element e, const std::string& what, std::vector<float>* out) -> Status {
+    simdjson::dom::array a;
+    double dv;
+    if (!e.get(dv)) {
+      out->push_back(static_cast<float>(dv));
+      return Status::Ok();
+    }
+    if (e.get(a)) return InvalidArgument(origin + ": " + what + " must be a number or list");
+    for (auto x : a) {
+      if (x.get(dv)) return InvalidArgument(origin + ": " + what + " must hold numbers");
+      out->push_back(static_cast<float>(dv));
+    }
+    return Status::Ok();
+  };
+  element cal;
+  if (f.Get("calibration", &cal)) {
+    element mean, std;
+    if (cal["mean"].get(mean) || cal["std"].get(std)) {
+      return InvalidArgument(origin + ": calibration needs \"mean\" and \"std\"");
+    }
+    RETURN_IF_ERROR(floats(mean, "calibration.mean", &o.calibration_mean));
+    RETURN_IF_ERROR(floats(std, "calibration.std", &o.calibration_std));
+    if (o.calibration_mean.size() != o.calibration_std.size()) {
+      return InvalidArgument(origin + ": calibration.mean and calibration.std differ in length");
+    }
+    for (float s : o.calibration_std) {
+      if (!(s > 0.f)) return InvalidArgument(origin + ": calibration.std must be > 0");
+    }
+  }
+  element th;
+  if (f.Get("thresholds", &th)) RETURN_IF_ERROR(floats(th, "thresholds", &o.thresholds));
+  element labels;
+  if (f.Get("labels", &labels)) {
+    simdjson::dom::array a;
+    if (labels.get(a)) return InvalidArgument(origin + ": labels must be a list of strings");
+    for (auto x : a) {
+      std::string_view s;
+      if (x.get(s)) return InvalidArgument(origin + ": labels must be a list of strings");
+      o.labels.emplace_back(s);
+    }
+  }
+  return o;
+}
+
+}  // namespace sluice

@@ -1,0 +1,104 @@
+// Typed model configuration read from a Hugging Face model directory:
+//   config.json (transformers 4.x and 5.x spellings),
+//   sentence-transformers modules.json + module configs (2.x through 6.x type names),
+//   an optional sluice.json (calibration, labels, thresholds, activation, instruction).
+// All structs are plain values, immutable after loading.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct ModelConfig {
+  std::string dir;
+  std::string architecture;  // architectures[0]
+  std::string model_type;
+  std::optional<DType> dtype;  // torch_dtype (4.x) or dtype (5.x); unset if absent
+
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;  // defaults to num_attention_heads
+  int head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int intermediate_size = 0;
+  int max_position_embeddings = 0;
+  int type_vocab_size = 0;
+  std::optional<int> pad_token_id;
+  std::string hidden_act = "gelu";
+  double layer_norm_eps = 1e-12;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::string rope_type = "default";  // only "default" is supported
+  std::string position_embedding_type = "absolute";
+  bool attention_bias = false;
+  bool tie_word_embeddings = false;
+  bool use_sliding_window = false;
+  int sliding_window = 0;
+
+  // Classification heads.
+  int num_labels = 0;                   // 0 when config has no id2label/num_labels
+  std::vector<std::string> id2label;    // index -> label
+  std::string problem_type;             // "", single_label_classification, ...
+  std::string classifier_activation;    // sentence-transformers CrossEncoder activation_fn
+
+  // Token ids a causal-LM reranker reads at the last position ("yes" and "no").
+  // Resolved from sluice.json or the tokenizer by the engine; unset otherwise.
+};
+
+// sentence-transformers Pooling module (1_Pooling/config.json).
+struct StPooling {
+  bool cls = false;
+  bool mean = false;
+  bool max = false;
+  bool mean_sqrt_len = false;
+  bool weighted_mean = false;
+  bool last_token = false;
+  bool include_prompt = true;
+};
+
+struct StDense {
+  std::string dir;  // module directory (holds model.safetensors)
+  int in_features = 0;
+  int out_features = 0;
+  bool bias = true;
+  std::string activation;  // torch.nn.modules.activation.Tanh / Identity / ...
+};
+
+struct SentenceTransformersConfig {
+  bool present = false;
+  std::optional<StPooling> pooling;
+  std::vector<StDense> dense;
+  bool normalize = false;
+  int max_seq_length = 0;
+  std::vector<std::string> module_types;  // for `sluice inspect`
+};
+
+// Optional sluice.json beside the model.
+struct SluiceOverrides {
+  std::optional<std::string> task;         // embed | classify | score | token-classify
+  std::optional<std::string> pooling;      // cls | mean | last | max | all | step
+  std::optional<std::string> activation;   // sigmoid | softmax | none
+  std::vector<float> calibration_mean;     // per label (or one for all)
+  std::vector<float> calibration_std;
+  std::vector<std::string> labels;         // overrides id2label
+  std::vector<float> thresholds;           // per label, for multi-label outputs
+  std::optional<std::string> yes_token;    // causal-LM reranker
+  std::optional<std::string> no_token;
+  std::optional<int> yes_token_id;
+  std::optional<int> no_token_id;
+  std::optional<std::string> instruction;  // default instruction for causal rerankers
+  std::optional<int> step_token_id;        // STEP pooling
+};
+
+StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& origin);
+StatusOr<SentenceTransformersConfig> LoadSentenceTransformersConfig(const std::string& dir);
+StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir);
+
+}  // namespace sluice
