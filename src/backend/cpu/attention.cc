@@ -40,8 +40,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Scores S[r][j] = scale * sum_d q_r[d] * Kt[d][j] for 4 query rows and j in [0, nkp).
 // Every lane is an independent FMA chain over d = 0..D-1, so a score's value does not
 // depend on which block or lane computes it.
-HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t nkp, int dim,
-                        float scale, float* s) {
+HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t nkp, int dim, float scale,
+                        float* s) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const auto vs = hn::Set(d, scale);

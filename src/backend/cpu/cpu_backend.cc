@@ -35,9 +35,12 @@ void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
   const auto* s32 = static_cast<const float*>(src);
   auto load = [&](int64_t i) {
     switch (sdt) {
-      case DType::kBF16: return BF16ToF32(s16[i]);
-      case DType::kF16: return F16ToF32(s16[i]);
-      default: return s32[i];
+      case DType::kBF16:
+        return BF16ToF32(s16[i]);
+      case DType::kF16:
+        return F16ToF32(s16[i]);
+      default:
+        return s32[i];
     }
   };
   if (ddt == DType::kF32) {
@@ -76,8 +79,8 @@ class CpuBackend final : public Backend {
     const int64_t n = src.numel();
     const int64_t rows = src.shape.size() <= 1 ? 1 : src.shape[0];
     const int64_t cols = rows == 0 ? 0 : n / rows;
-    const bool ok = src.dtype == dtype || (IsFloat(src.dtype) && (dtype == DType::kF32 ||
-                                                                  dtype == DType::kBF16));
+    const bool ok = src.dtype == dtype ||
+                    (IsFloat(src.dtype) && (dtype == DType::kF32 || dtype == DType::kBF16));
     if (!ok) {
       return Unsupported("cannot upload tensor '" + src.name + "' of dtype " +
                          DTypeName(src.dtype) + " as " + DTypeName(dtype));
@@ -122,8 +125,8 @@ class CpuBackend final : public Backend {
     omp_set_num_threads(threads_);
     cpu::EmbeddingGatherKernel(table, ids, n, out, accumulate);
   }
-  void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma,
-                 const Tensor* beta, float eps, Tensor out) override {
+  void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor* beta,
+                 float eps, Tensor out) override {
     omp_set_num_threads(threads_);
     cpu::LayerNormKernel(x, residual, gamma, beta, eps, out);
   }

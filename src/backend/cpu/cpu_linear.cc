@@ -56,11 +56,16 @@ class CpuLinearWeight final : public LinearWeight {
 
 dnnl::algorithm EltwiseAlg(Activation act) {
   switch (act) {
-    case Activation::kGeluErf: return dnnl::algorithm::eltwise_gelu_erf;
-    case Activation::kGeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
-    case Activation::kSilu: return dnnl::algorithm::eltwise_swish;
-    case Activation::kRelu: return dnnl::algorithm::eltwise_relu;
-    case Activation::kNone: break;
+    case Activation::kGeluErf:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::kGeluTanh:
+      return dnnl::algorithm::eltwise_gelu_tanh;
+    case Activation::kSilu:
+      return dnnl::algorithm::eltwise_swish;
+    case Activation::kRelu:
+      return dnnl::algorithm::eltwise_relu;
+    case Activation::kNone:
+      break;
   }
   return dnnl::algorithm::undef;
 }
@@ -94,13 +99,13 @@ void CopyRows(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t rows
 struct LinearRunner::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  Workspace ws_src;      // bf16 activations / padded f32 tail
-  Workspace ws_dst;      // padded output tail
+  Workspace ws_src;  // bf16 activations / padded f32 tail
+  Workspace ws_dst;  // padded output tail
   std::vector<Step> plan;
   bool warned = false;
 
-  dnnl::matmul::primitive_desc MakePd(const CpuLinearWeight& w, int64_t m, int64_t lds,
-                                      int64_t ldd, const dnnl::memory::desc& wmd,
+  dnnl::matmul::primitive_desc MakePd(const CpuLinearWeight& w, int64_t m, int64_t lds, int64_t ldd,
+                                      const dnnl::memory::desc& wmd,
                                       const dnnl::primitive_attr& attr) {
     dt cdt = w.dtype == DType::kBF16 ? dt::bf16 : dt::f32;
     int64_t k = w.in_features, n = w.out_features;
@@ -185,8 +190,7 @@ Status ToF32(const HostTensor& t, std::vector<float>* out) {
 }  // namespace
 
 StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& weight,
-                                                               const HostTensor* bias,
-                                                               DType dtype) {
+                                                              const HostTensor* bias, DType dtype) {
   if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
     return InvalidArgument("linear weight '" + weight.name + "' must be 2-D [out, in]");
   }
@@ -235,8 +239,8 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
     dnnl::reorder(user_mem, w->packed).execute(im.strm, user_mem, w->packed);
     im.strm.wait();
     if (bias) {
-      w->bias_mem = dnnl::memory(dnnl::memory::desc(dims{1, n}, dt::f32, tag::ab), im.eng,
-                                 w->bias.data());
+      w->bias_mem =
+          dnnl::memory(dnnl::memory::desc(dims{1, n}, dt::f32, tag::ab), im.eng, w->bias.data());
     }
   } catch (const dnnl::error& e) {
     return Internal("oneDNN failed to prepare linear weight '" + weight.name + "': " + e.what());

@@ -31,8 +31,8 @@ class LinearRunner {
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;
 
-  StatusOr<std::unique_ptr<LinearWeight>> Prepare(const HostTensor& weight,
-                                                   const HostTensor* bias, DType dtype);
+  StatusOr<std::unique_ptr<LinearWeight>> Prepare(const HostTensor& weight, const HostTensor* bias,
+                                                  DType dtype);
   // out must not alias x. If residual is set and differs from out, it is copied into out
   // first. x and out may be strided.
   void Run(const LinearParams& p);

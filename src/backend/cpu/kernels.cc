@@ -111,7 +111,9 @@ void LayerNormRow(const float* x, const float* r, const float* g, const float* b
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const auto vm = hn::Set(d, mean), vr = hn::Set(d, rstd);
-  auto f = [&](auto v, auto gv, auto bv) { return hn::MulAdd(hn::Mul(hn::Sub(v, vm), vr), gv, bv); };
+  auto f = [&](auto v, auto gv, auto bv) {
+    return hn::MulAdd(hn::Mul(hn::Sub(v, vm), vr), gv, bv);
+  };
   int64_t i = 0;
   for (; i + nl <= n; i += nl) {
     auto bv = b ? hn::LoadU(d, b + i) : hn::Zero(d);
@@ -168,8 +170,7 @@ void RmsNormRow(float* res, const float* delta, const float* w, float eps, float
 }
 
 // NeoX rotation of the first 2*half dims of each head: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s).
-void RopeNeoxRow(float* x, const float* cs, const float* sn, int heads, int head_dim,
-                 int half) {
+void RopeNeoxRow(float* x, const float* cs, const float* sn, int heads, int head_dim, int half) {
   const hn::ScalableTag<float> d;
   const int nl = static_cast<int>(hn::Lanes(d));
   for (int h = 0; h < heads; ++h) {
@@ -227,7 +228,8 @@ void PoolRows(const float* h, int64_t ld, int64_t rows, int64_t cols, int mode, 
   const auto vlen = hn::Set(d, static_cast<float>(rows));
   auto reduce = [&](auto load) {
     auto acc = load(0);
-    for (int64_t r = 1; r < rows; ++r) acc = mode == 3 ? hn::Max(acc, load(r)) : hn::Add(acc, load(r));
+    for (int64_t r = 1; r < rows; ++r)
+      acc = mode == 3 ? hn::Max(acc, load(r)) : hn::Add(acc, load(r));
     return mode == 3 ? acc : hn::Div(acc, vlen);
   };
   int64_t c = 0;
@@ -285,8 +287,8 @@ void GatedActivateKernel(const Tensor& gate_up, Activation act, const Tensor& ou
   float* o = out.ptr<float>();
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelMinElems)
   for (int64_t r = 0; r < out.rows; ++r) {
-    HWY_DYNAMIC_DISPATCH(GatedRow)(g + r * ldg, g + r * ldg + n, o + r * ldo, n,
-                                   static_cast<int>(act));
+    HWY_DYNAMIC_DISPATCH(GatedRow)
+    (g + r * ldg, g + r * ldg + n, o + r * ldo, n, static_cast<int>(act));
   }
 }
 
@@ -294,8 +296,8 @@ void AddKernel(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t n = out.cols, lda = a.row_stride(), ldb = b.row_stride(), ldo = out.row_stride();
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelMinElems)
   for (int64_t r = 0; r < out.rows; ++r) {
-    HWY_DYNAMIC_DISPATCH(AddRow)(a.ptr<float>() + r * lda, b.ptr<float>() + r * ldb,
-                                 out.ptr<float>() + r * ldo, n);
+    HWY_DYNAMIC_DISPATCH(AddRow)
+    (a.ptr<float>() + r * lda, b.ptr<float>() + r * ldb, out.ptr<float>() + r * ldo, n);
   }
 }
 
@@ -307,8 +309,8 @@ void LayerNormKernel(const Tensor& x, const Tensor* residual, const Tensor& gamm
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelMinElems)
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* rr = residual ? residual->ptr<float>() + r * ldr : nullptr;
-    HWY_DYNAMIC_DISPATCH(LayerNormRow)(x.ptr<float>() + r * ldx, rr, gamma.ptr<float>(), b, eps,
-                                       out.ptr<float>() + r * ldo, n);
+    HWY_DYNAMIC_DISPATCH(LayerNormRow)
+    (x.ptr<float>() + r * ldx, rr, gamma.ptr<float>(), b, eps, out.ptr<float>() + r * ldo, n);
   }
 }
 
@@ -320,8 +322,9 @@ void RmsNormKernel(const Tensor& residual, const Tensor* delta, const Tensor& we
 #pragma omp parallel for schedule(static) if (residual.numel() >= kParallelMinElems)
   for (int64_t r = 0; r < residual.rows; ++r) {
     const float* dr = delta ? delta->ptr<float>() + r * ldd : nullptr;
-    HWY_DYNAMIC_DISPATCH(RmsNormRow)(residual.ptr<float>() + r * ldr, dr, weight.ptr<float>(),
-                                     eps, out.ptr<float>() + r * ldo, n, g);
+    HWY_DYNAMIC_DISPATCH(RmsNormRow)
+    (residual.ptr<float>() + r * ldr, dr, weight.ptr<float>(), eps, out.ptr<float>() + r * ldo, n,
+     g);
   }
 }
 

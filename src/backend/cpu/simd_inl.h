@@ -68,8 +68,8 @@ HWY_INLINE V Act(D d, V x, Activation act) {
     }
     case Activation::kGeluTanh: {
       const V x3 = hn::Mul(hn::Mul(x, x), x);
-      const V in = hn::Mul(hn::Set(d, 0.7978845608028654f),
-                           hn::MulAdd(hn::Set(d, 0.044715f), x3, x));
+      const V in =
+          hn::Mul(hn::Set(d, 0.7978845608028654f), hn::MulAdd(hn::Set(d, 0.044715f), x3, x));
       return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(hn::Set(d, 1.f), hn::Tanh(d, in)));
     }
     case Activation::kSilu: {

@@ -1,0 +1,174 @@
+// Linear (oneDNN matmul) vs the double-precision reference, and batch invariance.
+// Tolerances: f32 atol 1e-5 * sqrt(K) + rtol 1e-5; bf16 is checked against the reference
+// run on bf16-rounded x and W (products are exact in f32, accumulation f32), same bound x4.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_linear.h"
+#include "backend/cpu/reference.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::MakeCpu;
+using testing::Random;
+using testing::View;
+
+std::vector<float> RoundBf16(std::vector<float> v) {
+  for (auto& x : v) x = BF16ToF32(F32ToBF16(x));
+  return v;
+}
+
+struct LinearCase {
+  int64_t m, k, n;
+  bool bias;
+  Activation act;
+  bool residual;
+};
+
+void CheckLinear(Backend& be, DType dtype, const LinearCase& c, bool strided) {
+  auto w = Random(c.n * c.k, 21), b = Random(c.n, 22);
+  HostTensor hw{w.data(), DType::kF32, {c.n, c.k}, "w"};
+  HostTensor hb{b.data(), DType::kF32, {c.n}, "b"};
+  auto lw = be.PrepareLinear(hw, c.bias ? &hb : nullptr, dtype);
+  ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+  const int64_t ldx = strided ? c.k + 5 : c.k, ldo = strided ? c.n + 3 : c.n;
+  auto x = Random(c.m * ldx, 23), res = Random(c.m * c.n, 24);
+  std::vector<float> out(c.m * ldo, 0.f);
+  Tensor rt = View(res, c.m, c.n);
+  be.Linear(LinearParams{lw->get(), View(x, c.m, c.k, ldx), View(out, c.m, c.n, ldo), c.act,
+                         c.residual ? &rt : nullptr});
+
+  std::vector<float> xd(c.m * c.k), ref(c.m * c.n), got(c.m * c.n);
+  for (int64_t r = 0; r < c.m; ++r) {
+    std::memcpy(xd.data() + r * c.k, x.data() + r * ldx, c.k * 4);
+    std::memcpy(got.data() + r * c.n, out.data() + r * ldo, c.n * 4);
+  }
+  std::vector<float> wr = w;
+  if (dtype == DType::kBF16) {
+    xd = RoundBf16(xd);
+    wr = RoundBf16(w);
+  }
+  cpu::ref::Linear(xd.data(), c.m, c.k, wr.data(), c.bias ? b.data() : nullptr, c.n, c.act,
+                   c.residual ? res.data() : nullptr, ref.data());
+  const double scale = dtype == DType::kBF16 ? 4.0 : 1.0;
+  EXPECT_CLOSE(got.data(), ref.data(), got.size(), scale * 1e-5 * std::sqrt(double(c.k)),
+               scale * 1e-5)
+      << DTypeName(dtype) << " m=" << c.m << " k=" << c.k << " n=" << c.n
+      << " act=" << static_cast<int>(c.act) << " strided=" << strided;
+}
+
+TEST(CpuLinear, MatchesReference) {
+  auto be = MakeCpu();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t m : {1, 3, 17, 129, 300}) {
+      for (int64_t k : {7, 64, 100, 384}) {
+        for (int64_t n : {5, 64, 100}) {
+          CheckLinear(*be, dtype, {m, k, n, true, Activation::kNone, false}, false);
+        }
+      }
+    }
+    for (auto act :
+         {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu, Activation::kRelu}) {
+      CheckLinear(*be, dtype, {33, 96, 70, true, act, false}, false);
+      CheckLinear(*be, dtype, {33, 96, 70, false, act, true}, true);
+    }
+    CheckLinear(*be, dtype, {130, 64, 48, true, Activation::kNone, true}, true);
+    CheckLinear(*be, dtype, {9000, 32, 24, true, Activation::kGeluErf, true}, false);
+  }
+}
+
+TEST(CpuLinear, WeightDtypesAndResidualAlias) {
+  auto be = MakeCpu();
+  const int64_t m = 19, k = 40, n = 30;
+  auto w = Random(n * k, 31);
+  std::vector<uint16_t> wb(w.size()), wh(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    wb[i] = F32ToBF16(w[i]);
+    wh[i] = F32ToF16(w[i]);
+  }
+  auto x = Random(m * k, 32);
+  std::vector<float> wf_b(w.size()), wf_h(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    wf_b[i] = BF16ToF32(wb[i]);
+    wf_h[i] = F16ToF32(wh[i]);
+  }
+  for (auto [data, dt, wref] : {std::tuple{(void*)wb.data(), DType::kBF16, &wf_b},
+                                std::tuple{(void*)wh.data(), DType::kF16, &wf_h}}) {
+    HostTensor hw{data, dt, {n, k}, "w"};
+    auto lw = be->PrepareLinear(hw, nullptr, DType::kF32);
+    ASSERT_TRUE(lw.ok());
+    auto out = Random(m * n, 33), ref = out;  // out holds the residual (alias)
+    Tensor ot = View(out, m, n);
+    be->Linear(LinearParams{lw->get(), View(x, m, k), ot, Activation::kNone, &ot});
+    cpu::ref::Linear(x.data(), m, k, wref->data(), nullptr, n, Activation::kNone, ref.data(),
+                     ref.data());
+    EXPECT_CLOSE(out.data(), ref.data(), out.size(), 1e-5 * std::sqrt(double(k)), 1e-5);
+  }
+  HostTensor bad{w.data(), DType::kF32, {n * k}, "w1d"};
+  EXPECT_FALSE(be->PrepareLinear(bad, nullptr, DType::kF32).ok());
+  HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
+  EXPECT_FALSE(be->PrepareLinear(hw, nullptr, DType::kF16).ok());
+}
+
+TEST(CpuLinear, BucketsCoverEveryM) {
+  for (int64_t m = 1; m <= 20000; ++m) {
+    const int64_t b = cpu::LinearRunner::BucketFor(m);
+    ASSERT_GE(b, m);
+    ASSERT_LE(b, std::max<int64_t>(16, m + m / 8 + 16));
+  }
+}
+
+// A row's output must not depend on the other rows in the batch (DESIGN.md principle 3):
+// the probe row alone vs at varying positions in batches of M = 1..600 mixed rows.
+void CheckBatchInvariance(DType dtype, int64_t k, int64_t n, const std::vector<int64_t>& ms) {
+  auto be = MakeCpu();
+  auto w = Random(n * k, 41), b = Random(n, 42);
+  HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
+  HostTensor hb{b.data(), DType::kF32, {n}, "b"};
+  auto lw = be->PrepareLinear(hw, &hb, dtype);
+  ASSERT_TRUE(lw.ok());
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  auto x = Random(max_m * k, 43);
+  auto probe = Random(k, 44);
+  std::vector<float> alone(n), out(max_m * n);
+  be->Linear(LinearParams{lw->get(), View(probe, 1, k), View(alone, 1, n), Activation::kGeluErf});
+  double worst = 0;
+  int64_t worst_m = 0;
+  for (int64_t m : ms) {
+    const int64_t at = (m * 7919) % m;  // probe position varies with m
+    std::memcpy(x.data() + at * k, probe.data(), k * 4);
+    be->Linear(LinearParams{lw->get(), View(x, m, k), View(out, m, n), Activation::kGeluErf});
+    const double d = testing::MaxAbsDiff(out.data() + at * n, alone.data(), n);
+    if (d > worst) {
+      worst = d;
+      worst_m = m;
+    }
+    // Restore random content so that the batch stays mixed.
+    auto fill = Random(k, static_cast<uint32_t>(m));
+    std::memcpy(x.data() + at * k, fill.data(), k * 4);
+  }
+  EXPECT_LE(worst, 1e-5) << DTypeName(dtype) << " worst M=" << worst_m;
+  ::testing::Test::RecordProperty(std::string("max_abs_diff_") + DTypeName(dtype),
+                                  std::to_string(worst));
+  std::printf("batch invariance %s K=%ld N=%ld: max |alone - batched| = %g\n", DTypeName(dtype),
+              static_cast<long>(k), static_cast<long>(n), worst);
+}
+
+std::vector<int64_t> AllM(int64_t hi) {
+  std::vector<int64_t> v;
+  for (int64_t m = 1; m <= hi; ++m) v.push_back(m);
+  return v;
+}
+
+TEST(CpuLinear, BatchInvarianceF32) { CheckBatchInvariance(DType::kF32, 128, 96, AllM(600)); }
+TEST(CpuLinear, BatchInvarianceBF16) { CheckBatchInvariance(DType::kBF16, 128, 96, AllM(600)); }
+TEST(CpuLinear, BatchInvarianceLargeShapes) {
+  const std::vector<int64_t> ms = {1, 2, 5, 16, 33, 100, 257, 600, 1000, 2049, 8192, 9001};
+  CheckBatchInvariance(DType::kF32, 768, 768, ms);
+  CheckBatchInvariance(DType::kBF16, 1024, 3072, {1, 7, 100, 600, 2500});
+}
+
+}  // namespace
+}  // namespace sluice
