@@ -1,0 +1,206 @@
+// GEMM throughput on the CPU backend: oneDNN f32/bf16 through Backend::Linear (what models
+// use: includes bucketing and, for bf16, the f32 -> bf16 activation conversion), raw oneDNN
+// matmul (prepacked weights, execute only), and OpenBLAS sgemm (dlopen'ed, if present), on
+// BERT-base and Qwen3-0.6B projection shapes. Also times Backend::Attention.
+//
+// Usage: gemm_bench [--threads N] [--reps R] [--m M]
+// Prints a markdown table: median GFLOP/s over R repetitions (after one warm-up) and the
+// spread (min..max).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+
+namespace {
+
+using namespace sluice;
+
+struct Stats {
+  double median, lo, hi;
+};
+
+Stats Measure(double flops, int reps, const std::function<void()>& fn) {
+  fn();  // warm-up (primitive creation, page faults)
+  std::vector<double> g;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    g.push_back(flops / s / 1e9);
+  }
+  std::sort(g.begin(), g.end());
+  return {g[g.size() / 2], g.front(), g.back()};
+}
+
+std::string Fmt(const Stats& s) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.0f (%.0f..%.0f)", s.median, s.lo, s.hi);
+  return buf;
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+using SetThreadsFn = void (*)(int);
+
+// Raw oneDNN: prepacked weights, fixed-M primitive, bias, execute only.
+Stats RawDnnl(int64_t m, int64_t k, int64_t n, bool bf16, int reps, const std::vector<float>& x,
+              const std::vector<float>& w, const std::vector<float>& b) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream s(eng);
+  const dt cdt = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory::desc src_md({m, k}, cdt, tag::ab), w_any({k, n}, cdt, tag::any);
+  dnnl::memory::desc dst_md({m, n}, dt::f32, tag::ab), b_md({1, n}, dt::f32, tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_any, b_md, dst_md), eng);
+  dnnl::memory w_f32({{k, n}, dt::f32, tag::ba}, eng, const_cast<float*>(w.data()));
+  dnnl::memory w_packed(pd.weights_desc(), eng);
+  dnnl::reorder(w_f32, w_packed).execute(s, w_f32, w_packed);
+  dnnl::memory x_f32({{m, k}, dt::f32, tag::ab}, eng, const_cast<float*>(x.data()));
+  dnnl::memory src(src_md, eng);
+  dnnl::reorder(x_f32, src).execute(s, x_f32, src);
+  dnnl::memory bias(b_md, eng, const_cast<float*>(b.data())), dst(dst_md, eng);
+  s.wait();
+  dnnl::matmul mm(pd);
+  return Measure(2.0 * m * n * k, reps, [&] {
+    mm.execute(s, {{DNNL_ARG_SRC, src},
+                   {DNNL_ARG_WEIGHTS, w_packed},
+                   {DNNL_ARG_BIAS, bias},
+                   {DNNL_ARG_DST, dst}});
+    s.wait();
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 7;
+  int64_t m = 8192;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--m")) m = std::atoll(argv[i + 1]);
+  }
+  auto be_or = CreateCpuBackend(BackendOptions{DeviceKind::kCpu, 0, threads});
+  if (!be_or.ok()) return 1;
+  auto be = std::move(be_or).value();
+
+  SgemmFn sgemm = nullptr;
+  void* blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (blas) {
+    sgemm = reinterpret_cast<SgemmFn>(dlsym(blas, "cblas_sgemm"));
+    if (auto set = reinterpret_cast<SetThreadsFn>(dlsym(blas, "openblas_set_num_threads"))) {
+      set(threads);
+    }
+  }
+
+  std::printf(
+      "CPU: %s\nbackend: %s\nthreads: %d, M = %ld, median of %d reps (min..max), "
+      "GFLOP/s\n\n",
+      CpuModel().c_str(), be->Describe().c_str(), threads, static_cast<long>(m), reps);
+  std::printf(
+      "| model | K | N | oneDNN f32 (Linear) | oneDNN f32 (raw) | oneDNN bf16 (Linear) "
+      "| oneDNN bf16 (raw) | OpenBLAS sgemm |\n|---|---|---|---|---|---|---|---|\n");
+  struct Shape {
+    const char* model;
+    int64_t k, n;
+  };
+  const Shape shapes[] = {{"BERT-base", 768, 768},    {"BERT-base", 768, 3072},
+                          {"BERT-base", 768, 2304},   {"BERT-base", 3072, 768},
+                          {"Qwen3-0.6B", 1024, 3072}, {"Qwen3-0.6B", 1024, 6144},
+                          {"Qwen3-0.6B", 1024, 4096}, {"Qwen3-0.6B", 3072, 1024}};
+  std::mt19937 g(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (const Shape& s : shapes) {
+    std::vector<float> x(m * s.k), w(s.n * s.k), b(s.n), out(m * s.n);
+    for (auto& v : x) v = u(g);
+    for (auto& v : w) v = u(g);
+    for (auto& v : b) v = u(g);
+    const double flops = 2.0 * m * s.n * s.k;
+    HostTensor hw{w.data(), DType::kF32, {s.n, s.k}, "w"};
+    HostTensor hb{b.data(), DType::kF32, {s.n}, "b"};
+    std::string cells[5];
+    for (int c = 0; c < 2; ++c) {
+      auto lw = be->PrepareLinear(hw, &hb, c == 0 ? DType::kF32 : DType::kBF16);
+      if (!lw.ok()) return 1;
+      LinearParams p{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
+                     Tensor{out.data(), DType::kF32, m, s.n, 0}};
+      cells[c * 2] = Fmt(Measure(flops, reps, [&] { be->Linear(p); }));
+      cells[c * 2 + 1] = Fmt(RawDnnl(m, s.k, s.n, c == 1, reps, x, w, b));
+    }
+    cells[4] = "n/a";
+    if (sgemm) {
+      // Row-major C[M,N] = X[M,K] * W[N,K]^T (101 = RowMajor, 111 = NoTrans, 112 = Trans).
+      cells[4] = Fmt(Measure(flops, reps, [&] {
+        sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f,
+              x.data(), static_cast<int>(s.k), w.data(), static_cast<int>(s.k), 0.f, out.data(),
+              static_cast<int>(s.n));
+      }));
+    }
+    std::printf("| %s | %ld | %ld | %s | %s | %s | %s | %s |\n", s.model, static_cast<long>(s.k),
+                static_cast<long>(s.n), cells[0].c_str(), cells[1].c_str(), cells[2].c_str(),
+                cells[3].c_str(), cells[4].c_str());
+    std::fflush(stdout);
+  }
+
+  // Attention: 4 x 512-token and 16 x 128-token sequences, BERT-base and Qwen3 head shapes.
+  std::printf(
+      "\n| attention | seqs x len | heads/kv x dim | causal | GFLOP/s |\n"
+      "|---|---|---|---|---|\n");
+  struct AttnShape {
+    int seqs, len, heads, kv, dim;
+    bool causal;
+  };
+  for (const AttnShape& a :
+       {AttnShape{4, 512, 12, 12, 64, false}, AttnShape{16, 128, 12, 12, 64, false},
+        AttnShape{4, 512, 16, 8, 128, true}}) {
+    const int64_t tokens = int64_t{a.seqs} * a.len;
+    const int64_t qc = int64_t{a.heads} * a.dim, kc = int64_t{a.kv} * a.dim;
+    std::vector<float> qkv(tokens * (qc + 2 * kc)), o(tokens * qc);
+    for (auto& v : qkv) v = u(g);
+    std::vector<int32_t> cu(a.seqs + 1);
+    for (int i = 0; i <= a.seqs; ++i) cu[i] = i * a.len;
+    Tensor t{qkv.data(), DType::kF32, tokens, qc + 2 * kc, 0};
+    AttentionParams p{t.ColSlice(0, qc),
+                      t.ColSlice(qc, kc),
+                      t.ColSlice(qc + kc, kc),
+                      Tensor{o.data(), DType::kF32, tokens, qc, 0},
+                      cu.data(),
+                      a.seqs,
+                      a.len,
+                      a.heads,
+                      a.kv,
+                      a.dim,
+                      1.f / std::sqrt(float(a.dim)),
+                      a.causal,
+                      0};
+    // QK^T and PV: 4 * len^2 * dim flops per head per sequence (half when causal).
+    double flops = 4.0 * a.seqs * a.heads * double(a.len) * a.len * a.dim;
+    if (a.causal) flops /= 2;
+    Stats st = Measure(flops, reps, [&] { be->Attention(p); });
+    std::printf("| attention | %d x %d | %d/%d x %d | %s | %s |\n", a.seqs, a.len, a.heads, a.kv,
+                a.dim, a.causal ? "yes" : "no", Fmt(st).c_str());
+  }
+  return 0;
+}
