@@ -1,0 +1,163 @@
+// config.json (transformers 4.x and 5.x spellings), sentence-transformers modules
+// (2.x-6.x type names) and sluice.json.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/model.h"
+#include "weights/config.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ModelConfig, Transformers4Spelling) {
+  auto c = ParseModelConfig(R"({"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3",
+    "torch_dtype":"bfloat16","hidden_size":1024,"num_attention_heads":16,
+    "num_key_value_heads":8,"head_dim":128,"rope_theta":1000000,"vocab_size":151669,
+    "num_hidden_layers":28,"intermediate_size":3072,"tie_word_embeddings":true,
+    "rope_scaling":null,"sliding_window":null})",
+                            "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(c->dtype, DType::kBF16);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->num_key_value_heads, 8);
+  EXPECT_TRUE(c->tie_word_embeddings);
+}
+
+TEST(ModelConfig, Transformers5Spelling) {
+  auto c = ParseModelConfig(R"({"architectures":["Qwen3Model"],"dtype":"float32",
+    "hidden_size":64,"num_attention_heads":4,"vocab_size":10,"num_hidden_layers":1,
+    "intermediate_size":8,"rope_parameters":{"rope_theta":5000.0,"rope_type":"default"}})",
+                            "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->dtype, DType::kF32);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 5000.0);
+  EXPECT_EQ(c->head_dim, 16);             // hidden / heads when head_dim is missing
+  EXPECT_EQ(c->num_key_value_heads, 4);   // defaults to heads
+}
+
+TEST(ModelConfig, Labels) {
+  auto c = ParseModelConfig(
+      R"({"architectures":["BertForSequenceClassification"],"id2label":{"1":"pos","0":"neg"},
+          "problem_type":"single_label_classification"})",
+      "config.json");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->num_labels, 2);
+  EXPECT_EQ(c->id2label, (std::vector<std::string>{"neg", "pos"}));
+  auto gap = ParseModelConfig(R"({"id2label":{"0":"a","2":"c"}})", "config.json");
+  ASSERT_FALSE(gap.ok());
+  EXPECT_NE(gap.status().message().find("index 1"), std::string::npos);
+}
+
+TEST(ModelConfig, BadInputsNameTheField) {
+  auto c = ParseModelConfig(R"({"hidden_size":"big"})", "x/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("hidden_size"), std::string::npos);
+  EXPECT_NE(c.status().message().find("x/config.json"), std::string::npos);
+  EXPECT_FALSE(ParseModelConfig("{", "config.json").ok());
+  auto d = ParseModelConfig(R"({"torch_dtype":"float8_e4m3fn"})", "config.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kUnsupported);
+}
+
+TEST(ModelConfig, UnknownArchitectureIsRefused) {
+  auto c = ParseModelConfig(R"({"architectures":["LlamaForTokenClassification"]})", "config.json");
+  ASSERT_TRUE(c.ok());
+  auto a = LookupArchitecture(*c);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("LlamaForTokenClassification"), std::string::npos);
+  EXPECT_NE(a.status().message().find("BertModel"), std::string::npos);  // lists supported
+}
+
+TEST(ModelConfig, CrossEncoderActivation) {
+  auto c = ParseModelConfig(
+      R"({"sentence_transformers":{"activation_fn":"torch.nn.modules.linear.Identity"}})", "c");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->classifier_activation, "torch.nn.modules.linear.Identity");
+}
+
+class DirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           (std::string("sluice_cfg_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Write(const std::string& rel, const std::string& text) {
+    fs::create_directories((dir_ / rel).parent_path());
+    std::ofstream(dir_ / rel) << text;
+  }
+  fs::path dir_;
+};
+
+TEST_F(DirTest, SentenceTransformersV2Layout) {
+  Write("modules.json", R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+    {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+    {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}])");
+  Write("1_Pooling/config.json", R"({"word_embedding_dimension":384,"pooling_mode_cls_token":false,
+    "pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":false})");
+  Write("sentence_bert_config.json", R"({"max_seq_length":256,"do_lower_case":false})");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_TRUE(st->present);
+  ASSERT_TRUE(st->pooling.has_value());
+  EXPECT_TRUE(st->pooling->mean);
+  EXPECT_TRUE(st->normalize);
+  EXPECT_EQ(st->max_seq_length, 256);
+}
+
+TEST_F(DirTest, SentenceTransformersV6ModuleNames) {
+  Write("modules.json", R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.base.models.Transformer"},
+    {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.sentence_transformer.models.Pooling"},
+    {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.sentence_transformer.models.Dense"}])");
+  Write("1_Pooling/config.json", R"({"pooling_mode_lasttoken":true})");
+  Write("2_Dense/config.json", R"({"in_features":8,"out_features":4,"bias":false,
+    "activation_function":"torch.nn.modules.linear.Identity"})");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_TRUE(st->pooling->last_token);
+  ASSERT_EQ(st->dense.size(), 1u);
+  EXPECT_EQ(st->dense[0].out_features, 4);
+  EXPECT_FALSE(st->dense[0].bias);
+}
+
+TEST_F(DirTest, UnknownModuleTypeIsRefused) {
+  Write("modules.json", R"([{"idx":0,"path":"","type":"sentence_transformers.models.LSTM"}])");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("LSTM"), std::string::npos);
+}
+
+TEST_F(DirTest, SluiceJson) {
+  Write("sluice.json", R"({"calibration":{"mean":[0.5],"std":[2]},"labels":["a"],
+    "thresholds":0.3,"instruction":"Judge","yes_token_id":5})");
+  auto o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->calibration_mean, std::vector<float>{0.5f});
+  EXPECT_EQ(o->calibration_std, std::vector<float>{2.f});
+  EXPECT_EQ(o->thresholds, std::vector<float>{0.3f});
+  EXPECT_EQ(*o->instruction, "Judge");
+  EXPECT_EQ(*o->yes_token_id, 5);
+  Write("sluice.json", R"({"calibraton":{}})");
+  auto bad = LoadSluiceOverrides(dir_.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("calibraton"), std::string::npos);
+  Write("sluice.json", R"({"calibration":{"mean":[0],"std":[0]}})");
+  EXPECT_FALSE(LoadSluiceOverrides(dir_.string()).ok());
+}
+
+TEST_F(DirTest, NoConfig) {
+  auto c = LoadModelConfig(dir_.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace sluice
