@@ -3,7 +3,7 @@
 // matmul (prepacked weights, execute only), and OpenBLAS sgemm (dlopen'ed, if present), on
 // BERT-base and Qwen3-0.6B projection shapes. Also times Backend::Attention.
 //
-// Usage: gemm_bench [--threads N] [--reps R] [--m M]
+// Usage: gemm_bench [--threads N] [--reps R] [--m M] [--attention-only]
 // Prints a markdown table: median GFLOP/s over R repetitions (after one warm-up) and the
 // spread (min..max).
 #include <dlfcn.h>
@@ -97,6 +97,10 @@ Stats RawDnnl(int64_t m, int64_t k, int64_t n, bool bf16, int reps, const std::v
 int main(int argc, char** argv) {
   int threads = 2, reps = 7;
   int64_t m = 8192;
+  bool gemm = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--attention-only")) gemm = false;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
   std::mt19937 g(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (const Shape& s : shapes) {
+    if (!gemm) break;
     std::vector<float> x(m * s.k), w(s.n * s.k), b(s.n), out(m * s.n);
     for (auto& v : x) v = u(g);
     for (auto& v : w) v = u(g);

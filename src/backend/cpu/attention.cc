@@ -37,20 +37,21 @@ HWY_BEFORE_NAMESPACE();
 namespace sluice::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Scores S[r][j] = scale * sum_d q_r[d] * Kt[d][j] for 4 query rows and j in [0, nkp).
-// Every lane is an independent FMA chain over d = 0..D-1, so a score's value does not
-// depend on which block or lane computes it.
-HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t nkp, int dim, float scale,
-                        float* s) {
+// Scores S[r][j] = scale * sum_c q_r[c] * Kt[c][j] for 4 query rows and j in [0, nj), nj a
+// multiple of Lanes. Kt rows have stride ldk, S rows stride lds. Every score is one FMA
+// chain over c = 0..dim-1 in its own lane, so its value does not depend on the block,
+// lane or query group that computes it.
+HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t ldk, int64_t nj, int dim,
+                        float scale, float* s, int64_t lds) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const auto vs = hn::Set(d, scale);
   int64_t j = 0;
-  for (; j + 2 * nl <= nkp; j += 2 * nl) {
+  for (; j + 2 * nl <= nj; j += 2 * nl) {
     auto a00 = hn::Zero(d), a01 = hn::Zero(d), a10 = hn::Zero(d), a11 = hn::Zero(d);
     auto a20 = hn::Zero(d), a21 = hn::Zero(d), a30 = hn::Zero(d), a31 = hn::Zero(d);
     for (int c = 0; c < dim; ++c) {
-      const float* kr = kt + c * nkp + j;
+      const float* kr = kt + c * ldk + j;
       const auto k0 = hn::LoadU(d, kr), k1 = hn::LoadU(d, kr + nl);
       const auto q0 = hn::Set(d, q[0][c]), q1 = hn::Set(d, q[1][c]);
       const auto q2 = hn::Set(d, q[2][c]), q3 = hn::Set(d, q[3][c]);
@@ -65,26 +66,26 @@ HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t nkp, i
     }
     hn::StoreU(hn::Mul(a00, vs), d, s + j);
     hn::StoreU(hn::Mul(a01, vs), d, s + j + nl);
-    hn::StoreU(hn::Mul(a10, vs), d, s + nkp + j);
-    hn::StoreU(hn::Mul(a11, vs), d, s + nkp + j + nl);
-    hn::StoreU(hn::Mul(a20, vs), d, s + 2 * nkp + j);
-    hn::StoreU(hn::Mul(a21, vs), d, s + 2 * nkp + j + nl);
-    hn::StoreU(hn::Mul(a30, vs), d, s + 3 * nkp + j);
-    hn::StoreU(hn::Mul(a31, vs), d, s + 3 * nkp + j + nl);
+    hn::StoreU(hn::Mul(a10, vs), d, s + lds + j);
+    hn::StoreU(hn::Mul(a11, vs), d, s + lds + j + nl);
+    hn::StoreU(hn::Mul(a20, vs), d, s + 2 * lds + j);
+    hn::StoreU(hn::Mul(a21, vs), d, s + 2 * lds + j + nl);
+    hn::StoreU(hn::Mul(a30, vs), d, s + 3 * lds + j);
+    hn::StoreU(hn::Mul(a31, vs), d, s + 3 * lds + j + nl);
   }
-  for (; j < nkp; j += nl) {  // nkp is a multiple of nl
+  for (; j < nj; j += nl) {
     auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
     for (int c = 0; c < dim; ++c) {
-      const auto k0 = hn::LoadU(d, kt + c * nkp + j);
+      const auto k0 = hn::LoadU(d, kt + c * ldk + j);
       a0 = hn::MulAdd(hn::Set(d, q[0][c]), k0, a0);
       a1 = hn::MulAdd(hn::Set(d, q[1][c]), k0, a1);
       a2 = hn::MulAdd(hn::Set(d, q[2][c]), k0, a2);
       a3 = hn::MulAdd(hn::Set(d, q[3][c]), k0, a3);
     }
     hn::StoreU(hn::Mul(a0, vs), d, s + j);
-    hn::StoreU(hn::Mul(a1, vs), d, s + nkp + j);
-    hn::StoreU(hn::Mul(a2, vs), d, s + 2 * nkp + j);
-    hn::StoreU(hn::Mul(a3, vs), d, s + 3 * nkp + j);
+    hn::StoreU(hn::Mul(a1, vs), d, s + lds + j);
+    hn::StoreU(hn::Mul(a2, vs), d, s + 2 * lds + j);
+    hn::StoreU(hn::Mul(a3, vs), d, s + 3 * lds + j);
   }
 }
 
@@ -117,45 +118,57 @@ HWY_INLINE float SoftmaxExp(float* s, int64_t n) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
-// out[0..dim) = (sum_j p[j] * v_j) * inv, v_j = v + j * ldv.
-HWY_INLINE void WeightedSum(const float* p, int64_t n, const float* v, int64_t ldv, int dim,
-                            float inv, float* out) {
+// For r < 4: out_r[0..dim) = inv[r] * sum_{j < n} p_r[j] * v_j, v_j = v + j * ldv; rows
+// p_r have stride ldp. A row's probabilities are zero outside its own key range, and
+// fma(0, v, acc) == acc, so each row equals the sum over its own range alone.
+// Only rows r < nrows are stored.
+HWY_INLINE void WeightedSum4(const float* p, int64_t ldp, int64_t n, const float* v, int64_t ldv,
+                             int dim, const float inv[4], float* const out[4], int nrows) {
   const hn::ScalableTag<float> d;
   const int nl = static_cast<int>(hn::Lanes(d));
-  const auto vi = hn::Set(d, inv);
   int c = 0;
   for (; c + 4 * nl <= dim; c += 4 * nl) {
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    hn::Vec<decltype(d)> acc[4][4];
+    for (auto& row : acc) {
+      for (auto& a : row) a = hn::Zero(d);
+    }
     for (int64_t j = 0; j < n; ++j) {
       const float* vr = v + j * ldv + c;
-      const auto pj = hn::Set(d, p[j]);
-      a0 = hn::MulAdd(pj, hn::LoadU(d, vr), a0);
-      a1 = hn::MulAdd(pj, hn::LoadU(d, vr + nl), a1);
-      a2 = hn::MulAdd(pj, hn::LoadU(d, vr + 2 * nl), a2);
-      a3 = hn::MulAdd(pj, hn::LoadU(d, vr + 3 * nl), a3);
+      const auto v0 = hn::LoadU(d, vr), v1 = hn::LoadU(d, vr + nl);
+      const auto v2 = hn::LoadU(d, vr + 2 * nl), v3 = hn::LoadU(d, vr + 3 * nl);
+      for (int r = 0; r < 4; ++r) {
+        const auto pj = hn::Set(d, p[r * ldp + j]);
+        acc[r][0] = hn::MulAdd(pj, v0, acc[r][0]);
+        acc[r][1] = hn::MulAdd(pj, v1, acc[r][1]);
+        acc[r][2] = hn::MulAdd(pj, v2, acc[r][2]);
+        acc[r][3] = hn::MulAdd(pj, v3, acc[r][3]);
+      }
     }
-    hn::StoreU(hn::Mul(a0, vi), d, out + c);
-    hn::StoreU(hn::Mul(a1, vi), d, out + c + nl);
-    hn::StoreU(hn::Mul(a2, vi), d, out + c + 2 * nl);
-    hn::StoreU(hn::Mul(a3, vi), d, out + c + 3 * nl);
+    for (int r = 0; r < nrows; ++r) {
+      const auto vi = hn::Set(d, inv[r]);
+      for (int u = 0; u < 4; ++u) hn::StoreU(hn::Mul(acc[r][u], vi), d, out[r] + c + u * nl);
+    }
   }
   for (; c < dim; c += nl) {
     const int k = std::min(nl, dim - c);
-    auto a0 = hn::Zero(d);
+    hn::Vec<decltype(d)> acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
     for (int64_t j = 0; j < n; ++j) {
       const float* vr = v + j * ldv + c;
       const auto vv = k == nl ? hn::LoadU(d, vr) : LoadTail(d, vr, k);
-      a0 = hn::MulAdd(hn::Set(d, p[j]), vv, a0);
+      for (int r = 0; r < 4; ++r) acc[r] = hn::MulAdd(hn::Set(d, p[r * ldp + j]), vv, acc[r]);
     }
-    if (k == nl) {
-      hn::StoreU(hn::Mul(a0, vi), d, out + c);
-    } else {
-      StoreTail(hn::Mul(a0, vi), d, out + c, k);
+    for (int r = 0; r < nrows; ++r) {
+      const auto vi = hn::Mul(acc[r], hn::Set(d, inv[r]));
+      if (k == nl) {
+        hn::StoreU(vi, d, out[r] + c);
+      } else {
+        StoreTail(vi, d, out[r] + c, k);
+      }
     }
   }
 }
 
-// Runs one task. kt_buf / s_buf are per-thread scratch of the sizes asked by the caller.
+// Runs one task. kt: dim * nkp floats; s: kQueryBlock * nkp floats (per-thread scratch).
 void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* s) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
@@ -181,19 +194,53 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
     for (int64_t j = 0; j < nk; ++j) row[j] = kb[(lo + j) * ldk + c];
     for (int64_t j = nk; j < nkp; ++j) row[j] = 0.f;
   }
-  for (int i0 = t.q0; i0 < t.q1; i0 += 4) {
-    const float* q[4];
-    for (int r = 0; r < 4; ++r) q[r] = qb + std::min(i0 + r, t.q1 - 1) * ldq;
-    Scores4(q, kt, nkp, dim, p.scale, s);
-    for (int r = 0; r < 4 && i0 + r < t.q1; ++r) {
-      const int i = i0 + r;
+  // Key range [glo, ghi] (offsets from lo) of query group g (rows t.q0 + g .. + 3).
+  auto group_range = [&](int g, int64_t* glo, int64_t* ghi) {
+    int a, b, c2, e;
+    KeyRange(p, t.q0 + g, len, &a, &b);
+    KeyRange(p, std::min(t.q0 + g + 3, t.q1 - 1), len, &c2, &e);
+    *glo = a - lo;
+    *ghi = e - lo;
+  };
+  const int nq = t.q1 - t.q0;
+  // QK^T in key blocks that stay in L1 across all query groups of the task.
+  const int64_t jb_size = 2 * nl;
+  for (int64_t jb = 0; jb < nkp; jb += jb_size) {
+    const int64_t jn = std::min(jb_size, nkp - jb);
+    for (int g = 0; g < nq; g += 4) {
+      int64_t glo, ghi;
+      group_range(g, &glo, &ghi);
+      if (jb > ghi || jb + jn <= glo) continue;  // block outside every row's range
+      const float* q[4];
+      for (int r = 0; r < 4; ++r) q[r] = qb + std::min(t.q0 + g + r, t.q1 - 1) * ldq;
+      Scores4(q, kt + jb, nkp, jn, dim, p.scale, s + g * nkp + jb, nkp);
+    }
+  }
+  // Softmax per row, then P V for 4 rows at a time over the group's key range.
+  for (int g = 0; g < nq; g += 4) {
+    int64_t glo, ghi;
+    group_range(g, &glo, &ghi);
+    const int nrows = std::min(4, nq - g);
+    float inv[4] = {0.f, 0.f, 0.f, 0.f};
+    float* out[4];
+    for (int r = 0; r < 4; ++r) {
+      float* sr = s + (g + r) * nkp;
+      if (r >= nrows) {  // padding row: zero probabilities
+        std::memset(sr + glo, 0, (ghi - glo + 1) * sizeof(float));
+        out[r] = nullptr;
+        continue;
+      }
+      const int i = t.q0 + g + r;
       int rlo, rhi;
       KeyRange(p, i, len, &rlo, &rhi);
-      float* sr = s + r * nkp + (rlo - lo);
-      const int64_t n = rhi - rlo + 1;
-      const float sum = SoftmaxExp(sr, n);
-      WeightedSum(sr, n, vb + rlo * ldv, ldv, dim, 1.f / sum, ob + i * ldo);
+      const int64_t a = rlo - lo, b = rhi - lo;
+      inv[r] = 1.f / SoftmaxExp(sr + a, b - a + 1);
+      for (int64_t j = glo; j < a; ++j) sr[j] = 0.f;
+      for (int64_t j = b + 1; j <= ghi; ++j) sr[j] = 0.f;
+      out[r] = ob + i * ldo;
     }
+    WeightedSum4(s + g * nkp + glo, nkp, ghi - glo + 1, vb + (lo + glo) * ldv, ldv, dim, inv, out,
+                 nrows);
   }
 }
 
@@ -231,7 +278,7 @@ void AttentionKernel(const AttentionParams& p) {
   if (tasks.empty()) return;
   // Key range of a task spans at most max_len keys; pad to a whole vector (<= 64 lanes).
   const int64_t nkp = (static_cast<int64_t>(max_len) + 64) / 64 * 64;
-  const int64_t kt_elems = nkp * p.head_dim, s_elems = 4 * nkp;
+  const int64_t kt_elems = nkp * p.head_dim, s_elems = kQueryBlock * nkp;
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
   const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
 #pragma omp parallel
