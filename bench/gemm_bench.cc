@@ -4,7 +4,7 @@
 // BERT-base and Qwen3-0.6B projection shapes. Also times Backend::Attention.
 //
 // Usage: gemm_bench [--threads N] [--reps R] [--m M] [--attention-only]
-// Prints a markdown table: median GFLOP/s over R repetitions (after one warm-up) and the
+// Prints a markdown table: median GFLOP/s over R repetitions (after 3 warm-ups) and the
 // spread (min..max).
 #include <dlfcn.h>
 
@@ -32,7 +32,7 @@ struct Stats {
 };
 
 Stats Measure(double flops, int reps, const std::function<void()>& fn) {
-  fn();  // warm-up (primitive creation, page faults)
+  for (int i = 0; i < 3; ++i) fn();  // warm-up: primitive creation, page faults, clocks
   std::vector<double> g;
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
@@ -64,16 +64,21 @@ using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int,
 using SetThreadsFn = void (*)(int);
 
 // Raw oneDNN: prepacked weights, fixed-M primitive, bias, execute only.
-Stats RawDnnl(int64_t m, int64_t k, int64_t n, bool bf16, int reps, const std::vector<float>& x,
-              const std::vector<float>& w, const std::vector<float>& b) {
+// runtime_m: M given as DNNL_RUNTIME_DIM_VAL at creation (oneDNN 2.6 then uses gemm:jit
+// with plain weights instead of brgemm with blocked weights).
+Stats RawDnnl(int64_t m, int64_t k, int64_t n, bool bf16, bool runtime_m, int reps,
+              const std::vector<float>& x, const std::vector<float>& w,
+              const std::vector<float>& b) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream s(eng);
   const dt cdt = bf16 ? dt::bf16 : dt::f32;
+  const int64_t pm = runtime_m ? DNNL_RUNTIME_DIM_VAL : m;
   dnnl::memory::desc src_md({m, k}, cdt, tag::ab), w_any({k, n}, cdt, tag::any);
   dnnl::memory::desc dst_md({m, n}, dt::f32, tag::ab), b_md({1, n}, dt::f32, tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_any, b_md, dst_md), eng);
+  dnnl::memory::desc src_pmd({pm, k}, cdt, tag::ab), dst_pmd({pm, n}, dt::f32, tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_pmd, w_any, b_md, dst_pmd), eng);
   dnnl::memory w_f32({{k, n}, dt::f32, tag::ba}, eng, const_cast<float*>(w.data()));
   dnnl::memory w_packed(pd.weights_desc(), eng);
   dnnl::reorder(w_f32, w_packed).execute(s, w_f32, w_packed);
@@ -125,7 +130,8 @@ int main(int argc, char** argv) {
       CpuModel().c_str(), be->Describe().c_str(), threads, static_cast<long>(m), reps);
   std::printf(
       "| model | K | N | oneDNN f32 (Linear) | oneDNN f32 (raw) | oneDNN bf16 (Linear) "
-      "| oneDNN bf16 (raw) | OpenBLAS sgemm |\n|---|---|---|---|---|---|---|---|\n");
+      "| oneDNN bf16 (raw) | OpenBLAS sgemm | oneDNN f32 (runtime M) | oneDNN bf16 (runtime M) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     const char* model;
     int64_t k, n;
@@ -145,14 +151,15 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * m * s.n * s.k;
     HostTensor hw{w.data(), DType::kF32, {s.n, s.k}, "w"};
     HostTensor hb{b.data(), DType::kF32, {s.n}, "b"};
-    std::string cells[5];
+    std::string cells[7];
     for (int c = 0; c < 2; ++c) {
       auto lw = be->PrepareLinear(hw, &hb, c == 0 ? DType::kF32 : DType::kBF16);
       if (!lw.ok()) return 1;
       LinearParams p{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
                      Tensor{out.data(), DType::kF32, m, s.n, 0}};
       cells[c * 2] = Fmt(Measure(flops, reps, [&] { be->Linear(p); }));
-      cells[c * 2 + 1] = Fmt(RawDnnl(m, s.k, s.n, c == 1, reps, x, w, b));
+      cells[c * 2 + 1] = Fmt(RawDnnl(m, s.k, s.n, c == 1, false, reps, x, w, b));
+      cells[5 + c] = Fmt(RawDnnl(m, s.k, s.n, c == 1, true, reps, x, w, b));
     }
     cells[4] = "n/a";
     if (sgemm) {
@@ -163,9 +170,10 @@ int main(int argc, char** argv) {
               static_cast<int>(s.n));
       }));
     }
-    std::printf("| %s | %ld | %ld | %s | %s | %s | %s | %s |\n", s.model, static_cast<long>(s.k),
-                static_cast<long>(s.n), cells[0].c_str(), cells[1].c_str(), cells[2].c_str(),
-                cells[3].c_str(), cells[4].c_str());
+    std::printf("| %s | %ld | %ld | %s | %s | %s | %s | %s | %s | %s |\n", s.model,
+                static_cast<long>(s.k), static_cast<long>(s.n), cells[0].c_str(), cells[1].c_str(),
+                cells[2].c_str(), cells[3].c_str(), cells[4].c_str(), cells[5].c_str(),
+                cells[6].c_str());
     std::fflush(stdout);
   }
 
