@@ -191,6 +191,12 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
     }
     c.num_labels = n;
   }
+  // transformers' default is 2 labels, and it omits num_labels/id2label from config.json
+  // when they are the default (LABEL_0, LABEL_1).
+  if (c.num_labels == 0) c.num_labels = 2;
+  if (c.id2label.empty()) {
+    for (int i = 0; i < c.num_labels; ++i) c.id2label.push_back("LABEL_" + std::to_string(i));
+  }
   // sentence-transformers CrossEncoder activation, written into config.json.
   element st;
   if (f.Get("sentence_transformers", &st)) {

@@ -42,7 +42,7 @@ struct ModelConfig {
   int sliding_window = 0;
 
   // Classification heads.
-  int num_labels = 0;                   // 0 when config has no id2label/num_labels
+  int num_labels = 2;                   // transformers default when config.json omits it
   std::vector<std::string> id2label;    // index -> label
   std::string problem_type;             // "", single_label_classification, ...
   std::string classifier_activation;    // sentence-transformers CrossEncoder activation_fn

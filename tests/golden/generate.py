@@ -99,6 +99,12 @@ def save(model, out, name, shard=None):
     return path
 
 
+def reload(model_cls, path, dtype):
+    """The reference runs the saved checkpoint loaded the way users load it (this keeps
+    buffers such as RoPE's inv_freq in fp32 for bf16 checkpoints, as from_pretrained does)."""
+    return model_cls.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
+
+
 def write_case(out, name, case):
     os.makedirs(os.path.join(out, "golden"), exist_ok=True)
     case["model"] = name
@@ -127,12 +133,13 @@ def classifier_case(out, name, model_cls, config, seed, pairs, dtype=torch.float
     init_weights(model, seed)
     model = model.to(dtype)
     path = save(model, out, name, shard)
+    model = reload(model_cls, path, dtype)
     if sluice_json:
         with open(os.path.join(path, "sluice.json"), "w") as f:
             json.dump(sluice_json, f)
     inputs = make_inputs(seed, vocab_lo, config.vocab_size, 40, pairs, avoid)
     outputs, raw, outputs_f32 = [], [], []
-    model_f32 = copy.deepcopy(model).float() if dtype != torch.float32 else None
+    model_f32 = reload(model_cls, path, torch.float32) if dtype != torch.float32 else None
     for inp in inputs:
         logits = hidden_states(model, inp).logits[0].float()
         cal = logits
@@ -191,25 +198,33 @@ def qwen3_config(**kw):
 # ---------------------------------------------------------------- embedders
 
 
-def st_modules(path, pooling_mode, dense=None, normalize=False, hidden=None):
+def st_type(module, legacy):
+    """modules.json type: 2.x-5.x spelling, or the installed (6.x) class path."""
+    if legacy:
+        return "sentence_transformers.models." + type(module).__name__
+    return type(module).__module__.rsplit(".", 1)[0] + "." + type(module).__name__
+
+
+def st_modules(path, pooling_mode, dense=None, normalize=False, hidden=None, legacy=False):
     """Writes a sentence-transformers layout with ST's own module classes."""
     from sentence_transformers import models as stm
-    mods = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    mods = [{"idx": 0, "name": "0", "path": "",
+             "type": "sentence_transformers.models.Transformer" if legacy
+             else "sentence_transformers.base.models.Transformer"}]
     pool = stm.Pooling(hidden, pooling_mode=pooling_mode)
+    os.makedirs(os.path.join(path, "1_Pooling"), exist_ok=True)
     pool.save(os.path.join(path, "1_Pooling"))
-    mods.append({"idx": 1, "name": "1", "path": "1_Pooling",
-                 "type": "sentence_transformers.models.Pooling"})
+    mods.append({"idx": 1, "name": "1", "path": "1_Pooling", "type": st_type(pool, legacy)})
     modules = [pool]
     if dense is not None:
+        os.makedirs(os.path.join(path, "2_Dense"), exist_ok=True)
         dense.save(os.path.join(path, "2_Dense"))
-        mods.append({"idx": 2, "name": "2", "path": "2_Dense",
-                     "type": "sentence_transformers.models.Dense"})
+        mods.append({"idx": 2, "name": "2", "path": "2_Dense", "type": st_type(dense, legacy)})
         modules.append(dense)
     if normalize:
         n = stm.Normalize()
         mods.append({"idx": len(mods), "name": str(len(mods)),
-                     "path": f"{len(mods)}_Normalize",
-                     "type": "sentence_transformers.models.Normalize"})
+                     "path": f"{len(mods)}_Normalize", "type": st_type(n, legacy)})
         os.makedirs(os.path.join(path, mods[-1]["path"]), exist_ok=True)
         modules.append(n)
     with open(os.path.join(path, "modules.json"), "w") as f:
@@ -229,18 +244,20 @@ def st_apply(modules, hidden):
 
 
 def embed_case(out, name, model_cls, config, seed, pooling_mode, dense_out=None,
-               normalize=True, dtype=torch.float32, pairs=False, dims=None, vocab_lo=3):
+               normalize=True, dtype=torch.float32, pairs=False, dims=None, vocab_lo=3,
+               legacy=False):
     from sentence_transformers import models as stm
     seeded(seed)
     model = model_cls(config).eval()
     init_weights(model, seed)
     model = model.to(dtype)
     path = save(model, out, name)
+    model = reload(model_cls, path, dtype)
     dense = None
     if dense_out:
         dense = stm.Dense(config.hidden_size, dense_out, bias=True)
         init_weights(dense, seed + 1, std=0.15)
-    modules = st_modules(path, pooling_mode, dense, normalize, config.hidden_size)
+    modules = st_modules(path, pooling_mode, dense, normalize, config.hidden_size, legacy)
     inputs = make_inputs(seed, vocab_lo, config.vocab_size, 40, pairs)
     outputs, truncated = [], []
     for inp in inputs:
@@ -321,6 +338,7 @@ def reranker_case(out, name, config, seed, yes_id, no_id, dtype=torch.float32):
         model.tie_weights()
     model = model.to(dtype)
     path = save(model, out, name)
+    model = reload(Qwen3ForCausalLM, path, dtype)
     with open(os.path.join(path, "sluice.json"), "w") as f:
         json.dump({"yes_token_id": yes_id, "no_token_id": no_id}, f)
     inputs = make_inputs(seed, 3, config.vocab_size, 48)
@@ -374,7 +392,7 @@ def main():
     embed_case(out, "bert_st_cls_bf16", BertModel, bert_config(), 12, "cls",
                dtype=torch.bfloat16)
     embed_case(out, "xlmr_st_mean", XLMRobertaModel, roberta_config(XLMRobertaConfig), 13,
-               "mean")
+               "mean", legacy=True)
     embed_case(out, "roberta_st_max", RobertaModel, roberta_config(), 14, "max",
                normalize=False)
     embed_case(out, "qwen3_st_last", Qwen3Model, qwen3_config(), 15, "lasttoken", dims=16)
