@@ -65,7 +65,7 @@ class CpuBackend final : public Backend {
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string Describe() const override {
     return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
-           ", oneDNN matmul)";
+           ", oneDNN " + cpu::LinearRunner::IsaName() + ")";
   }
 
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {

@@ -144,15 +144,40 @@ struct LinearRunner::Impl {
     Primitive& p = Get(w, m, lds, ldd, act, sum);
     p.src.set_data_handle(const_cast<void*>(src));
     p.dst.set_data_handle(dst);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, p.src}, {DNNL_ARG_WEIGHTS, w.packed}, {DNNL_ARG_DST, p.dst}};
-    if (w.has_bias) args.emplace(DNNL_ARG_BIAS, w.bias_mem);
-    p.prim.execute(strm, args);
+    // C API execute: no per-call std::unordered_map of arguments.
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.src.get()},
+                               {DNNL_ARG_WEIGHTS, w.packed.get()},
+                               {DNNL_ARG_DST, p.dst.get()},
+                               {DNNL_ARG_BIAS, w.has_bias ? w.bias_mem.get() : nullptr}};
+    const dnnl_status_t st =
+        dnnl_primitive_execute(p.prim.get(), strm.get(), w.has_bias ? 4 : 3, args);
+    if (st != dnnl_success) {
+      SLUICE_LOG_ERROR("oneDNN matmul execute failed (status {})", static_cast<int>(st));
+    }
     strm.wait();
   }
 };
 
 LinearRunner::LinearRunner() : impl_(std::make_unique<Impl>()) {}
+
+std::string LinearRunner::IsaName() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    default:
+      return "other";
+  }
+}
 LinearRunner::~LinearRunner() = default;
 
 int64_t LinearRunner::BucketFor(int64_t m) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cpu/workspace.h"
@@ -36,6 +37,9 @@ class LinearRunner {
   // out must not alias x. If residual is set and differs from out, it is copied into out
   // first. x and out may be strided.
   void Run(const LinearParams& p);
+
+  // oneDNN's effective ISA, e.g. "avx512_bf16" or "amx".
+  static std::string IsaName();
 
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);

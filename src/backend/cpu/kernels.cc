@@ -374,6 +374,10 @@ void EmbeddingGatherKernel(const Tensor& table, const int32_t* ids, int64_t n, c
   const char* tb = static_cast<const char*>(table.data);
 #pragma omp parallel for schedule(static) if (n * h >= kParallelMinElems)
   for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.rows) {  // a caller bug: never read out of bounds
+      if (!accumulate) std::memset(out.ptr<float>() + i * ldo, 0, h * sizeof(float));
+      continue;
+    }
     const void* src = tb + static_cast<int64_t>(ids[i]) * ldt * static_cast<int64_t>(es);
     HWY_DYNAMIC_DISPATCH(EmbedRow)(src, dt, out.ptr<float>() + i * ldo, h, accumulate);
   }

@@ -25,6 +25,8 @@ void RmsNormKernel(const Tensor& residual, const Tensor* delta, const Tensor& we
 // inv_freq[i] = 1 / theta^(2i / rotary_dim) in float32, cos/sin of the float32 product
 // pos * inv_freq (as Hugging Face computes them). rotary_dim <= 1024.
 void RopeKernel(const RopeParams& p);
+// ids must be in [0, table.rows); an out-of-range id reads nothing (its row is zeroed, or
+// left unchanged when accumulating).
 void EmbeddingGatherKernel(const Tensor& table, const int32_t* ids, int64_t n, const Tensor& out,
                            bool accumulate);
 void GatherRowsKernel(const Tensor& x, const int32_t* rows, int64_t n, const Tensor& out);
