@@ -87,8 +87,9 @@ ProgressBar::ProgressBar(std::string what, size_t total)
 
 void ProgressBar::Update(size_t done, int64_t tokens) {
   const double now = NowSeconds();
-  if (done < total_ && now - last_draw_ < (tty_ ? 0.1 : 5.0)) return;
+  if (done == last_done_ || (done < total_ && now - last_draw_ < (tty_ ? 0.1 : 5.0))) return;
   last_draw_ = now;
+  last_done_ = done;
   const double el = std::max(now - start_, 1e-9);
   const double frac = total_ ? static_cast<double>(done) / total_ : 1.0;
   const int width = 30;
@@ -103,7 +104,6 @@ void ProgressBar::Update(size_t done, int64_t tokens) {
 }
 
 void ProgressBar::Finish(size_t done, int64_t tokens) {
-  last_draw_ = -1;
   Update(done, tokens);
   if (tty_) std::fprintf(stderr, "\n");
   const double el = std::max(NowSeconds() - start_, 1e-9);

@@ -38,6 +38,7 @@ class ProgressBar {
   size_t total_;
   double start_;
   double last_draw_ = -1;
+  size_t last_done_ = static_cast<size_t>(-1);
   bool tty_;
 };
 
