@@ -146,8 +146,12 @@ TEST_P(GoldenTest, MatchesTransformers) {
     for (size_t i = 0; i < raw.size(); ++i) raw[i].values = (*out)[i].raw;
     ExpectClose(c, raw, c.raw, c.tolerance * 10, "logits");
   }
-  if (!c.labels.empty()) EXPECT_EQ(engine->head().labels, c.labels);
-  if (!c.thresholds.empty()) EXPECT_EQ(engine->head().thresholds, c.thresholds);
+  if (!c.labels.empty()) {
+    EXPECT_EQ(engine->head().labels, c.labels);
+  }
+  if (!c.thresholds.empty()) {
+    EXPECT_EQ(engine->head().thresholds, c.thresholds);
+  }
   if (!c.token_indices.empty()) {
     for (size_t i = 0; i < c.token_indices.size(); ++i) {
       EXPECT_EQ((*out)[i].token_indices, c.token_indices[i]) << "input " << i;
@@ -213,7 +217,7 @@ TEST_P(GoldenTest, BatchInvariance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CaseNames()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& p) { return p.param; });
 
 TEST(GoldenFixtures, Present) { EXPECT_GE(CaseNames().size(), 20u); }
 
