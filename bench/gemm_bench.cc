@@ -3,7 +3,7 @@
 // matmul (prepacked weights, execute only), and OpenBLAS sgemm (dlopen'ed, if present), on
 // BERT-base and Qwen3-0.6B projection shapes. Also times Backend::Attention.
 //
-// Usage: gemm_bench [--threads N] [--reps R] [--m M] [--attention-only]
+// Usage: gemm_bench [--threads N] [--reps R] [--m M] [--no-gemm-table]
 // Prints a markdown table: median GFLOP/s over R repetitions (after 3 warm-ups) and the
 // spread (min..max).
 #include <dlfcn.h>
@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_linear.h"
 
 namespace {
 
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
   int64_t m = 8192;
   bool gemm = true;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--attention-only")) gemm = false;
+    if (!std::strcmp(argv[i], "--no-gemm-table")) gemm = false;
   }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
@@ -175,6 +176,38 @@ int main(int argc, char** argv) {
                 cells[2].c_str(), cells[3].c_str(), cells[4].c_str(), cells[5].c_str(),
                 cells[6].c_str());
     std::fflush(stdout);
+  }
+
+  // Linear over varying M (bucketed primitives, padded tails): BERT-base FFN up projection.
+  std::printf(
+      "\n| Linear K=768 N=3072 | M | bucket plan | first call ms | f32 GFLOP/s | bf16 "
+      "GFLOP/s |\n|---|---|---|---|---|---|\n");
+  {
+    const int64_t k = 768, n = 3072;
+    std::vector<float> w(n * k), b(n), x(4096 * k), out(4096 * n);
+    for (auto& v : w) v = u(g);
+    for (auto& v : x) v = u(g);
+    HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
+    HostTensor hb{b.data(), DType::kF32, {n}, "b"};
+    auto wf = be->PrepareLinear(hw, &hb, DType::kF32);
+    auto wb = be->PrepareLinear(hw, &hb, DType::kBF16);
+    if (!wf.ok() || !wb.ok()) return 1;
+    for (int64_t mm : {1, 7, 16, 33, 100, 300, 512, 1000, 3000}) {
+      auto params = [&](const LinearWeight* lw) {
+        return LinearParams{lw, Tensor{x.data(), DType::kF32, mm, k, 0},
+                            Tensor{out.data(), DType::kF32, mm, n, 0}, Activation::kGeluErf};
+      };
+      auto t0 = std::chrono::steady_clock::now();
+      be->Linear(params(wf->get()));
+      const double first =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+      const double flops = 2.0 * mm * n * k;
+      Stats sf = Measure(flops, reps, [&] { be->Linear(params(wf->get())); });
+      Stats sb = Measure(flops, reps, [&] { be->Linear(params(wb->get())); });
+      std::printf("| | %ld | %ld | %.1f | %s | %s |\n", static_cast<long>(mm),
+                  static_cast<long>(cpu::LinearRunner::BucketFor(mm)), first, Fmt(sf).c_str(),
+                  Fmt(sb).c_str());
+    }
   }
 
   // Attention: 4 x 512-token and 16 x 128-token sequences, BERT-base and Qwen3 head shapes.

@@ -170,5 +170,26 @@ TEST(CpuLinear, BatchInvarianceLargeShapes) {
   CheckBatchInvariance(DType::kBF16, 1024, 3072, {1, 7, 100, 600, 2500});
 }
 
+// Same result with 1 and 2 threads (bit-identical), for small and large M.
+TEST(CpuLinear, ThreadCountInvariance) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t m : {1, 5, 300, 2000}) {
+      const int64_t k = 3072, n = 768;
+      auto w = Random(n * k, 51), x = Random(m * k, 52);
+      HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
+      std::vector<float> out[2];
+      for (int t = 0; t < 2; ++t) {
+        auto be = MakeCpu(t + 1);
+        auto lw = be->PrepareLinear(hw, nullptr, dtype);
+        ASSERT_TRUE(lw.ok());
+        out[t].resize(m * n);
+        be->Linear(LinearParams{lw->get(), View(x, m, k), View(out[t], m, n)});
+      }
+      EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), m * n * 4))
+          << DTypeName(dtype) << " m=" << m;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice
