@@ -9,8 +9,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -49,6 +51,22 @@ std::string Fmt(const Stats& s) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.0f (%.0f..%.0f)", s.median, s.lo, s.hi);
   return buf;
+}
+
+void Appendf(std::string* out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void Appendf(std::string* out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  *out += buf;
+}
+
+void FillRandom(std::vector<float>* v, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto& x : *v) x = u(g);
 }
 
 std::string CpuModel() {
@@ -116,20 +134,13 @@ int main(int argc, char** argv) {
   if (!be_or.ok()) return 1;
   auto be = std::move(be_or).value();
 
-  SgemmFn sgemm = nullptr;
-  void* blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-  if (blas) {
-    sgemm = reinterpret_cast<SgemmFn>(dlsym(blas, "cblas_sgemm"));
-    if (auto set = reinterpret_cast<SetThreadsFn>(dlsym(blas, "openblas_set_num_threads"))) {
-      set(threads);
-    }
-  }
-
   std::printf(
       "CPU: %s\nbackend: %s\nthreads: %d, M = %ld, median of %d reps (min..max), "
       "GFLOP/s\n\n",
       CpuModel().c_str(), be->Describe().c_str(), threads, static_cast<long>(m), reps);
-  std::printf(
+  std::string table;
+  Appendf(
+      &table,
       "| model | K | N | oneDNN f32 (Linear) | oneDNN f32 (raw) | oneDNN bf16 (Linear) "
       "| oneDNN bf16 (raw) | OpenBLAS sgemm | oneDNN f32 (runtime M) | oneDNN bf16 (runtime M) |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n");
@@ -143,12 +154,13 @@ int main(int argc, char** argv) {
                           {"Qwen3-0.6B", 1024, 4096}, {"Qwen3-0.6B", 3072, 1024}};
   std::mt19937 g(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<std::array<std::string, 7>> rows;
   for (const Shape& s : shapes) {
     if (!gemm) break;
     std::vector<float> x(m * s.k), w(s.n * s.k), b(s.n), out(m * s.n);
-    for (auto& v : x) v = u(g);
-    for (auto& v : w) v = u(g);
-    for (auto& v : b) v = u(g);
+    FillRandom(&x, 1);
+    FillRandom(&w, 2);
+    FillRandom(&b, 3);
     const double flops = 2.0 * m * s.n * s.k;
     HostTensor hw{w.data(), DType::kF32, {s.n, s.k}, "w"};
     HostTensor hb{b.data(), DType::kF32, {s.n}, "b"};
@@ -162,26 +174,15 @@ int main(int argc, char** argv) {
       cells[c * 2 + 1] = Fmt(RawDnnl(m, s.k, s.n, c == 1, false, reps, x, w, b));
       cells[5 + c] = Fmt(RawDnnl(m, s.k, s.n, c == 1, true, reps, x, w, b));
     }
-    cells[4] = "n/a";
-    if (sgemm) {
-      // Row-major C[M,N] = X[M,K] * W[N,K]^T (101 = RowMajor, 111 = NoTrans, 112 = Trans).
-      cells[4] = Fmt(Measure(flops, reps, [&] {
-        sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f,
-              x.data(), static_cast<int>(s.k), w.data(), static_cast<int>(s.k), 0.f, out.data(),
-              static_cast<int>(s.n));
-      }));
-    }
-    std::printf("| %s | %ld | %ld | %s | %s | %s | %s | %s | %s | %s |\n", s.model,
-                static_cast<long>(s.k), static_cast<long>(s.n), cells[0].c_str(), cells[1].c_str(),
-                cells[2].c_str(), cells[3].c_str(), cells[4].c_str(), cells[5].c_str(),
-                cells[6].c_str());
-    std::fflush(stdout);
+    rows.push_back({});
+    for (int c = 0; c < 7; ++c) rows.back()[c] = cells[c];
   }
 
   // Linear over varying M (bucketed primitives, padded tails): BERT-base FFN up projection.
-  std::printf(
-      "\n| Linear K=768 N=3072 | M | bucket plan | first call ms | f32 GFLOP/s | bf16 "
-      "GFLOP/s |\n|---|---|---|---|---|---|\n");
+  std::string tail;
+  Appendf(&tail,
+          "\n| Linear K=768 N=3072 | M | bucket plan | first call ms | f32 GFLOP/s | bf16 "
+          "GFLOP/s |\n|---|---|---|---|---|---|\n");
   {
     const int64_t k = 768, n = 3072;
     std::vector<float> w(n * k), b(n), x(4096 * k), out(4096 * n);
@@ -204,16 +205,16 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * mm * n * k;
       Stats sf = Measure(flops, reps, [&] { be->Linear(params(wf->get())); });
       Stats sb = Measure(flops, reps, [&] { be->Linear(params(wb->get())); });
-      std::printf("| | %ld | %ld | %.1f | %s | %s |\n", static_cast<long>(mm),
-                  static_cast<long>(cpu::LinearRunner::BucketFor(mm)), first, Fmt(sf).c_str(),
-                  Fmt(sb).c_str());
+      Appendf(&tail, "| | %ld | %ld | %.1f | %s | %s |\n", static_cast<long>(mm),
+              static_cast<long>(cpu::LinearRunner::BucketFor(mm)), first, Fmt(sf).c_str(),
+              Fmt(sb).c_str());
     }
   }
 
   // Attention: 4 x 512-token and 16 x 128-token sequences, BERT-base and Qwen3 head shapes.
-  std::printf(
-      "\n| attention | seqs x len | heads/kv x dim | causal | GFLOP/s |\n"
-      "|---|---|---|---|---|\n");
+  Appendf(&tail,
+          "\n| attention | seqs x len | heads/kv x dim | causal | GFLOP/s |\n"
+          "|---|---|---|---|---|\n");
   struct AttnShape {
     int seqs, len, heads, kv, dim;
     bool causal;
@@ -245,8 +246,39 @@ int main(int argc, char** argv) {
     double flops = 4.0 * a.seqs * a.heads * double(a.len) * a.len * a.dim;
     if (a.causal) flops /= 2;
     Stats st = Measure(flops, reps, [&] { be->Attention(p); });
-    std::printf("| attention | %d x %d | %d/%d x %d | %s | %s |\n", a.seqs, a.len, a.heads, a.kv,
-                a.dim, a.causal ? "yes" : "no", Fmt(st).c_str());
+    Appendf(&tail, "| attention | %d x %d | %d/%d x %d | %s | %s |\n", a.seqs, a.len, a.heads, a.kv,
+            a.dim, a.causal ? "yes" : "no", Fmt(st).c_str());
   }
+
+  // OpenBLAS last: its pthread pool yield-spins after each call and would slow whatever runs
+  // next on 2 cores.
+  SgemmFn sgemm = nullptr;
+  if (void* blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL)) {
+    sgemm = reinterpret_cast<SgemmFn>(dlsym(blas, "cblas_sgemm"));
+    if (auto set = reinterpret_cast<SetThreadsFn>(dlsym(blas, "openblas_set_num_threads"))) {
+      set(threads);
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Shape& s = shapes[i];
+    rows[i][4] = "n/a";
+    if (!sgemm) continue;
+    std::vector<float> x(m * s.k), w(s.n * s.k), out(m * s.n);
+    FillRandom(&x, 1);
+    FillRandom(&w, 2);
+    // Row-major C[M,N] = X[M,K] * W[N,K]^T (101 = RowMajor, 111 = NoTrans, 112 = Trans).
+    rows[i][4] = Fmt(Measure(2.0 * m * s.n * s.k, reps, [&] {
+      sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f,
+            x.data(), static_cast<int>(s.k), w.data(), static_cast<int>(s.k), 0.f, out.data(),
+            static_cast<int>(s.n));
+    }));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Appendf(&table, "| %s | %ld | %ld |", shapes[i].model, static_cast<long>(shapes[i].k),
+            static_cast<long>(shapes[i].n));
+    for (const auto& cell : rows[i]) Appendf(&table, " %s |", cell.c_str());
+    Appendf(&table, "\n");
+  }
+  std::printf("%s%s", table.c_str(), tail.c_str());
   return 0;
 }
