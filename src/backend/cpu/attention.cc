@@ -17,6 +17,8 @@
 #ifndef SLUICE_BACKEND_CPU_ATTENTION_TASK_
 #define SLUICE_BACKEND_CPU_ATTENTION_TASK_
 namespace sluice::cpu {
+// Query rows whose scores are held at once (S is kSubBlock x keys per thread).
+constexpr int kSubBlock = 64;
 // One unit of work: query rows [q0, q1) of head `head` of sequence `seq`.
 struct AttnTask {
   int seq, head, q0, q1;
@@ -168,7 +170,8 @@ HWY_INLINE void WeightedSum4(const float* p, int64_t ldp, int64_t n, const float
   }
 }
 
-// Runs one task. kt: dim * nkp floats; s: kQueryBlock * nkp floats (per-thread scratch).
+// Runs one task. kt: dim * (nkp + 64) floats, s: kSubBlock * nkp floats (per-thread
+// scratch), nkp >= the task's key range rounded up to a whole vector.
 void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* s) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
@@ -188,59 +191,77 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
   KeyRange(p, t.q1 - 1, len, &lo_last, &hi_last);
   const int64_t nk = hi_last - lo + 1;
   const int64_t nkp = (nk + nl - 1) / nl * nl;
-  // Kt[c][j] = K[lo + j][c], zero padded to nkp columns.
-  for (int c = 0; c < dim; ++c) {
-    float* row = kt + c * nkp;
-    for (int64_t j = 0; j < nk; ++j) row[j] = kb[(lo + j) * ldk + c];
-    for (int64_t j = nk; j < nkp; ++j) row[j] = 0.f;
+  // Kt row stride: one extra vector so that rows do not alias in the L1 sets.
+  const int64_t ldt = nkp + nl;
+  // Kt[c][j] = K[lo + j][c], zero padded to nkp columns; 16 x 16 tiles stay in L1.
+  constexpr int kTile = 16;
+  for (int64_t j0 = 0; j0 < nk; j0 += kTile) {
+    const int64_t j1 = std::min<int64_t>(nk, j0 + kTile);
+    for (int c0 = 0; c0 < dim; c0 += kTile) {
+      const int c1 = std::min(dim, c0 + kTile);
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* kr = kb + (lo + j) * ldk;
+        for (int c = c0; c < c1; ++c) kt[c * ldt + j] = kr[c];
+      }
+    }
   }
-  // Key range [glo, ghi] (offsets from lo) of query group g (rows t.q0 + g .. + 3).
-  auto group_range = [&](int g, int64_t* glo, int64_t* ghi) {
-    int a, b, c2, e;
-    KeyRange(p, t.q0 + g, len, &a, &b);
-    KeyRange(p, std::min(t.q0 + g + 3, t.q1 - 1), len, &c2, &e);
-    *glo = a - lo;
-    *ghi = e - lo;
-  };
-  const int nq = t.q1 - t.q0;
-  // QK^T in key blocks that stay in L1 across all query groups of the task.
-  const int64_t jb_size = 2 * nl;
-  for (int64_t jb = 0; jb < nkp; jb += jb_size) {
-    const int64_t jn = std::min(jb_size, nkp - jb);
+  for (int c = 0; c < dim; ++c) {
+    for (int64_t j = nk; j < nkp; ++j) kt[c * ldt + j] = 0.f;
+  }
+  // Query rows in sub-blocks of kSubBlock (S holds kSubBlock rows of stride nkp).
+  for (int sb = t.q0; sb < t.q1; sb += kSubBlock) {
+    const int se = std::min(t.q1, sb + kSubBlock);
+    const int nq = se - sb;
+    // Key range [glo, ghi] (offsets from lo) of query group g (rows sb + g .. + 3).
+    auto group_range = [&](int g, int64_t* glo, int64_t* ghi) {
+      int a, b, c2, e;
+      KeyRange(p, sb + g, len, &a, &b);
+      KeyRange(p, std::min(sb + g + 3, se - 1), len, &c2, &e);
+      *glo = a - lo;
+      *ghi = e - lo;
+    };
+    int64_t sb_lo, sb_hi, unused;
+    group_range(0, &sb_lo, &unused);
+    group_range((nq - 1) / 4 * 4, &unused, &sb_hi);
+    // QK^T in key blocks that stay in L1 across all query groups of the sub-block.
+    const int64_t jb_size = 2 * nl;
+    for (int64_t jb = sb_lo / nl * nl; jb <= sb_hi; jb += jb_size) {
+      const int64_t jn = std::min(jb_size, nkp - jb);
+      for (int g = 0; g < nq; g += 4) {
+        int64_t glo, ghi;
+        group_range(g, &glo, &ghi);
+        if (jb > ghi || jb + jn <= glo) continue;  // block outside every row's range
+        const float* q[4];
+        for (int r = 0; r < 4; ++r) q[r] = qb + std::min(sb + g + r, se - 1) * ldq;
+        Scores4(q, kt + jb, ldt, jn, dim, p.scale, s + g * nkp + jb, nkp);
+      }
+    }
+    // Softmax per row, then P V for 4 rows at a time over the group's key range.
     for (int g = 0; g < nq; g += 4) {
       int64_t glo, ghi;
       group_range(g, &glo, &ghi);
-      if (jb > ghi || jb + jn <= glo) continue;  // block outside every row's range
-      const float* q[4];
-      for (int r = 0; r < 4; ++r) q[r] = qb + std::min(t.q0 + g + r, t.q1 - 1) * ldq;
-      Scores4(q, kt + jb, nkp, jn, dim, p.scale, s + g * nkp + jb, nkp);
-    }
-  }
-  // Softmax per row, then P V for 4 rows at a time over the group's key range.
-  for (int g = 0; g < nq; g += 4) {
-    int64_t glo, ghi;
-    group_range(g, &glo, &ghi);
-    const int nrows = std::min(4, nq - g);
-    float inv[4] = {0.f, 0.f, 0.f, 0.f};
-    float* out[4];
-    for (int r = 0; r < 4; ++r) {
-      float* sr = s + (g + r) * nkp;
-      if (r >= nrows) {  // padding row: zero probabilities
-        std::memset(sr + glo, 0, (ghi - glo + 1) * sizeof(float));
-        out[r] = nullptr;
-        continue;
+      const int nrows = std::min(4, nq - g);
+      float inv[4] = {0.f, 0.f, 0.f, 0.f};
+      float* out[4];
+      for (int r = 0; r < 4; ++r) {
+        float* sr = s + (g + r) * nkp;
+        if (r >= nrows) {  // padding row: zero probabilities
+          std::memset(sr + glo, 0, (ghi - glo + 1) * sizeof(float));
+          out[r] = nullptr;
+          continue;
+        }
+        const int i = sb + g + r;
+        int rlo, rhi;
+        KeyRange(p, i, len, &rlo, &rhi);
+        const int64_t a = rlo - lo, b = rhi - lo;
+        inv[r] = 1.f / SoftmaxExp(sr + a, b - a + 1);
+        for (int64_t j = glo; j < a; ++j) sr[j] = 0.f;
+        for (int64_t j = b + 1; j <= ghi; ++j) sr[j] = 0.f;
+        out[r] = ob + i * ldo;
       }
-      const int i = t.q0 + g + r;
-      int rlo, rhi;
-      KeyRange(p, i, len, &rlo, &rhi);
-      const int64_t a = rlo - lo, b = rhi - lo;
-      inv[r] = 1.f / SoftmaxExp(sr + a, b - a + 1);
-      for (int64_t j = glo; j < a; ++j) sr[j] = 0.f;
-      for (int64_t j = b + 1; j <= ghi; ++j) sr[j] = 0.f;
-      out[r] = ob + i * ldo;
+      WeightedSum4(s + g * nkp + glo, nkp, ghi - glo + 1, vb + (lo + glo) * ldv, ldv, dim, inv, out,
+                   nrows);
     }
-    WeightedSum4(s + g * nkp + glo, nkp, ghi - glo + 1, vb + (lo + glo) * ldv, ldv, dim, inv, out,
-                 nrows);
   }
 }
 
@@ -258,27 +279,30 @@ namespace sluice::cpu {
 
 HWY_EXPORT(AttnTaskRun);
 
-namespace {
-constexpr int kQueryBlock = 64;
-}  // namespace
-
 void AttentionKernel(const AttentionParams& p) {
   static thread_local std::vector<AttnTask> tasks;  // reused across calls
   tasks.clear();
   int max_len = 0;
+  int64_t pairs = 0;
   for (int s = 0; s < p.num_seqs; ++s) {
     const int len = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
     max_len = std::max(max_len, len);
+    pairs += len > 0 ? p.num_heads : 0;
+  }
+  // One task per (sequence, head) transposes K once for all its queries; with too few such
+  // pairs to keep the threads busy, split sequences into kSubBlock-row tasks. Results do not
+  // depend on this choice (every row is computed by the same operations either way).
+  const int span = pairs >= 4 * omp_get_max_threads() ? std::max(1, max_len) : kSubBlock;
+  for (int s = 0; s < p.num_seqs; ++s) {
+    const int len = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
     for (int h = 0; h < p.num_heads; ++h) {
-      for (int q0 = 0; q0 < len; q0 += kQueryBlock) {
-        tasks.push_back({s, h, q0, std::min(len, q0 + kQueryBlock)});
-      }
+      for (int q0 = 0; q0 < len; q0 += span) tasks.push_back({s, h, q0, std::min(len, q0 + span)});
     }
   }
   if (tasks.empty()) return;
-  // Key range of a task spans at most max_len keys; pad to a whole vector (<= 64 lanes).
-  const int64_t nkp = (static_cast<int64_t>(max_len) + 64) / 64 * 64;
-  const int64_t kt_elems = nkp * p.head_dim, s_elems = kQueryBlock * nkp;
+  // A task's key range spans at most max_len keys; pad to whole vectors (<= 64 lanes).
+  const int64_t nkp = (static_cast<int64_t>(max_len) + 63) / 64 * 64;
+  const int64_t kt_elems = (nkp + 64) * p.head_dim, s_elems = kSubBlock * nkp;
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
   const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
 #pragma omp parallel
