@@ -59,19 +59,22 @@ std::vector<float> SeqRows(const Shape& s, int len, uint32_t seed) {
 
 TEST(CpuAttention, MatchesReference) {
   auto be = MakeCpu();
-  const std::vector<int> lens = {1, 7, 65, 130, 3};
-  for (const Shape& s : {Shape{4, 4, 64}, Shape{4, 2, 128}, Shape{6, 1, 40}, Shape{2, 2, 17}}) {
-    std::vector<std::vector<float>> rows;
-    for (size_t i = 0; i < lens.size(); ++i) rows.push_back(SeqRows(s, lens[i], 100 + i));
-    for (bool causal : {false, true}) {
-      for (int window : {0, 1, 5, 64}) {
-        AttnRun a = Make(s, lens, causal, window, rows);
-        AttnRun b = Make(s, lens, causal, window, rows);
-        be->Attention(a.p);
-        cpu::ref::Attention(b.p);
-        EXPECT_CLOSE(a.out.data(), b.out.data(), a.out.size(), 1e-5, 1e-5)
-            << "heads " << s.heads << "/" << s.kv_heads << " dim " << s.dim << " causal " << causal
-            << " window " << window;
+  // The single-sequence batch has too few (sequence, head) pairs for 2 threads, so it also
+  // exercises the split-into-64-row-tasks path.
+  for (const std::vector<int>& lens : {std::vector<int>{1, 7, 65, 130, 3}, std::vector<int>{200}}) {
+    for (const Shape& s : {Shape{4, 4, 64}, Shape{4, 2, 128}, Shape{6, 1, 40}, Shape{2, 2, 17}}) {
+      std::vector<std::vector<float>> rows;
+      for (size_t i = 0; i < lens.size(); ++i) rows.push_back(SeqRows(s, lens[i], 100 + i));
+      for (bool causal : {false, true}) {
+        for (int window : {0, 1, 5, 64}) {
+          AttnRun a = Make(s, lens, causal, window, rows);
+          AttnRun b = Make(s, lens, causal, window, rows);
+          be->Attention(a.p);
+          cpu::ref::Attention(b.p);
+          EXPECT_CLOSE(a.out.data(), b.out.data(), a.out.size(), 1e-5, 1e-5)
+              << "seqs " << lens.size() << " heads " << s.heads << "/" << s.kv_heads << " dim "
+              << s.dim << " causal " << causal << " window " << window;
+        }
       }
     }
   }
