@@ -224,7 +224,9 @@ void NormalizedString::LRStrip(bool left, bool right) {
 }
 
 void NormalizedString::Prepend(std::string_view s) {
-  if (norm.empty()) return;
+  if (norm.empty() || s.empty()) return;
+  // HF: the first prefix char replaces the first char, the rest and that char are inserted, so
+  // all of them align to the first char.
   std::vector<std::pair<char32_t, int>> out;
   auto add = ToCodePoints(s);
   for (size_t i = 0; i < add.size(); ++i) out.emplace_back(add[i], i != 0 ? 1 : 0);
@@ -236,7 +238,6 @@ void NormalizedString::Prepend(std::string_view s) {
     out.emplace_back(c, first ? 1 : 0);
     first = false;
   }
-  if (add.empty()) return;
   Transform(out, 0);
 }
 

@@ -174,8 +174,11 @@ bool IsPunctuation(char32_t c) {
 bool IsControlBert(char32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
   auto k = Cat(c);
+  // HF uses the unicode_categories crate (Unicode 9 tables, no Cn entries): unassigned code
+  // points are not control characters, nor are format characters added after Unicode 9.
+  if (c == 0x110CD || (c >= 0x13430 && c <= 0x1343F) || c == 0x0890 || c == 0x0891) return false;
   return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-         k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
+         k == UTF8PROC_CATEGORY_CO;
 }
 
 bool IsChineseChar(char32_t c) {
