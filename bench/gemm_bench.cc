@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   // Linear over varying M (bucketed primitives, padded tails): BERT-base FFN up projection.
   std::string tail;
   Appendf(&tail,
-          "\n| Linear K=768 N=3072 | M | bucket plan | first call ms | f32 GFLOP/s | bf16 "
+          "\n| Linear K=768 N=3072 | M | primitive calls | first call ms | f32 GFLOP/s | bf16 "
           "GFLOP/s |\n|---|---|---|---|---|---|\n");
   {
     const int64_t k = 768, n = 3072;
@@ -205,9 +205,8 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * mm * n * k;
       Stats sf = Measure(flops, reps, [&] { be->Linear(params(wf->get())); });
       Stats sb = Measure(flops, reps, [&] { be->Linear(params(wb->get())); });
-      Appendf(&tail, "| | %ld | %ld | %.1f | %s | %s |\n", static_cast<long>(mm),
-              static_cast<long>(cpu::LinearRunner::BucketFor(mm)), first, Fmt(sf).c_str(),
-              Fmt(sb).c_str());
+      Appendf(&tail, "| | %ld | %s | %.1f | %s | %s |\n", static_cast<long>(mm),
+              cpu::LinearRunner::DescribePlan(mm).c_str(), first, Fmt(sf).c_str(), Fmt(sb).c_str());
     }
   }
 

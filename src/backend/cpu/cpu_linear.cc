@@ -39,6 +39,26 @@ struct Step {
   int64_t r0, rows, bucket;  // rows [r0, r0 + rows) run as a primitive of M = bucket
 };
 
+// Chunks of kMaxChunk rows, then bucket-sized direct calls, then one padded tail.
+void MakePlan(int64_t m, std::vector<Step>* plan) {
+  plan->clear();
+  for (int64_t r0 = 0; r0 < m;) {
+    const int64_t rem = m - r0;
+    int64_t rows = rem, bucket = rem;
+    if (rem >= kMaxChunk) {
+      rows = bucket = kMaxChunk;
+    } else if (rem == LinearRunner::BucketFor(rem)) {
+      // exact bucket
+    } else if (rem > kPadAllBelow) {
+      rows = bucket = BucketFloor(rem);
+    } else {
+      bucket = LinearRunner::BucketFor(rem);
+    }
+    plan->push_back({r0, rows, bucket});
+    r0 += rows;
+  }
+}
+
 struct Primitive {
   dnnl::matmul prim;
   dnnl::memory src, dst;
@@ -180,6 +200,18 @@ std::string LinearRunner::IsaName() {
 }
 LinearRunner::~LinearRunner() = default;
 
+std::string LinearRunner::DescribePlan(int64_t m) {
+  std::vector<Step> plan;
+  MakePlan(m, &plan);
+  std::string out;
+  for (const Step& s : plan) {
+    if (!out.empty()) out += " + ";
+    out += std::to_string(s.rows);
+    if (s.rows != s.bucket) out += " (padded to " + std::to_string(s.bucket) + ")";
+  }
+  return out;
+}
+
 int64_t LinearRunner::BucketFor(int64_t m) {
   if (m <= 16) return 16;
   int64_t g = Granularity(m);
@@ -285,24 +317,8 @@ void LinearRunner::Run(const LinearParams& p) {
     CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
   }
 
-  // Plan: chunks of kMaxChunk, then bucket-sized direct calls, then one padded tail.
   std::vector<Step>& plan = im.plan;  // reused: no allocation in steady state
-  plan.clear();
-  for (int64_t r0 = 0; r0 < m;) {
-    const int64_t rem = m - r0;
-    int64_t rows = rem, bucket = rem;
-    if (rem >= kMaxChunk) {
-      rows = bucket = kMaxChunk;
-    } else if (rem == BucketFor(rem)) {
-      // exact bucket
-    } else if (rem > kPadAllBelow) {
-      rows = bucket = BucketFloor(rem);
-    } else {
-      bucket = BucketFor(rem);
-    }
-    plan.push_back({r0, rows, bucket});
-    r0 += rows;
-  }
+  MakePlan(m, &plan);
   const Step& last = plan.back();
 
   // Source: bf16 copy (rows up to the padded bucket, pad rows zeroed) or f32 in place.

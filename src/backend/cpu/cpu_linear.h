@@ -43,6 +43,8 @@ class LinearRunner {
 
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);
+  // The primitive calls used for M rows, e.g. "256 + 44 (padded to 48)".
+  static std::string DescribePlan(int64_t m);
 
  private:
   struct Impl;
