@@ -88,14 +88,12 @@ void NormalizedString::Normalize(bool compat, bool compose) {
     std::stable_sort(dec.begin() + run_start, dec.end(),
                      [](const Item& a, const Item& b) { return a.ccc < b.ccc; });
   };
-  bool changed = false;
   for (size_t i = 0; i < norm.size();) {
     size_t len;
     char32_t c = DecodeAt(norm, i, &len);
     i += len;
     tmp.clear();
     Decompose(c, compat, &tmp);
-    if (tmp.size() != 1 || tmp[0] != c) changed = true;
     for (size_t k = 0; k < tmp.size(); ++k) {
       int cc = CombiningClass(tmp[k]);
       if (cc == 0) {
@@ -164,23 +162,19 @@ void NormalizedString::Normalize(bool compat, bool compose) {
     }
     if (composee) out.push_back(*composee);
     out.insert(out.end(), buffer.begin(), buffer.end());
-    if (!changed) {
-      // Nothing decomposed: composition can still merge pairs (e.g. e + U+0301).
-      bool same = out.size() == dec.size();
-      for (size_t k = 0; same && k < out.size(); ++k) same = out[k].first == dec[k].c;
-      if (same) return;
-    }
   }
-  if (!compose && !changed) {
-    bool same = true;
-    size_t k = 0;
-    for (size_t i = 0; i < norm.size() && same; ++k) {
-      size_t len;
-      same = DecodeAt(norm, i, &len) == out[k].first;
-      i += len;
+  // Skip the transform when nothing changed (the common case).
+  bool same = true;
+  size_t k = 0;
+  for (size_t i = 0; i < norm.size(); ++k) {
+    size_t len;
+    if (k >= out.size() || DecodeAt(norm, i, &len) != out[k].first) {
+      same = false;
+      break;
     }
-    if (same) return;
+    i += len;
   }
+  if (same && k == out.size()) return;
   Transform(out, 0);
 }
 

@@ -94,10 +94,12 @@ class LowercaseNormalizer : public Normalizer {
   }
 };
 
+// HF's StripAccents removes every combining mark (Mn, Mc, Me), unlike BertNormalizer's
+// strip_accents which removes only Mn.
 class StripAccents : public Normalizer {
  public:
   Status Normalize(NormalizedString* ns) const override {
-    ns->Filter([](char32_t c) { return !IsMarkNonspacing(c); });
+    ns->Filter([](char32_t c) { return !IsMark(c); });
     return Status::Ok();
   }
 };

@@ -79,12 +79,9 @@ Status TruncateEncodings(Encoding* a, Encoding* b, size_t max_length, Truncation
     }
     size_t n1 = a->size(), n2 = b->size();
     bool swap = n1 > n2;
-    if (swap) std::swap(n1, n2);
-    if (n1 > max_length) {
-      n2 = n1;
-    } else {
-      n2 = std::max(n1, max_length - n1);
-    }
+    if (swap) std::swap(n1, n2);  // n1: the shorter
+    // Same arithmetic as HF tokenizers' truncate_encodings.
+    n2 = n1 > max_length ? n1 : std::max(n1, max_length - n1);
     if (n1 + n2 > max_length) {
       n1 = max_length / 2;
       n2 = n1 + max_length % 2;

@@ -190,6 +190,11 @@ bool IsChineseChar(char32_t c) {
 
 bool IsMarkNonspacing(char32_t c) { return Cat(c) == UTF8PROC_CATEGORY_MN; }
 
+bool IsMark(char32_t c) {
+  auto k = Cat(c);
+  return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+}
+
 bool IsAlphanumeric(char32_t c) {
   auto k = Cat(c);
   return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||

@@ -128,6 +128,7 @@ void Check(const std::string& name, Stats* st) {
     auto& [total, failed] = st->by_kind[kind];
     ++total;
     std::string why, why_tokens;
+    std::string_view strategy;
     if (kind == "d") {
       // Decode the ids HF produced for the same text.
       auto enc = t.Encode(corpus[a]);
@@ -150,7 +151,6 @@ void Check(const std::string& name, Stats* st) {
       bool add_special = kind != "s_nosp";
       TruncationParams tp;
       bool has_trunc = false;
-      std::string_view strategy;
       if (d["strategy"].get(strategy) == simdjson::SUCCESS) {
         has_trunc = true;
         tp.max_length = static_cast<size_t>(d["max"].get_int64().value());
@@ -193,6 +193,11 @@ void Check(const std::string& name, Stats* st) {
             why_tokens += enc->tokens[k] + "(" + std::to_string(enc->offsets[k].first) + "," +
                           std::to_string(enc->offsets[k].second) + ") ";
         }
+        if (enc->ids != ids && pair && std::getenv("SLUICE_PARITY_TOKENS")) {
+          auto ea = t.Encode(corpus[a], false),
+               eb = t.Encode(corpus[static_cast<size_t>(b_idx)], false);
+          why_tokens += " lens " + std::to_string(ea->size()) + " " + std::to_string(eb->size());
+        }
         if (enc->ids != ids) {
           why = "ids: got " + Show(enc->ids) + " want " + Show(ids);
         } else if (enc->type_ids != tids) {
@@ -209,7 +214,8 @@ void Check(const std::string& name, Stats* st) {
       size_t limit = std::getenv("SLUICE_PARITY_TOKENS") ? 25 : 6;
       if (st->examples.size() < limit)
         st->examples.push_back(name + " " + kind + " a=" + std::to_string(a) + " text='" +
-                               corpus[a].substr(0, 80) + "': " + why + " | " + why_tokens);
+                               corpus[a].substr(0, 80) + "' b=" + std::to_string(b_idx) + " " +
+                               std::string(strategy) + ": " + why + " | " + why_tokens);
     }
   }
 }
