@@ -91,8 +91,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
 Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs) {
   batch_.Clear();
   for (const SequenceInput* in : inputs) batch_.Add(in->ids, in->type_ids);
-  RETURN_IF_ERROR(model_->Validate(batch_));
-  DeviceBatch db = model_->PrepareBatch(batch_, *workspace_);
+  return RunPacked(batch_, outputs);
+}
+
+Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
+  RETURN_IF_ERROR(model_->Validate(batch));
+  DeviceBatch db = model_->PrepareBatch(batch, *workspace_);
   ASSIGN_OR_RETURN(Tensor hidden, model_->Forward(db, *workspace_));
   const int H = model_->hidden_size();
   const int S = db.num_seqs;
@@ -101,7 +105,7 @@ Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, Sequenc
     host_pooled_.resize(static_cast<size_t>(db.num_tokens) * H);
     backend_->CopyToHostF32(hidden, host_pooled_.data());
     for (int s = 0; s < S; ++s) {
-      const int32_t b = batch_.cu_seqlens[s], e = batch_.cu_seqlens[s + 1];
+      const int32_t b = batch.cu_seqlens[s], e = batch.cu_seqlens[s + 1];
       SequenceOutput& out = outputs[s];
       out.token_indices.clear();
       if (head_.pooling == PoolingKind::kAll) {
@@ -109,7 +113,7 @@ Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, Sequenc
       } else {
         std::vector<float> rows;
         for (int32_t i = b; i < e; ++i) {
-          if (batch_.token_ids[i] == head_.step_token_id) {
+          if (batch.token_ids[i] == head_.step_token_id) {
             rows.insert(rows.end(), host_pooled_.begin() + static_cast<size_t>(i) * H,
                         host_pooled_.begin() + static_cast<size_t>(i + 1) * H);
             out.token_indices.push_back(i - b);

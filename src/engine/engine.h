@@ -63,6 +63,9 @@ class Engine {
                                             const ProgressFn& progress = nullptr);
   // Runs exactly one packed forward over `inputs` (they must fit the budget).
   Status RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs);
+  // Runs one packed forward over a batch the caller already packed (e.g. on another
+  // thread, overlapped with the previous forward). outputs: one per sequence of `batch`.
+  Status RunPacked(const ForwardBatch& batch, SequenceOutput* outputs);
 
  private:
   Engine() = default;

@@ -1,0 +1,231 @@
+#include "engine/engine_loop.h"
+
+#include <chrono>
+
+#include "core/log.h"
+
+namespace sluice {
+
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options)
+    : engine_(std::move(engine)), options_(std::move(options)), scheduler_(options_.limits) {
+  use_types_ = engine_->model().config().type_vocab_size > 1;
+  sched_thread_ = std::thread([this] { SchedulerThread(); });
+  engine_thread_ = std::thread([this] { EngineThread(); });
+}
+
+EngineLoop::~EngineLoop() { Shutdown(); }
+
+Status EngineLoop::Validate(const std::vector<SequenceInput>& inputs) const {
+  const ModelConfig& c = engine_->model().config();
+  const int max_len = engine_->info().max_sequence_length;
+  const int types = std::max(1, c.type_vocab_size);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& s = inputs[i];
+    const std::string where = "input " + std::to_string(i);
+    if (s.ids.empty()) return InvalidArgument(where + " has no tokens");
+    if (max_len > 0 && s.ids.size() > static_cast<size_t>(max_len)) {
+      return OutOfRange(where + " has " + std::to_string(s.ids.size()) +
+                        " tokens, over the model's limit of " + std::to_string(max_len));
+    }
+    for (int32_t id : s.ids) {
+      if (id < 0 || id >= c.vocab_size) {
+        return InvalidArgument(where + ": token id " + std::to_string(id) +
+                               " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+      }
+    }
+    if (!s.type_ids.empty()) {
+      if (s.type_ids.size() != s.ids.size()) {
+        return InvalidArgument(where + ": token_type_ids length differs from input_ids");
+      }
+      for (int32_t t : s.type_ids) {
+        if (t < 0 || t >= types) {
+          return InvalidArgument(where + ": token type id " + std::to_string(t) + " outside [0, " +
+                                 std::to_string(types) + ")");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status EngineLoop::Submit(std::shared_ptr<EngineRequest> request) {
+  RETURN_IF_ERROR(Validate(request->inputs));
+  request->outputs.assign(request->inputs.size(), SequenceOutput{});
+  request->enqueued = SteadyClock::now();
+  if (request->inputs.empty()) {
+    request->started = request->finished = request->enqueued;
+    if (request->on_done) request->on_done(*request, Status::Ok());
+    return Status::Ok();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status(StatusCode::kUnavailable, "the server is shutting down");
+    if (in_loop_ >= options_.max_queue_depth) {
+      return Status(StatusCode::kResourceExhausted, "the request queue is full (" +
+                                                        std::to_string(options_.max_queue_depth) +
+                                                        " requests); retry later");
+    }
+    ++in_loop_;
+    scheduler_.Add(std::move(request));
+  }
+  sched_cv_.notify_one();
+  return Status::Ok();
+}
+
+void EngineLoop::Cancel(EngineRequest& request) {
+  request.cancelled.store(true, std::memory_order_relaxed);
+  { std::lock_guard<std::mutex> lock(mu_); }  // order the flag before the wake-up
+  sched_cv_.notify_one();
+}
+
+void EngineLoop::Pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = true;
+}
+
+void EngineLoop::Resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+  }
+  sched_cv_.notify_one();
+}
+
+int EngineLoop::in_loop() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_loop_;
+}
+
+int EngineLoop::queue_depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(scheduler_.queued());
+}
+
+void EngineLoop::Finish(const std::vector<std::shared_ptr<EngineRequest>>& done) {
+  if (done.empty()) return;
+  {
+    // Before the callbacks: a client that resubmits on completion finds the room.
+    std::lock_guard<std::mutex> lock(mu_);
+    in_loop_ -= static_cast<int>(done.size());
+  }
+  const auto now = SteadyClock::now();
+  for (const auto& r : done) {
+    r->finished = now;
+    if (r->started == SteadyClock::time_point{}) r->started = now;
+    if (r->on_done) r->on_done(*r, r->failed ? r->failure : Status::Ok());
+  }
+}
+
+void EngineLoop::SchedulerThread() {
+  std::vector<std::shared_ptr<EngineRequest>> finished;
+  for (;;) {
+    finished.clear();
+    int slot = -1;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      sched_cv_.wait(lock,
+                     [&] { return stopping_ || (!paused_ && !scheduler_.empty() && ready_ < 0); });
+      if (stopping_) {
+        scheduler_.DropAll(Status(StatusCode::kUnavailable, "the server is shutting down"),
+                           &finished);
+        sched_done_ = true;
+        lock.unlock();
+        engine_cv_.notify_one();
+        Finish(finished);
+        return;
+      }
+      // A free buffer: neither ready nor running.
+      slot = (running_ == 0) ? 1 : 0;
+      Prepared& p = buffers_[slot];
+      scheduler_.NextBatch(SteadyClock::now(), &p.items, &finished);
+    }
+    Finish(finished);
+    Prepared& p = buffers_[slot];
+    if (p.items.empty()) continue;
+    // Host-side preparation, outside the lock: overlaps the forward in flight.
+    p.batch.Clear();
+    for (const BatchItem& it : p.items) {
+      const SequenceInput& in = it.request->inputs[it.seq];
+      p.batch.Add(in.ids, use_types_ ? in.type_ids : std::vector<int32_t>{});
+    }
+    p.outputs.resize(p.items.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = slot;
+    }
+    engine_cv_.notify_one();
+  }
+}
+
+void EngineLoop::EngineThread() {
+  std::vector<std::shared_ptr<EngineRequest>> finished;
+  for (;;) {
+    int slot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      engine_cv_.wait(lock, [&] { return ready_ >= 0 || sched_done_; });
+      if (ready_ < 0) return;  // scheduler finished and nothing left to run
+      slot = ready_;
+      ready_ = -1;
+      running_ = slot;
+    }
+    sched_cv_.notify_one();  // the other buffer is free: prepare the next batch now
+    Prepared& p = buffers_[slot];
+    const auto t0 = SteadyClock::now();
+    for (const BatchItem& it : p.items) {
+      if (it.request->started == SteadyClock::time_point{}) it.request->started = t0;
+    }
+    Status st = engine_->RunPacked(p.batch, p.outputs.data());
+    const auto t1 = SteadyClock::now();
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    if (!st.ok())
+      SLUICE_LOG_ERROR("batch of {} sequences failed: {}", p.items.size(), st.message());
+    finished.clear();
+    int requests = 0;
+    BatchStats bs;
+    bs.num_seqs = p.batch.num_seqs();
+    bs.num_tokens = p.batch.num_tokens();
+    bs.compute_seconds = secs;
+    bs.ok = st.ok();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const EngineRequest* last = nullptr;
+      for (size_t i = 0; i < p.items.size(); ++i) {
+        EngineRequest& r = *p.items[i].request;
+        if (&r != last) {
+          ++requests;
+          r.compute_seconds += secs;
+          ++r.batches;
+          last = &r;
+        }
+        if (st.ok()) {
+          r.outputs[p.items[i].seq] = std::move(p.outputs[i]);
+        } else if (!r.failed) {
+          r.failed = true;
+          r.failure = Status(StatusCode::kInternal, "forward failed: " + st.message());
+        }
+        if (--r.unfinished == 0) finished.push_back(p.items[i].request);
+      }
+      p.items.clear();
+      running_ = -1;
+      bs.num_requests = requests;
+    }
+    sched_cv_.notify_one();
+    if (options_.on_batch) options_.on_batch(bs);
+    Finish(finished);
+  }
+}
+
+void EngineLoop::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !sched_thread_.joinable()) return;
+    stopping_ = true;
+  }
+  sched_cv_.notify_all();
+  engine_cv_.notify_all();
+  if (sched_thread_.joinable()) sched_thread_.join();
+  if (engine_thread_.joinable()) engine_thread_.join();
+}
+
+}  // namespace sluice

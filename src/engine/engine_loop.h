@@ -1,0 +1,104 @@
+// EngineLoop: the per-model serving loop. Owns the Engine; requests from any thread go
+// into a bounded queue; a scheduler thread packs the next batch (host-side preparation)
+// while the engine thread runs the current forward, so packing overlaps compute.
+//
+// Threads: Submit/Cancel/queue_depth are safe from any thread. on_done callbacks run on
+// the loop's threads (engine thread for completed work, scheduler thread for dropped
+// work), never under the loop's lock. engine() is const after construction and safe to
+// read concurrently (info, head, model config); only the loop's thread runs forwards.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+
+namespace sluice {
+
+// Reported after every forward, on the engine thread.
+struct BatchStats {
+  int num_seqs = 0;
+  int64_t num_tokens = 0;
+  int num_requests = 0;
+  double compute_seconds = 0;
+  bool ok = true;
+};
+
+struct EngineLoopOptions {
+  SchedulerLimits limits;
+  // Requests waiting or running at most; Submit beyond it is refused (ResourceExhausted).
+  int max_queue_depth = 1024;
+  std::function<void(const BatchStats&)> on_batch;  // optional (metrics)
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options);
+  ~EngineLoop();  // Shutdown()
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  const Engine& engine() const { return *engine_; }
+  const EngineLoopOptions& options() const { return options_; }
+
+  // Checks every sequence against the model (non-empty, length, token and type ids);
+  // the error names the input index. Safe from any thread; Submit calls it too.
+  Status Validate(const std::vector<SequenceInput>& inputs) const;
+
+  // Queues a request. Errors (on_done is then NOT called): InvalidArgument/OutOfRange from
+  // Validate, ResourceExhausted when max_queue_depth requests are already in the loop,
+  // Unavailable after Shutdown. A request with no inputs completes at once.
+  Status Submit(std::shared_ptr<EngineRequest> request);
+
+  // Marks a request cancelled: sequences not yet scheduled are dropped; on_done is called
+  // with an Unavailable status once nothing of it is in flight.
+  void Cancel(EngineRequest& request);
+
+  // Requests submitted and not yet completed.
+  int in_loop() const;
+  // Requests with sequences waiting to be scheduled.
+  int queue_depth() const;
+
+  // While paused, requests queue but no new batch is formed (warm-up gating, tests).
+  void Pause();
+  void Resume();
+
+  // Stops accepting work, fails queued requests with Unavailable, finishes the batches
+  // already prepared, joins the threads. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Prepared {
+    std::vector<BatchItem> items;
+    ForwardBatch batch;
+    std::vector<SequenceOutput> outputs;
+  };
+
+  void SchedulerThread();
+  void EngineThread();
+  void Finish(const std::vector<std::shared_ptr<EngineRequest>>& done);
+
+  std::unique_ptr<Engine> engine_;
+  EngineLoopOptions options_;
+  bool use_types_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable sched_cv_;   // work arrived / a buffer freed / stop
+  std::condition_variable engine_cv_;  // a batch is ready / stop
+  Scheduler scheduler_;
+  Prepared buffers_[2];
+  int ready_ = -1;    // index of the buffer ready to run, or -1
+  int running_ = -1;  // index of the buffer the engine is running, or -1
+  int in_loop_ = 0;
+  bool stopping_ = false;
+  bool paused_ = false;
+  bool sched_done_ = false;
+  std::thread sched_thread_, engine_thread_;
+};
+
+}  // namespace sluice
