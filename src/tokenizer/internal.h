@@ -34,7 +34,8 @@ bool IsPunctuation(char32_t c);  // ASCII punctuation or Unicode P*
 bool IsControlBert(char32_t c);  // Cc/Cf/Cs/Co/Cn except \t \n \r
 bool IsChineseChar(char32_t c);
 bool IsMarkNonspacing(char32_t c);
-bool IsMark(char32_t c);  // Mn, Mc, Me
+bool IsMark(char32_t c);     // Mn, Mc, Me
+bool IsNumeric(char32_t c);  // Nd, Nl, No (Rust char::is_numeric)
 bool IsAlphanumeric(char32_t c);
 int CombiningClass(char32_t c);
 // Full lowercase mapping as Rust's char::to_lowercase.

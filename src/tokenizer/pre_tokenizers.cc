@@ -140,8 +140,7 @@ class DigitsPre : public PreTokenizer {
   explicit DigitsPre(bool individual) : individual_(individual) {}
   Status PreTokenize(std::vector<Split>* splits) const override {
     SplitEach(splits, [&](const NormalizedString& ns) {
-      return SplitNormalized(ns,
-                             MatchChars(ns.norm, [](char32_t c) { return c >= '0' && c <= '9'; }),
+      return SplitNormalized(ns, MatchChars(ns.norm, IsNumeric),  // Rust char::is_numeric
                              individual_ ? SplitBehavior::kIsolated : SplitBehavior::kContiguous);
     });
     return Status::Ok();

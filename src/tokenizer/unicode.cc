@@ -190,6 +190,11 @@ bool IsChineseChar(char32_t c) {
 
 bool IsMarkNonspacing(char32_t c) { return Cat(c) == UTF8PROC_CATEGORY_MN; }
 
+bool IsNumeric(char32_t c) {
+  auto k = Cat(c);
+  return k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO;
+}
+
 bool IsMark(char32_t c) {
   auto k = Cat(c);
   return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
