@@ -15,8 +15,8 @@
 #include <random>
 #include <sstream>
 
-#include "synthetic_model.h"
 #include "engine/engine.h"
+#include "synthetic_model.h"
 
 using namespace sluice;
 
@@ -73,13 +73,20 @@ int main(int argc, char** argv) {
   int64_t batch_tokens = 8192;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--models") models = v;
-    else if (k == "--dtypes") dtypes = v;
-    else if (k == "--threads") threads = std::stoi(v);
-    else if (k == "--seq-len") seq_len = std::stoi(v);
-    else if (k == "--batch-tokens") batch_tokens = std::stoll(v);
-    else if (k == "--reps") reps = std::stoi(v);
-    else if (k == "--dir") dir = v;
+    if (k == "--models")
+      models = v;
+    else if (k == "--dtypes")
+      dtypes = v;
+    else if (k == "--threads")
+      threads = std::stoi(v);
+    else if (k == "--seq-len")
+      seq_len = std::stoi(v);
+    else if (k == "--batch-tokens")
+      batch_tokens = std::stoll(v);
+    else if (k == "--reps")
+      reps = std::stoi(v);
+    else if (k == "--dir")
+      dir = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -95,19 +102,24 @@ int main(int argc, char** argv) {
   std::printf("backend: %s\n", (*backend)->Describe().c_str());
   double peak[2] = {GemmPeak(backend->get(), DType::kF32, reps),
                     GemmPeak(backend->get(), DType::kBF16, reps)};
-  std::printf("GEMM peak (8192x1024x4096, same build, %d threads): f32 %.1f GFLOP/s, bf16 %.1f "
-              "GFLOP/s\n\n",
-              threads, peak[0], peak[1]);
+  std::printf(
+      "GEMM peak (8192x1024x4096, same build, %d threads): f32 %.1f GFLOP/s, bf16 %.1f "
+      "GFLOP/s\n\n",
+      threads, peak[0], peak[1]);
   backend->reset();
 
-  std::printf("| model | dtype | seqs x len | tokens/s (median) | min-max | GFLOP/s | %% of GEMM peak |\n");
+  std::printf(
+      "| model | dtype | seqs x len | tokens/s (median) | min-max | GFLOP/s | %% of GEMM peak |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& m : Split(models)) {
     bench::ShapeSpec spec;
     bool causal = false;
-    if (m == "bert-base") spec = bench::BertCrossEncoder("bert-base", 768, 12, 12, 3072);
-    else if (m == "minilm-l6") spec = bench::BertCrossEncoder("minilm-l6", 384, 6, 12, 1536);
-    else if (m == "qwen3-0.6b") spec = bench::Qwen3Reranker("qwen3-0.6b"), causal = true;
+    if (m == "bert-base")
+      spec = bench::BertCrossEncoder("bert-base", 768, 12, 12, 3072);
+    else if (m == "minilm-l6")
+      spec = bench::BertCrossEncoder("minilm-l6", 384, 6, 12, 1536);
+    else if (m == "qwen3-0.6b")
+      spec = bench::Qwen3Reranker("qwen3-0.6b"), causal = true;
     else {
       std::fprintf(stderr, "unknown model %s\n", m.c_str());
       return 2;

@@ -27,7 +27,7 @@ struct ShapeSpec {
   std::vector<SyntheticTensor> tensors;
   double linear_params = 0;  // parameters of the per-token linear layers (FLOPs = 2x)
   int layers = 0;
-  int attn_width = 0;        // num_heads * head_dim
+  int attn_width = 0;  // num_heads * head_dim
 };
 
 inline void WriteSafetensors(const std::string& path, const std::vector<SyntheticTensor>& ts,
@@ -43,8 +43,8 @@ inline void WriteSafetensors(const std::string& path, const std::vector<Syntheti
     for (size_t k = 0; k < ts[i].shape.size(); ++k) {
       header += (k ? "," : "") + std::to_string(ts[i].shape[k]);
     }
-    header += "],\"data_offsets\":[" + std::to_string(off) + "," +
-              std::to_string(off + n * esz) + "]}";
+    header +=
+        "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + n * esz) + "]}";
     off += n * esz;
   }
   header += "}";
@@ -79,14 +79,15 @@ inline ShapeSpec BertCrossEncoder(const std::string& name, int hidden, int layer
   s.name = name;
   s.layers = layers;
   s.attn_width = hidden;
-  s.config_json = "{\"architectures\":[\"BertForSequenceClassification\"],\"model_type\":\"bert\","
-                  "\"hidden_size\":" + std::to_string(hidden) +
-                  ",\"num_hidden_layers\":" + std::to_string(layers) +
-                  ",\"num_attention_heads\":" + std::to_string(heads) +
-                  ",\"intermediate_size\":" + std::to_string(inter) +
-                  ",\"vocab_size\":" + std::to_string(vocab) +
-                  ",\"max_position_embeddings\":512,\"type_vocab_size\":2,\"hidden_act\":\"gelu\","
-                  "\"layer_norm_eps\":1e-12,\"num_labels\":1,\"id2label\":{\"0\":\"LABEL_0\"}}";
+  s.config_json =
+      "{\"architectures\":[\"BertForSequenceClassification\"],\"model_type\":\"bert\","
+      "\"hidden_size\":" +
+      std::to_string(hidden) + ",\"num_hidden_layers\":" + std::to_string(layers) +
+      ",\"num_attention_heads\":" + std::to_string(heads) +
+      ",\"intermediate_size\":" + std::to_string(inter) +
+      ",\"vocab_size\":" + std::to_string(vocab) +
+      ",\"max_position_embeddings\":512,\"type_vocab_size\":2,\"hidden_act\":\"gelu\","
+      "\"layer_norm_eps\":1e-12,\"num_labels\":1,\"id2label\":{\"0\":\"LABEL_0\"}}";
   const int64_t H = hidden, I = inter;
   auto& t = s.tensors;
   t.push_back({"bert.embeddings.word_embeddings.weight", {vocab, H}});

@@ -75,9 +75,9 @@ class [[nodiscard]] StatusOr {
 #define SLUICE_CONCAT_INNER(a, b) a##b
 #define SLUICE_CONCAT(a, b) SLUICE_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                     \
-  do {                                            \
-    ::sluice::Status _sluice_status = (expr);     \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::sluice::Status _sluice_status = (expr);        \
     if (!_sluice_status.ok()) return _sluice_status; \
   } while (0)
 

@@ -83,16 +83,16 @@ class LinearWeight {
 
 struct LinearParams {
   const LinearWeight* weight = nullptr;
-  Tensor x;                           // [M, in_features], f32
-  Tensor out;                         // [M, out_features], f32; may alias residual
+  Tensor x;                            // [M, in_features], f32
+  Tensor out;                          // [M, out_features], f32; may alias residual
   Activation act = Activation::kNone;  // applied after bias
-  const Tensor* residual = nullptr;   // optional [M, out_features]: out = act(xW^T+b) + residual
+  const Tensor* residual = nullptr;    // optional [M, out_features]: out = act(xW^T+b) + residual
 };
 
 enum class RopeStyle { kNeox, kInterleaved };
 
 struct RopeParams {
-  Tensor x;  // [tokens, num_heads * head_dim], f32, rotated in place
+  Tensor x;                            // [tokens, num_heads * head_dim], f32, rotated in place
   const int32_t* positions = nullptr;  // [tokens], host memory on CPU, device on CUDA
   int num_heads = 0;
   int head_dim = 0;
@@ -102,19 +102,19 @@ struct RopeParams {
 };
 
 struct AttentionParams {
-  Tensor q;    // [tokens, num_heads * head_dim]
-  Tensor k;    // [tokens, num_kv_heads * head_dim]
-  Tensor v;    // [tokens, num_kv_heads * head_dim]
-  Tensor out;  // [tokens, num_heads * head_dim], must not alias q/k/v
+  Tensor q;                             // [tokens, num_heads * head_dim]
+  Tensor k;                             // [tokens, num_kv_heads * head_dim]
+  Tensor v;                             // [tokens, num_kv_heads * head_dim]
+  Tensor out;                           // [tokens, num_heads * head_dim], must not alias q/k/v
   const int32_t* cu_seqlens = nullptr;  // [num_seqs + 1]
   int num_seqs = 0;
   int max_seqlen = 0;
   int num_heads = 0;
   int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA/MQA)
   int head_dim = 0;
-  float scale = 0.f;    // softmax scale, usually 1/sqrt(head_dim)
+  float scale = 0.f;  // softmax scale, usually 1/sqrt(head_dim)
   bool causal = false;
-  int window = 0;       // sliding window (tokens attended to on each side/behind); 0 = none
+  int window = 0;  // sliding window (tokens attended to on each side/behind); 0 = none
 };
 
 enum class PoolMode { kCls, kMean, kLast, kMax };

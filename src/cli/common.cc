@@ -45,7 +45,8 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
     o.backend.device = DeviceKind::kCpu;
   } else if (f.device.rfind("cuda", 0) == 0) {
     o.backend.device = DeviceKind::kCuda;
-    if (f.device.size() > 5 && f.device[4] == ':') o.backend.device_index = std::stoi(f.device.substr(5));
+    if (f.device.size() > 5 && f.device[4] == ':')
+      o.backend.device_index = std::stoi(f.device.substr(5));
   } else {
     return InvalidArgument("--device: expected cpu or cuda[:N], got \"" + f.device + "\"");
   }

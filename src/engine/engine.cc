@@ -43,8 +43,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   DType compute = options.dtype.value_or(stored);
   ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend));
   if (e->backend_->kind() == DeviceKind::kCpu && compute == DType::kF16) {
-    return Unsupported("the checkpoint is float16, which the CPU backend does not compute in; "
-                       "pass --dtype float32 or --dtype bfloat16 (a conversion, logged at load)");
+    return Unsupported(
+        "the checkpoint is float16, which the CPU backend does not compute in; "
+        "pass --dtype float32 or --dtype bfloat16 (a conversion, logged at load)");
   }
   if (compute != stored) {
     SLUICE_LOG_INFO("converting weights from the checkpoint's {} to {} as requested",
@@ -80,7 +81,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   info.hidden_size = config.hidden_size;
   info.num_layers = config.num_hidden_layers;
   info.max_sequence_length = e->model_->max_sequence_length();
-  if (st.max_seq_length > 0) info.max_sequence_length = std::min(info.max_sequence_length, st.max_seq_length);
+  if (st.max_seq_length > 0)
+    info.max_sequence_length = std::min(info.max_sequence_length, st.max_seq_length);
   info.head = e->head_.description;
   info.weights = w.description();
   info.backend = e->backend_->Describe();
@@ -131,10 +133,18 @@ Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
   pp.cu_seqlens = db.cu_seqlens.ptr<int32_t>();
   pp.num_seqs = S;
   switch (head_.pooling) {
-    case PoolingKind::kCls: pp.mode = PoolMode::kCls; break;
-    case PoolingKind::kMean: pp.mode = PoolMode::kMean; break;
-    case PoolingKind::kMax: pp.mode = PoolMode::kMax; break;
-    default: pp.mode = PoolMode::kLast; break;
+    case PoolingKind::kCls:
+      pp.mode = PoolMode::kCls;
+      break;
+    case PoolingKind::kMean:
+      pp.mode = PoolMode::kMean;
+      break;
+    case PoolingKind::kMax:
+      pp.mode = PoolMode::kMax;
+      break;
+    default:
+      pp.mode = PoolMode::kLast;
+      break;
   }
   backend_->Pool(pp);
   host_pooled_.resize(static_cast<size_t>(S) * H);
@@ -163,8 +173,9 @@ StatusOr<std::vector<SequenceOutput>> Engine::Run(const std::vector<SequenceInpu
   int64_t tokens = 0, done_tokens = 0;
   auto flush = [&]() -> Status {
     if (group.empty()) return Status::Ok();
-    RETURN_IF_ERROR(RunBatch(group, outputs.data() + start).WithContext(
-        "batch of inputs " + std::to_string(start) + ".." + std::to_string(start + group.size() - 1)));
+    RETURN_IF_ERROR(RunBatch(group, outputs.data() + start)
+                        .WithContext("batch of inputs " + std::to_string(start) + ".." +
+                                     std::to_string(start + group.size() - 1)));
     done += group.size();
     done_tokens += tokens;
     if (progress) progress(done, inputs.size(), done_tokens);

@@ -26,7 +26,8 @@ class BertModel final : public Model {
     const auto& c = config_;
     if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_hidden_layers <= 0 ||
         c.intermediate_size <= 0 || c.vocab_size <= 0 || c.max_position_embeddings <= 0) {
-      return InvalidArgument(c.dir + "/config.json: hidden_size, num_attention_heads, "
+      return InvalidArgument(c.dir +
+                             "/config.json: hidden_size, num_attention_heads, "
                              "num_hidden_layers, intermediate_size, vocab_size and "
                              "max_position_embeddings must be positive");
     }
@@ -41,16 +42,16 @@ class BertModel final : public Model {
     WeightLoader w(store, backend_, prefix, dtype_);
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     ASSIGN_OR_RETURN(word_, w.Table("embeddings.word_embeddings.weight", c.vocab_size, H));
-    ASSIGN_OR_RETURN(pos_, w.Table("embeddings.position_embeddings.weight",
-                                   c.max_position_embeddings, H));
+    ASSIGN_OR_RETURN(
+        pos_, w.Table("embeddings.position_embeddings.weight", c.max_position_embeddings, H));
     if (c.type_vocab_size > 0) {
-      ASSIGN_OR_RETURN(type_, w.Table("embeddings.token_type_embeddings.weight",
-                                      c.type_vocab_size, H));
+      ASSIGN_OR_RETURN(type_,
+                       w.Table("embeddings.token_type_embeddings.weight", c.type_vocab_size, H));
     }
-    ASSIGN_OR_RETURN(emb_ln_w_, w.VectorAny({"embeddings.LayerNorm.weight",
-                                             "embeddings.LayerNorm.gamma"}, H));
-    ASSIGN_OR_RETURN(emb_ln_b_, w.VectorAny({"embeddings.LayerNorm.bias",
-                                             "embeddings.LayerNorm.beta"}, H));
+    ASSIGN_OR_RETURN(emb_ln_w_,
+                     w.VectorAny({"embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma"}, H));
+    ASSIGN_OR_RETURN(emb_ln_b_,
+                     w.VectorAny({"embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta"}, H));
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = "encoder.layer." + std::to_string(l) + ".";
       BertLayer L;
@@ -59,15 +60,17 @@ class BertModel final : public Model {
                                             {H, H, H}, H, true));
       ASSIGN_OR_RETURN(L.attn_out, w.Linear(p + "attention.output.dense", H, H, true));
       ASSIGN_OR_RETURN(L.ln1_w, w.VectorAny({p + "attention.output.LayerNorm.weight",
-                                             p + "attention.output.LayerNorm.gamma"}, H));
+                                             p + "attention.output.LayerNorm.gamma"},
+                                            H));
       ASSIGN_OR_RETURN(L.ln1_b, w.VectorAny({p + "attention.output.LayerNorm.bias",
-                                             p + "attention.output.LayerNorm.beta"}, H));
+                                             p + "attention.output.LayerNorm.beta"},
+                                            H));
       ASSIGN_OR_RETURN(L.ffn_in, w.Linear(p + "intermediate.dense", I, H, true));
       ASSIGN_OR_RETURN(L.ffn_out, w.Linear(p + "output.dense", H, I, true));
-      ASSIGN_OR_RETURN(L.ln2_w, w.VectorAny({p + "output.LayerNorm.weight",
-                                             p + "output.LayerNorm.gamma"}, H));
-      ASSIGN_OR_RETURN(L.ln2_b, w.VectorAny({p + "output.LayerNorm.bias",
-                                             p + "output.LayerNorm.beta"}, H));
+      ASSIGN_OR_RETURN(
+          L.ln2_w, w.VectorAny({p + "output.LayerNorm.weight", p + "output.LayerNorm.gamma"}, H));
+      ASSIGN_OR_RETURN(L.ln2_b,
+                       w.VectorAny({p + "output.LayerNorm.bias", p + "output.LayerNorm.beta"}, H));
       layers_.push_back(std::move(L));
     }
     return Status::Ok();

@@ -18,8 +18,8 @@ class WeightLoader {
       : store_(store), backend_(backend), prefix_(std::move(prefix)), dtype_(dtype) {}
 
   // nn.Linear at `name` ("name.weight" [out, in], "name.bias" [out] if bias).
-  StatusOr<std::unique_ptr<LinearWeight>> Linear(const std::string& name, int64_t out,
-                                                 int64_t in, bool bias);
+  StatusOr<std::unique_ptr<LinearWeight>> Linear(const std::string& name, int64_t out, int64_t in,
+                                                 bool bias);
   // Several nn.Linear layers with the same input fused along the output dimension
   // (e.g. Q, K, V -> one GEMM). All have bias or none.
   StatusOr<std::unique_ptr<LinearWeight>> FusedLinear(const std::vector<std::string>& names,

@@ -102,20 +102,29 @@ Status Model::Validate(const ForwardBatch& batch) const {
 
 const char* TaskName(Task t) {
   switch (t) {
-    case Task::kEmbed: return "embed";
-    case Task::kClassify: return "classify";
-    case Task::kScore: return "score";
-    case Task::kTokenClassify: return "token-classify";
+    case Task::kEmbed:
+      return "embed";
+    case Task::kClassify:
+      return "classify";
+    case Task::kScore:
+      return "score";
+    case Task::kTokenClassify:
+      return "token-classify";
   }
   return "?";
 }
 
 bool ParseTask(std::string_view s, Task* out) {
-  if (s == "embed" || s == "embedding") *out = Task::kEmbed;
-  else if (s == "classify" || s == "classification") *out = Task::kClassify;
-  else if (s == "score" || s == "rerank") *out = Task::kScore;
-  else if (s == "token-classify") *out = Task::kTokenClassify;
-  else return false;
+  if (s == "embed" || s == "embedding")
+    *out = Task::kEmbed;
+  else if (s == "classify" || s == "classification")
+    *out = Task::kClassify;
+  else if (s == "score" || s == "rerank")
+    *out = Task::kScore;
+  else if (s == "token-classify")
+    *out = Task::kTokenClassify;
+  else
+    return false;
   return true;
 }
 
@@ -124,8 +133,7 @@ namespace {
 const std::vector<ArchitectureInfo>& Registry() {
   static const std::vector<ArchitectureInfo> kArchs = {
       {"BertModel", "bert", "", "none", Task::kEmbed},
-      {"BertForSequenceClassification", "bert", "bert.", "bert_pooler_classifier",
-       Task::kClassify},
+      {"BertForSequenceClassification", "bert", "bert.", "bert_pooler_classifier", Task::kClassify},
       {"RobertaModel", "roberta", "", "none", Task::kEmbed},
       {"RobertaForSequenceClassification", "roberta", "roberta.", "roberta_classifier",
        Task::kClassify},
@@ -154,11 +162,11 @@ StatusOr<ArchitectureInfo> LookupArchitecture(const ModelConfig& config) {
   std::string list;
   for (const auto& n : SupportedArchitectures()) list += (list.empty() ? "" : ", ") + n;
   if (config.architecture.empty()) {
-    return Unsupported(config.dir + "/config.json has no \"architectures\" entry; supported: " +
-                       list);
+    return Unsupported(config.dir +
+                       "/config.json has no \"architectures\" entry; supported: " + list);
   }
-  return Unsupported("architecture " + config.architecture + " is not supported (supported: " +
-                     list + ")");
+  return Unsupported("architecture " + config.architecture +
+                     " is not supported (supported: " + list + ")");
 }
 
 StatusOr<std::unique_ptr<Model>> CreateBertModel(const ModelConfig& config,

@@ -44,10 +44,10 @@ class Workspace {
 
 // Device-resident batch metadata, uploaded once per forward.
 struct DeviceBatch {
-  Tensor ids;        // i32 [T]
-  Tensor type_ids;   // i32 [T] (zeros when absent)
-  Tensor positions;  // i32 [T], 0-based within each sequence
-  Tensor cu_seqlens; // i32 [S + 1]
+  Tensor ids;         // i32 [T]
+  Tensor type_ids;    // i32 [T] (zeros when absent)
+  Tensor positions;   // i32 [T], 0-based within each sequence
+  Tensor cu_seqlens;  // i32 [S + 1]
   int num_seqs = 0;
   int max_seqlen = 0;
   int64_t num_tokens = 0;
@@ -90,11 +90,11 @@ bool ParseTask(std::string_view s, Task* out);
 
 // What an `architectures[0]` value means to sluice.
 struct ArchitectureInfo {
-  std::string name;        // e.g. "BertForSequenceClassification"
-  std::string family;      // "bert" | "qwen3"
-  std::string prefix;      // weight-name prefix of the base model ("bert.", "model.", ...)
-  std::string head;        // "none" | "bert_pooler_classifier" | "roberta_classifier" |
-                           // "score_last" | "lm_yes_no"
+  std::string name;    // e.g. "BertForSequenceClassification"
+  std::string family;  // "bert" | "qwen3"
+  std::string prefix;  // weight-name prefix of the base model ("bert.", "model.", ...)
+  std::string head;    // "none" | "bert_pooler_classifier" | "roberta_classifier" |
+                       // "score_last" | "lm_yes_no"
   Task default_task = Task::kEmbed;
 };
 

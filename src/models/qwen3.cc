@@ -28,7 +28,8 @@ class Qwen3Model final : public Model {
     if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_hidden_layers <= 0 ||
         c.intermediate_size <= 0 || c.vocab_size <= 0 || c.head_dim <= 0 ||
         c.num_key_value_heads <= 0) {
-      return InvalidArgument(c.dir + "/config.json: hidden_size, num_attention_heads, "
+      return InvalidArgument(c.dir +
+                             "/config.json: hidden_size, num_attention_heads, "
                              "num_key_value_heads, head_dim, num_hidden_layers, "
                              "intermediate_size and vocab_size must be positive");
     }
@@ -56,8 +57,8 @@ class Qwen3Model final : public Model {
                                              p + "self_attn.v_proj"},
                                             {q_out, kv_out, kv_out}, H, c.attention_bias));
       ASSIGN_OR_RETURN(L.o, w.Linear(p + "self_attn.o_proj", H, q_out, c.attention_bias));
-      ASSIGN_OR_RETURN(L.gate_up, w.FusedLinear({p + "mlp.gate_proj", p + "mlp.up_proj"},
-                                                {I, I}, H, false));
+      ASSIGN_OR_RETURN(L.gate_up,
+                       w.FusedLinear({p + "mlp.gate_proj", p + "mlp.up_proj"}, {I, I}, H, false));
       ASSIGN_OR_RETURN(L.down, w.Linear(p + "mlp.down_proj", H, I, false));
       ASSIGN_OR_RETURN(L.in_norm, w.Vector(p + "input_layernorm.weight", H));
       ASSIGN_OR_RETURN(L.post_norm, w.Vector(p + "post_attention_layernorm.weight", H));

@@ -9,32 +9,48 @@ namespace sluice {
 
 const char* PoolingName(PoolingKind p) {
   switch (p) {
-    case PoolingKind::kCls: return "cls";
-    case PoolingKind::kMean: return "mean";
-    case PoolingKind::kMax: return "max";
-    case PoolingKind::kLast: return "last";
-    case PoolingKind::kAll: return "all";
-    case PoolingKind::kStep: return "step";
+    case PoolingKind::kCls:
+      return "cls";
+    case PoolingKind::kMean:
+      return "mean";
+    case PoolingKind::kMax:
+      return "max";
+    case PoolingKind::kLast:
+      return "last";
+    case PoolingKind::kAll:
+      return "all";
+    case PoolingKind::kStep:
+      return "step";
   }
   return "?";
 }
 
 bool ParsePooling(std::string_view s, PoolingKind* out) {
-  if (s == "cls") *out = PoolingKind::kCls;
-  else if (s == "mean") *out = PoolingKind::kMean;
-  else if (s == "max") *out = PoolingKind::kMax;
-  else if (s == "last" || s == "lasttoken") *out = PoolingKind::kLast;
-  else if (s == "all") *out = PoolingKind::kAll;
-  else if (s == "step") *out = PoolingKind::kStep;
-  else return false;
+  if (s == "cls")
+    *out = PoolingKind::kCls;
+  else if (s == "mean")
+    *out = PoolingKind::kMean;
+  else if (s == "max")
+    *out = PoolingKind::kMax;
+  else if (s == "last" || s == "lasttoken")
+    *out = PoolingKind::kLast;
+  else if (s == "all")
+    *out = PoolingKind::kAll;
+  else if (s == "step")
+    *out = PoolingKind::kStep;
+  else
+    return false;
   return true;
 }
 
 const char* OutputActivationName(OutputActivation a) {
   switch (a) {
-    case OutputActivation::kNone: return "none";
-    case OutputActivation::kSigmoid: return "sigmoid";
-    case OutputActivation::kSoftmax: return "softmax";
+    case OutputActivation::kNone:
+      return "none";
+    case OutputActivation::kSigmoid:
+      return "sigmoid";
+    case OutputActivation::kSoftmax:
+      return "softmax";
   }
   return "?";
 }
@@ -48,10 +64,17 @@ std::vector<float> ToF32(const HostTensor& t, int64_t row0 = 0, int64_t rows = -
   for (int64_t i = 0; i < rows * cols; ++i) {
     const int64_t src = row0 * cols + i;
     switch (t.dtype) {
-      case DType::kF32: out[i] = static_cast<const float*>(t.data)[src]; break;
-      case DType::kBF16: out[i] = BF16ToF32(static_cast<const uint16_t*>(t.data)[src]); break;
-      case DType::kF16: out[i] = F16ToF32(static_cast<const uint16_t*>(t.data)[src]); break;
-      default: out[i] = 0.f;
+      case DType::kF32:
+        out[i] = static_cast<const float*>(t.data)[src];
+        break;
+      case DType::kBF16:
+        out[i] = BF16ToF32(static_cast<const uint16_t*>(t.data)[src]);
+        break;
+      case DType::kF16:
+        out[i] = F16ToF32(static_cast<const uint16_t*>(t.data)[src]);
+        break;
+      default:
+        out[i] = 0.f;
     }
   }
   return out;
@@ -130,7 +153,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
 
   if (arch.head == "none") {
     if (h.task != Task::kEmbed && h.task != Task::kTokenClassify) {
-      return FailedPrecondition(arch.name + " has no classification head; it can only embed "
+      return FailedPrecondition(arch.name +
+                                " has no classification head; it can only embed "
                                 "(use --task embed)");
     }
     h.pooling = decoder ? PoolingKind::kLast : PoolingKind::kCls;
@@ -138,13 +162,14 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       const StPooling& p = *in.st->pooling;
       int modes = p.cls + p.mean + p.max + p.last_token + p.mean_sqrt_len + p.weighted_mean;
       if (modes != 1 || p.mean_sqrt_len || p.weighted_mean) {
-        return Unsupported("sentence-transformers Pooling with more than one mode, "
-                           "mean_sqrt_len or weightedmean is not supported");
+        return Unsupported(
+            "sentence-transformers Pooling with more than one mode, "
+            "mean_sqrt_len or weightedmean is not supported");
       }
-      h.pooling = p.cls ? PoolingKind::kCls
+      h.pooling = p.cls    ? PoolingKind::kCls
                   : p.mean ? PoolingKind::kMean
-                  : p.max ? PoolingKind::kMax
-                          : PoolingKind::kLast;
+                  : p.max  ? PoolingKind::kMax
+                           : PoolingKind::kLast;
     }
     int dim = H;
     if (in.st) {
@@ -156,8 +181,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
         }
         ASSIGN_OR_RETURN(WeightStore dw, WeightStore::OpenDirectory(d.dir));
         ASSIGN_OR_RETURN(std::string act, TorchActivation(d.activation));
-        ASSIGN_OR_RETURN(HostLinear l, LoadHostLinear(dw, "linear", d.out_features, d.in_features,
-                                                      d.bias, act));
+        ASSIGN_OR_RETURN(HostLinear l,
+                         LoadHostLinear(dw, "linear", d.out_features, d.in_features, d.bias, act));
         l.name = d.dir;
         h.layers.push_back(std::move(l));
         dim = d.out_features;
@@ -172,8 +197,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       h.output_dim = H;
     } else if (arch.head == "bert_pooler_classifier") {
       h.pooling = PoolingKind::kCls;
-      ASSIGN_OR_RETURN(auto pooler, LoadHostLinear(w, arch.prefix + "pooler.dense", H, H, true,
-                                                   "tanh"));
+      ASSIGN_OR_RETURN(auto pooler,
+                       LoadHostLinear(w, arch.prefix + "pooler.dense", H, H, true, "tanh"));
       h.layers.push_back(std::move(pooler));
       ASSIGN_OR_RETURN(auto cls, LoadHostLinear(w, "classifier", c.num_labels, H, true, "none"));
       h.layers.push_back(std::move(cls));
@@ -181,8 +206,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       h.pooling = PoolingKind::kCls;
       ASSIGN_OR_RETURN(auto dense, LoadHostLinear(w, "classifier.dense", H, H, true, "tanh"));
       h.layers.push_back(std::move(dense));
-      ASSIGN_OR_RETURN(auto out, LoadHostLinear(w, "classifier.out_proj", c.num_labels, H, true,
-                                                "none"));
+      ASSIGN_OR_RETURN(auto out,
+                       LoadHostLinear(w, "classifier.out_proj", c.num_labels, H, true, "none"));
       h.layers.push_back(std::move(out));
     } else if (arch.head == "score_last") {
       h.pooling = PoolingKind::kLast;
@@ -204,8 +229,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       for (int id : {h.yes_token_id, h.no_token_id}) {
         if (id >= c.vocab_size) return InvalidArgument("yes/no token id outside the vocabulary");
       }
-      const std::string lm = w.Has("lm_head.weight") ? "lm_head.weight"
-                                                     : arch.prefix + "embed_tokens.weight";
+      const std::string lm =
+          w.Has("lm_head.weight") ? "lm_head.weight" : arch.prefix + "embed_tokens.weight";
       ASSIGN_OR_RETURN(HostTensor table, w.Get(lm, {c.vocab_size, H}));
       HostLinear rows;
       rows.name = lm + "[yes,no]";
@@ -228,9 +253,12 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
                          : OutputActivation::kSoftmax;
       if (!c.classifier_activation.empty()) {
         ASSIGN_OR_RETURN(std::string a, TorchActivation(c.classifier_activation));
-        if (a == "none") h.activation = OutputActivation::kNone;
-        else if (a == "sigmoid") h.activation = OutputActivation::kSigmoid;
-        else return Unsupported("CrossEncoder activation " + c.classifier_activation);
+        if (a == "none")
+          h.activation = OutputActivation::kNone;
+        else if (a == "sigmoid")
+          h.activation = OutputActivation::kSigmoid;
+        else
+          return Unsupported("CrossEncoder activation " + c.classifier_activation);
       }
       h.labels = c.id2label;
       if (h.labels.empty() && !h.yes_no) {
@@ -249,10 +277,14 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
     h.pooling = p;
   }
   if (ov.activation) {
-    if (*ov.activation == "sigmoid") h.activation = OutputActivation::kSigmoid;
-    else if (*ov.activation == "softmax") h.activation = OutputActivation::kSoftmax;
-    else if (*ov.activation == "none") h.activation = OutputActivation::kNone;
-    else return InvalidArgument("sluice.json: unknown activation \"" + *ov.activation + "\"");
+    if (*ov.activation == "sigmoid")
+      h.activation = OutputActivation::kSigmoid;
+    else if (*ov.activation == "softmax")
+      h.activation = OutputActivation::kSoftmax;
+    else if (*ov.activation == "none")
+      h.activation = OutputActivation::kNone;
+    else
+      return InvalidArgument("sluice.json: unknown activation \"" + *ov.activation + "\"");
   }
   if (!ov.labels.empty()) {
     if (static_cast<int>(ov.labels.size()) != h.output_dim) {
@@ -262,7 +294,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
     }
     h.labels = ov.labels;
   }
-  auto per_label = [&](const std::vector<float>& v, const char* what) -> StatusOr<std::vector<float>> {
+  auto per_label = [&](const std::vector<float>& v,
+                       const char* what) -> StatusOr<std::vector<float>> {
     if (v.empty()) return v;
     if (v.size() == 1) return std::vector<float>(h.output_dim, v[0]);
     if (static_cast<int>(v.size()) != h.output_dim) {
@@ -295,7 +328,8 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
   }
   if (h.yes_no) desc += " -> sigmoid(yes - no)";
   if (!h.calibration_mean.empty()) desc += " -> calibrate";
-  if (h.task != Task::kEmbed && !h.yes_no) desc += std::string(" -> ") + OutputActivationName(h.activation);
+  if (h.task != Task::kEmbed && !h.yes_no)
+    desc += std::string(" -> ") + OutputActivationName(h.activation);
   if (h.normalize) desc += " -> normalize";
   h.description = desc;
   return h;
@@ -333,7 +367,8 @@ void HostLinearApply(const HostLinear& l, const float* x, float* y) {
 void HeadRunner::Apply(const float* pooled, int n, int hidden, SequenceOutput* outs) const {
   std::vector<float> a, b;
   for (int r = 0; r < n; ++r) {
-    a.assign(pooled + static_cast<size_t>(r) * hidden, pooled + static_cast<size_t>(r + 1) * hidden);
+    a.assign(pooled + static_cast<size_t>(r) * hidden,
+             pooled + static_cast<size_t>(r + 1) * hidden);
     for (const auto& l : spec_.layers) {
       b.resize(l.out);
       HostLinearApply(l, a.data(), b.data());
@@ -368,7 +403,8 @@ void HeadRunner::ApplyTokens(const float* rows, int n, int hidden, SequenceOutpu
   out->rows = n;
   out->values.assign(rows, rows + static_cast<size_t>(n) * hidden);
   if (spec_.normalize) {
-    for (int r = 0; r < n; ++r) L2Normalize(out->values.data() + static_cast<size_t>(r) * hidden, hidden);
+    for (int r = 0; r < n; ++r)
+      L2Normalize(out->values.data() + static_cast<size_t>(r) * hidden, hidden);
   }
 }
 

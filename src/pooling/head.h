@@ -36,9 +36,9 @@ struct HeadSpec {
   Task task = Task::kEmbed;
   PoolingKind pooling = PoolingKind::kCls;
   std::vector<HostLinear> layers;
-  bool yes_no = false;      // score = sigmoid(logit_yes - logit_no) over layers' 2 outputs
+  bool yes_no = false;  // score = sigmoid(logit_yes - logit_no) over layers' 2 outputs
   int yes_token_id = -1, no_token_id = -1;
-  bool normalize = false;   // L2-normalise embeddings
+  bool normalize = false;  // L2-normalise embeddings
   OutputActivation activation = OutputActivation::kNone;
   std::vector<float> calibration_mean, calibration_std;
   std::vector<std::string> labels;

@@ -94,7 +94,7 @@ class Fields {
 
 Status ParseDTypeField(const Fields& f, std::optional<DType>* out, const std::string& origin) {
   std::string s;
-  RETURN_IF_ERROR(f.String("dtype", &s));  // transformers 5.x
+  RETURN_IF_ERROR(f.String("dtype", &s));                       // transformers 5.x
   if (s.empty()) RETURN_IF_ERROR(f.String("torch_dtype", &s));  // 4.x
   if (s.empty()) return Status::Ok();
   DType t;
@@ -201,7 +201,8 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
   element st;
   if (f.Get("sentence_transformers", &st)) {
     object so;
-    if (!st.get(so)) RETURN_IF_ERROR(Fields(so, origin).String("activation_fn", &c.classifier_activation));
+    if (!st.get(so))
+      RETURN_IF_ERROR(Fields(so, origin).String("activation_fn", &c.classifier_activation));
   }
   RETURN_IF_ERROR(f.String("sbert_ce_default_activation_function", &c.classifier_activation));
 
@@ -247,11 +248,16 @@ Status ParsePoolingConfig(const std::string& path, StPooling* p) {
   RETURN_IF_ERROR(f.Bool("include_prompt", &p->include_prompt));
   std::string mode;
   RETURN_IF_ERROR(f.String("pooling_mode", &mode));
-  if (mode == "cls") p->cls = true;
-  else if (mode == "mean") p->mean = true;
-  else if (mode == "max") p->max = true;
-  else if (mode == "lasttoken") p->last_token = true;
-  else if (!mode.empty()) return Unsupported(path + ": unsupported pooling_mode \"" + mode + "\"");
+  if (mode == "cls")
+    p->cls = true;
+  else if (mode == "mean")
+    p->mean = true;
+  else if (mode == "max")
+    p->max = true;
+  else if (mode == "lasttoken")
+    p->last_token = true;
+  else if (!mode.empty())
+    return Unsupported(path + ": unsupported pooling_mode \"" + mode + "\"");
   return Status::Ok();
 }
 
@@ -342,9 +348,9 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   }
   const std::string origin = path.string();
   Fields f(obj, origin);
-  static const char* kKnown[] = {"task", "pooling", "activation", "calibration", "labels",
-                                 "thresholds", "yes_token", "no_token", "yes_token_id",
-                                 "no_token_id", "instruction", "step_token_id"};
+  static const char* kKnown[] = {"task",         "pooling",     "activation",  "calibration",
+                                 "labels",       "thresholds",  "yes_token",   "no_token",
+                                 "yes_token_id", "no_token_id", "instruction", "step_token_id"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;

@@ -42,10 +42,10 @@ struct ModelConfig {
   int sliding_window = 0;
 
   // Classification heads.
-  int num_labels = 2;                   // transformers default when config.json omits it
-  std::vector<std::string> id2label;    // index -> label
-  std::string problem_type;             // "", single_label_classification, ...
-  std::string classifier_activation;    // sentence-transformers CrossEncoder activation_fn
+  int num_labels = 2;                 // transformers default when config.json omits it
+  std::vector<std::string> id2label;  // index -> label
+  std::string problem_type;           // "", single_label_classification, ...
+  std::string classifier_activation;  // sentence-transformers CrossEncoder activation_fn
 
   // Token ids a causal-LM reranker reads at the last position ("yes" and "no").
   // Resolved from sluice.json or the tokenizer by the engine; unset otherwise.
@@ -81,14 +81,14 @@ struct SentenceTransformersConfig {
 
 // Optional sluice.json beside the model.
 struct SluiceOverrides {
-  std::optional<std::string> task;         // embed | classify | score | token-classify
-  std::optional<std::string> pooling;      // cls | mean | last | max | all | step
-  std::optional<std::string> activation;   // sigmoid | softmax | none
-  std::vector<float> calibration_mean;     // per label (or one for all)
+  std::optional<std::string> task;        // embed | classify | score | token-classify
+  std::optional<std::string> pooling;     // cls | mean | last | max | all | step
+  std::optional<std::string> activation;  // sigmoid | softmax | none
+  std::vector<float> calibration_mean;    // per label (or one for all)
   std::vector<float> calibration_std;
-  std::vector<std::string> labels;         // overrides id2label
-  std::vector<float> thresholds;           // per label, for multi-label outputs
-  std::optional<std::string> yes_token;    // causal-LM reranker
+  std::vector<std::string> labels;       // overrides id2label
+  std::vector<float> thresholds;         // per label, for multi-label outputs
+  std::optional<std::string> yes_token;  // causal-LM reranker
   std::optional<std::string> no_token;
   std::optional<int> yes_token_id;
   std::optional<int> no_token_id;

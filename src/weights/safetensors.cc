@@ -57,12 +57,18 @@ class MappedFile {
 namespace {
 
 bool ParseSafetensorsDType(std::string_view s, DType* out) {
-  if (s == "F32") *out = DType::kF32;
-  else if (s == "F16") *out = DType::kF16;
-  else if (s == "BF16") *out = DType::kBF16;
-  else if (s == "I32") *out = DType::kI32;
-  else if (s == "I64") *out = DType::kI64;
-  else return false;
+  if (s == "F32")
+    *out = DType::kF32;
+  else if (s == "F16")
+    *out = DType::kF16;
+  else if (s == "BF16")
+    *out = DType::kBF16;
+  else if (s == "I32")
+    *out = DType::kI32;
+  else if (s == "I64")
+    *out = DType::kI64;
+  else
+    return false;
   return true;
 }
 
@@ -84,8 +90,9 @@ WeightStore& WeightStore::operator=(WeightStore&&) noexcept = default;
 Status WeightStore::AddFile(const std::string& path) {
   ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   const size_t size = file->size();
-  if (size < 8) return InvalidArgument(path + ": truncated safetensors file (" +
-                                       std::to_string(size) + " bytes, no header)");
+  if (size < 8)
+    return InvalidArgument(path + ": truncated safetensors file (" + std::to_string(size) +
+                           " bytes, no header)");
   uint64_t header_len = 0;
   std::memcpy(&header_len, file->data(), 8);
   if (header_len > size - 8 || header_len > (100u << 20)) {
@@ -100,8 +107,8 @@ Status WeightStore::AddFile(const std::string& path) {
   simdjson::padded_string header(reinterpret_cast<const char*>(file->data() + 8), header_len);
   simdjson::dom::element doc;
   if (auto err = parser.parse(header).get(doc)) {
-    return InvalidArgument(path + ": invalid safetensors JSON header: " +
-                           simdjson::error_message(err));
+    return InvalidArgument(path +
+                           ": invalid safetensors JSON header: " + simdjson::error_message(err));
   }
   simdjson::dom::object obj;
   if (doc.get(obj)) return InvalidArgument(path + ": safetensors header is not a JSON object");
@@ -198,8 +205,8 @@ StatusOr<WeightStore> WeightStore::OpenDirectory(const std::string& dir) {
     }
     for (const auto& [name, shard] : expected) {
       if (!store.Has(name)) {
-        return InvalidArgument(index.string() + ": tensor '" + name + "' listed in shard " +
-                               shard + " is not in that file");
+        return InvalidArgument(index.string() + ": tensor '" + name + "' listed in shard " + shard +
+                               " is not in that file");
       }
     }
     store.description_ = index.string() + " (" + std::to_string(shards.size()) + " shards)";
@@ -236,9 +243,9 @@ StatusOr<HostTensor> WeightStore::Get(const std::string& name,
                                       const std::vector<int64_t>& shape) const {
   ASSIGN_OR_RETURN(HostTensor t, Get(name));
   if (t.shape != shape) {
-    return FailedPrecondition("tensor '" + name + "' in " + tensor_file_.at(name) +
-                              " has shape " + ShapeString(t.shape) + ", expected " +
-                              ShapeString(shape) + " from config.json");
+    return FailedPrecondition("tensor '" + name + "' in " + tensor_file_.at(name) + " has shape " +
+                              ShapeString(t.shape) + ", expected " + ShapeString(shape) +
+                              " from config.json");
   }
   return t;
 }

@@ -123,8 +123,8 @@ void ExpectClose(const Case& c, const std::vector<SequenceOutput>& got,
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double d = MaxAbsDiff(got[i].values, want[i]);
-    EXPECT_LE(d, tol) << c.name << " " << what << " input " << i << " (size " << got[i].values.size()
-                      << " vs " << want[i].size() << ")";
+    EXPECT_LE(d, tol) << c.name << " " << what << " input " << i << " (size "
+                      << got[i].values.size() << " vs " << want[i].size() << ")";
     worst = std::max(worst, d);
   }
   std::printf("[ parity ] %-28s %-12s max |diff| %.3g (tolerance %.0e)\n", c.name.c_str(), what,

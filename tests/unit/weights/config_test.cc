@@ -1,12 +1,13 @@
 // config.json (transformers 4.x and 5.x spellings), sentence-transformers modules
 // (2.x-6.x type names) and sluice.json.
+#include "weights/config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "models/model.h"
-#include "weights/config.h"
 
 namespace sluice {
 namespace {
@@ -37,8 +38,8 @@ TEST(ModelConfig, Transformers5Spelling) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->dtype, DType::kF32);
   EXPECT_DOUBLE_EQ(c->rope_theta, 5000.0);
-  EXPECT_EQ(c->head_dim, 16);             // hidden / heads when head_dim is missing
-  EXPECT_EQ(c->num_key_value_heads, 4);   // defaults to heads
+  EXPECT_EQ(c->head_dim, 16);            // hidden / heads when head_dim is missing
+  EXPECT_EQ(c->num_key_value_heads, 4);  // defaults to heads
 }
 
 TEST(ModelConfig, Labels) {
@@ -85,7 +86,8 @@ class DirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           (std::string("sluice_cfg_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           (std::string("sluice_cfg_") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -98,7 +100,8 @@ class DirTest : public ::testing::Test {
 };
 
 TEST_F(DirTest, SentenceTransformersV2Layout) {
-  Write("modules.json", R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+  Write("modules.json",
+        R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
     {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
     {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}])");
   Write("1_Pooling/config.json", R"({"word_embedding_dimension":384,"pooling_mode_cls_token":false,
@@ -114,7 +117,8 @@ TEST_F(DirTest, SentenceTransformersV2Layout) {
 }
 
 TEST_F(DirTest, SentenceTransformersV6ModuleNames) {
-  Write("modules.json", R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.base.models.Transformer"},
+  Write("modules.json",
+        R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.base.models.Transformer"},
     {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.sentence_transformer.models.Pooling"},
     {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.sentence_transformer.models.Dense"}])");
   Write("1_Pooling/config.json", R"({"pooling_mode_lasttoken":true})");

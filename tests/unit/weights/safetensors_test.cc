@@ -1,11 +1,11 @@
 // safetensors reader: well-formed files (single, sharded, each dtype) and every way a
 // file can be broken, each with an error naming the file and tensor.
+#include "weights/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include "weights/safetensors.h"
 
 namespace sluice {
 namespace {
@@ -28,9 +28,10 @@ void WriteSafetensors(const fs::path& path, const std::vector<TensorSpec>& specs
     const auto& s = specs[i];
     header += (i ? "," : "") + std::string("\"") + s.name + "\":{\"dtype\":\"" + s.dtype +
               "\",\"shape\":[";
-    for (size_t d = 0; d < s.shape.size(); ++d) header += (d ? "," : "") + std::to_string(s.shape[d]);
-    header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + s.bytes) +
-              "]}";
+    for (size_t d = 0; d < s.shape.size(); ++d)
+      header += (d ? "," : "") + std::to_string(s.shape[d]);
+    header +=
+        "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + s.bytes) + "]}";
     off += s.bytes;
   }
   header += ",\"__metadata__\":{\"format\":\"pt\"}}";
@@ -59,9 +60,9 @@ class SafetensorsTest : public ::testing::Test {
 
 TEST_F(SafetensorsTest, ReadsSingleFileAllDTypes) {
   WriteSafetensors(dir_ / "model.safetensors", {{"a", "F32", {2, 3}, 24},
-                                                 {"b", "BF16", {4}, 8},
-                                                 {"c", "F16", {1, 2, 2}, 8},
-                                                 {"d", "I64", {1}, 8}});
+                                                {"b", "BF16", {4}, 8},
+                                                {"c", "F16", {1, 2, 2}, 8},
+                                                {"d", "I64", {1}, 8}});
   auto s = WeightStore::OpenDirectory(dir_.string());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->Names().size(), 4u);

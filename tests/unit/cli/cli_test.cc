@@ -1,0 +1,184 @@
+// The `sluice` binary's offline commands end to end: outputs equal the golden fixtures,
+// bad input gives a message naming the problem and a non-zero exit, never a crash.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kFixtures = SLUICE_FIXTURES_DIR;
+const std::string kBinary = SLUICE_BINARY;
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout + stderr
+};
+
+Result RunSluice(const std::string& args) {
+  const std::string cmd = kBinary + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("sluice_cli_" + std::to_string(getpid()) + "_" + name))
+      .string();
+}
+
+// Writes the fixture's inputs as JSONL and returns the expected outputs.
+std::vector<std::vector<double>> WriteInputs(const std::string& model, const std::string& path) {
+  simdjson::dom::parser parser;
+  auto doc = parser.load(kFixtures + "/golden/" + model + ".json");
+  std::ofstream f(path);
+  for (auto in : doc["inputs"].get_array()) {
+    f << "{\"input_ids\":" << simdjson::minify(in["ids"]);
+    simdjson::dom::array types;
+    if (!in["type_ids"].get(types) && types.size() > 0) {
+      f << ",\"token_type_ids\":" << simdjson::minify(in["type_ids"]);
+    }
+    f << "}\n";
+  }
+  std::vector<std::vector<double>> want;
+  for (auto o : doc["outputs"].get_array()) {
+    std::vector<double> v;
+    for (auto x : o.get_array()) v.push_back(x.get_double());
+    want.push_back(v);
+  }
+  return want;
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> lines;
+  std::string l;
+  while (std::getline(f, l)) lines.push_back(l);
+  return lines;
+}
+
+TEST(Cli, ScoreMatchesGolden) {
+  const std::string in = TempPath("score.jsonl"), out = TempPath("score.out");
+  auto want = WriteInputs("bert_cross_encoder", in);
+  auto r = RunSluice("score --model " + kFixtures + "/models/bert_cross_encoder --input " + in +
+                     " --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("done: 64 sequences"), std::string::npos) << r.out;
+  auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), want.size());
+  simdjson::dom::parser parser;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto doc = parser.parse(lines[i]);
+    EXPECT_EQ(int64_t(doc["index"]), static_cast<int64_t>(i));
+    EXPECT_NEAR(double(doc["score"]), want[i][0], 1e-4) << "line " << i;
+  }
+}
+
+TEST(Cli, EmbedWithDimensionsAndClassify) {
+  const std::string in = TempPath("embed.jsonl"), out = TempPath("embed.out");
+  auto want = WriteInputs("qwen3_st_last", in);
+  auto r = RunSluice("embed --model " + kFixtures + "/models/qwen3_st_last --input " + in +
+                     " --output " + out + " --dimensions 16");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  simdjson::dom::parser parser;
+  auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), want.size());
+  auto doc = parser.parse(lines[0]);
+  auto emb = doc["embedding"].get_array();
+  EXPECT_EQ(emb.size(), 16u);
+  double ss = 0;
+  for (auto x : emb) ss += double(x) * double(x);
+  EXPECT_NEAR(ss, 1.0, 1e-5);
+
+  const std::string cin = TempPath("cls.jsonl"), cout = TempPath("cls.out");
+  auto cwant = WriteInputs("bert_classifier3", cin);
+  r = RunSluice("classify --model " + kFixtures + "/models/bert_classifier3 --input " + cin +
+                " --output " + cout);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto clines = Lines(cout);
+  ASSERT_EQ(clines.size(), cwant.size());
+  auto c0 = parser.parse(clines[0]);
+  auto probs = c0["probs"].get_array();
+  ASSERT_EQ(probs.size(), 3u);
+  size_t best = 0, k = 0;
+  double bestv = -1;
+  for (auto p : probs) {
+    EXPECT_NEAR(double(p), cwant[0][k], 1e-4);
+    if (double(p) > bestv) bestv = double(p), best = k;
+    ++k;
+  }
+  const char* names[] = {"neg", "neu", "pos"};
+  EXPECT_EQ(std::string_view(c0["label"]), names[best]);
+}
+
+TEST(Cli, PairsWithTemplateHeader) {
+  const std::string in = TempPath("pairs.jsonl");
+  std::ofstream(in) << "{\"prefix\":[2],\"separator\":[3],\"suffix\":[3]}\n"
+                    << "{\"q\":[5,6,7],\"d\":[8,9]}\n";
+  const std::string full = TempPath("full.jsonl");
+  std::ofstream(full) << "{\"input_ids\":[2,5,6,7,3,8,9,3],\"token_type_ids\":[0,0,0,0,0,1,1,1]}\n";
+  const std::string m = kFixtures + "/models/bert_cross_encoder";
+  auto a = RunSluice("score --model " + m + " --input " + in);
+  auto b = RunSluice("score --model " + m + " --input " + full);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  auto score = [](const std::string& s) { return s.substr(s.find("{\"index\"")); };
+  EXPECT_EQ(score(a.out), score(b.out));
+}
+
+TEST(Cli, Inspect) {
+  auto r = RunSluice("inspect --model " + kFixtures + "/models/qwen3_reranker");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Qwen3ForCausalLM"), std::string::npos);
+  EXPECT_NE(r.out.find("task:           score"), std::string::npos);
+  EXPECT_NE(r.out.find("sigmoid(yes - no)"), std::string::npos);
+  EXPECT_NE(r.out.find("parameters:"), std::string::npos);
+}
+
+TEST(Cli, BadInputsAreReportedNotCrashed) {
+  const std::string m = kFixtures + "/models/bert_cross_encoder";
+  const std::string bad = TempPath("bad.jsonl");
+  std::ofstream(bad) << "{\"input_ids\":[1,2,3]}\n{\"input_ids\":[1,\"x\"]}\n";
+  auto r = RunSluice("score --model " + m + " --input " + bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
+
+  std::ofstream(bad) << "{\"input_ids\":[1,2,999999]}\n";
+  r = RunSluice("score --model " + m + " --input " + bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("999999"), std::string::npos) << r.out;
+
+  std::ofstream long_in(bad);
+  long_in << "{\"input_ids\":[";
+  for (int i = 0; i < 100; ++i) long_in << (i ? "," : "") << 5;
+  long_in << "]}\n";
+  long_in.close();
+  r = RunSluice("score --model " + m + " --input " + bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("limit of 64"), std::string::npos) << r.out;
+
+  std::ofstream(bad) << "{not json\n";
+  r = RunSluice("score --model " + m + " --input " + bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("invalid JSON"), std::string::npos) << r.out;
+
+  r = RunSluice("score --model /nonexistent --input " + bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("/nonexistent"), std::string::npos) << r.out;
+
+  r = RunSluice("score --model " + m + " --input " + bad + " --dtype float8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--dtype"), std::string::npos) << r.out;
+}
+
+}  // namespace
