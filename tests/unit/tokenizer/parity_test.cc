@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,7 +99,24 @@ std::pair<uint32_t, uint32_t> HfRoundTrip(const std::string& text,
 struct Stats {
   std::map<std::string, std::pair<size_t, size_t>> by_kind;  // kind -> (total, failed)
   std::vector<std::string> examples;
+  std::vector<std::string> failed_keys;  // "name kind a b strategy"
+  size_t known = 0;                      // failures listed in known_mismatches.txt
 };
+
+// Known, explained divergences (see the header of known_mismatches.txt). Regenerate with
+// SLUICE_PARITY_WRITE_KNOWN=1 after checking that new entries are explained.
+const std::set<std::string>& KnownMismatches() {
+  static const std::set<std::string> known = [] {
+    std::set<std::string> k;
+    std::ifstream f(kDir + "/known_mismatches.txt");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (!line.empty() && line[0] != '#') k.insert(line);
+    }
+    return k;
+  }();
+  return known;
+}
 
 std::string Show(const std::vector<int32_t>& v) {
   std::string s;
@@ -210,7 +229,14 @@ void Check(const std::string& name, Stats* st) {
       }
     }
     if (!why.empty()) {
+      std::string key = name + " " + kind + " " + std::to_string(a) + " " + std::to_string(b_idx) +
+                        " " + std::string(strategy);
+      st->failed_keys.push_back(key);
       ++failed;
+      if (KnownMismatches().count(key)) {
+        ++st->known;
+        continue;
+      }
       size_t limit = std::getenv("SLUICE_PARITY_TOKENS") ? 25 : 6;
       if (st->examples.size() < limit)
         st->examples.push_back(name + " " + kind + " a=" + std::to_string(a) + " text='" +
@@ -232,7 +258,13 @@ TEST_P(Parity, MatchesHuggingFace) {
     failed += v.second;
     summary += k + ": " + std::to_string(v.first - v.second) + "/" + std::to_string(v.first) + "  ";
   }
-  std::printf("[parity] %s: %s\n", GetParam().c_str(), summary.c_str());
+  std::printf("[parity] %s: %s (known mismatches: %zu)\n", GetParam().c_str(), summary.c_str(),
+              st.known);
+  if (std::getenv("SLUICE_PARITY_WRITE_KNOWN")) {
+    std::ofstream f(kDir + "/known_mismatches.new", std::ios::app);
+    for (const auto& k : st.failed_keys) f << k << "\n";
+  }
+  failed -= st.known;
   for (const auto& e : st.examples) std::printf("  %s\n", e.c_str());
   EXPECT_GT(total, 0u);
   EXPECT_EQ(failed, 0u) << summary;
