@@ -39,11 +39,14 @@ HWY_BEFORE_NAMESPACE();
 namespace sluice::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The three inner kernels are HWY_NOINLINE on purpose: inlined into AttnTaskRun, GCC 12's
+// register allocation spills the accumulators and the kernel runs ~1.5x slower.
+
 // Scores S[r][j] = scale * sum_c q_r[c] * Kt[c][j] for 4 query rows and j in [0, nj), nj a
 // multiple of Lanes. Kt rows have stride ldk, S rows stride lds. Every score is one FMA
 // chain over c = 0..dim-1 in its own lane, so its value does not depend on the block,
 // lane or query group that computes it.
-HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t ldk, int64_t nj, int dim,
+HWY_NOINLINE void Scores4(const float* const q[4], const float* kt, int64_t ldk, int64_t nj, int dim,
                         float scale, float* s, int64_t lds) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
@@ -92,7 +95,7 @@ HWY_INLINE void Scores4(const float* const q[4], const float* kt, int64_t ldk, i
 }
 
 // In place: s[0..n) -> exp(s - max); returns the sum (fixed order for a given n).
-HWY_INLINE float SoftmaxExp(float* s, int64_t n) {
+HWY_NOINLINE float SoftmaxExp(float* s, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   float mx = s[0];
@@ -124,7 +127,7 @@ HWY_INLINE float SoftmaxExp(float* s, int64_t n) {
 // p_r have stride ldp. A row's probabilities are zero outside its own key range, and
 // fma(0, v, acc) == acc, so each row equals the sum over its own range alone.
 // Only rows r < nrows are stored.
-HWY_INLINE void WeightedSum4(const float* p, int64_t ldp, int64_t n, const float* v, int64_t ldv,
+HWY_NOINLINE void WeightedSum4(const float* p, int64_t ldp, int64_t n, const float* v, int64_t ldv,
                              int dim, const float inv[4], float* const out[4], int nrows) {
   const hn::ScalableTag<float> d;
   const int nl = static_cast<int>(hn::Lanes(d));
