@@ -120,20 +120,26 @@ void NormalizedString::Filter(F keep) {
     }
   }
   if (have_last) out.emplace_back(last, -removed);
+  bool none_removed = have_last && removed_start == 0;
+  for (size_t k = 0; none_removed && k < out.size(); ++k) none_removed = out[k].second == 0;
+  if (none_removed || norm.empty()) return;
   Transform(out, have_last ? removed_start : static_cast<size_t>(removed));
 }
 
 template <typename F>
 void NormalizedString::Map(F f) {
+  bool changed = false;
   std::vector<std::pair<char32_t, int>> out;
   out.reserve(norm.size());
   for (size_t i = 0; i < norm.size();) {
     size_t len;
     char32_t c = DecodeAt(norm, i, &len);
     i += len;
-    out.emplace_back(f(c), 0);
+    char32_t m = f(c);
+    changed |= m != c;
+    out.emplace_back(m, 0);
   }
-  Transform(out, 0);
+  if (changed) Transform(out, 0);
 }
 
 // Pattern matches covering the whole string: (range, is_match), as HF find_matches.

@@ -1,5 +1,6 @@
 // Models: WordPiece, BPE (byte_fallback, ignore_merges, fuse_unk, affixes), Unigram
 // (Viterbi), WordLevel.
+#include <atomic>
 #include <cstdio>
 #include <queue>
 
@@ -117,7 +118,7 @@ class Bpe : public VocabModel {
     std::optional<std::string> unk, prefix, suffix;
     bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
   };
-  Bpe(Vocab v, Options o) : VocabModel(std::move(v)), o_(std::move(o)) {}
+  Bpe(Vocab v, Options o) : VocabModel(std::move(v)), o_(std::move(o)), cache_id_(NextCacheId()) {}
 
   Status AddMerge(std::string_view a, std::string_view b, int32_t rank) {
     const int32_t* ia = Find(std::string(a));
@@ -134,6 +135,29 @@ class Bpe : public VocabModel {
 
   Status Tokenize(std::string_view s, std::vector<Token>* out) const override {
     if (s.empty()) return Status::Ok();
+    // Per-thread word cache (HF caches words too); keyed by a unique id, never a pointer.
+    thread_local std::unordered_map<uint64_t, std::unordered_map<std::string, std::vector<Token>>>
+        caches;
+    constexpr size_t kMaxCachedWord = 64, kMaxEntries = 20000;
+    std::unordered_map<std::string, std::vector<Token>>* cache = nullptr;
+    if (s.size() <= kMaxCachedWord) {
+      cache = &caches[cache_id_];
+      auto it = cache->find(std::string(s));
+      if (it != cache->end()) {
+        out->insert(out->end(), it->second.begin(), it->second.end());
+        return Status::Ok();
+      }
+    }
+    size_t first = out->size();
+    RETURN_IF_ERROR(TokenizeUncached(s, out));
+    if (cache) {
+      if (cache->size() >= kMaxEntries) cache->clear();
+      cache->emplace(std::string(s), std::vector<Token>(out->begin() + first, out->end()));
+    }
+    return Status::Ok();
+  }
+
+  Status TokenizeUncached(std::string_view s, std::vector<Token>* out) const {
     if (o_.ignore_merges) {
       if (const int32_t* id = Find(std::string(s))) {
         out->push_back(Token{*id, std::string(s), {0, static_cast<uint32_t>(s.size())}});
@@ -258,7 +282,12 @@ class Bpe : public VocabModel {
       }
     }
   }
+  static uint64_t NextCacheId() {
+    static std::atomic<uint64_t> next{1};
+    return next++;
+  }
   Options o_;
+  uint64_t cache_id_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
 };
 

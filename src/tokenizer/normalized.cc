@@ -179,6 +179,7 @@ void NormalizedString::Normalize(bool compat, bool compose) {
 }
 
 void NormalizedString::Lowercase() {
+  bool changed = false;
   std::vector<std::pair<char32_t, int>> out;
   out.reserve(norm.size());
   std::vector<char32_t> tmp;
@@ -188,9 +189,10 @@ void NormalizedString::Lowercase() {
     i += len;
     tmp.clear();
     ToLowercase(c, &tmp);
+    changed |= tmp.size() != 1 || tmp[0] != c;
     for (size_t k = 0; k < tmp.size(); ++k) out.emplace_back(tmp[k], k > 0 ? 1 : 0);
   }
-  Transform(out, 0);
+  if (changed) Transform(out, 0);
 }
 
 void NormalizedString::LRStrip(bool left, bool right) {

@@ -287,10 +287,9 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(JsonValue j) {
   if (type == "BertPreTokenizer") return MakeBertPreTokenizer();
   if (type == "WhitespaceSplit") return std::unique_ptr<PreTokenizer>(new WhitespaceSplitPre());
   if (type == "Whitespace") {
-    // Oniguruma's Unicode \w: Alphabetic, marks, decimal digits, connector punctuation and
+    // Oniguruma's Unicode \w: letters, marks, decimal digits, connector punctuation and
     // Join_Control (U+200C, U+200D).
-    const char* w =
-        R"([\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\x{200c}\x{200d}\x{24b6}-\x{24e9}\x{1f130}-\x{1f149}\x{1f150}-\x{1f169}\x{1f170}-\x{1f189}])";
+    const char* w = R"([\p{L}\p{M}\p{Nd}\p{Pc}\x{200c}\x{200d}])";
     std::string pat =
         std::string(w) + "+|[^" + std::string(w).substr(1, std::string(w).size() - 2) + "\\s]+";
     ASSIGN_OR_RETURN(auto re, Regex::Compile(RewriteRegex(pat)));

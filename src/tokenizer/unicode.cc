@@ -253,8 +253,10 @@ char32_t Compose(char32_t a, char32_t b) {
   utf8proc_int32_t buf[2] = {static_cast<utf8proc_int32_t>(a), static_cast<utf8proc_int32_t>(b)};
   utf8proc_ssize_t n =
       utf8proc_normalize_utf32(buf, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE));
-  if (n == 1) return static_cast<char32_t>(buf[0]);
-  return 0;
+  if (n != 1) return 0;
+  // utf8proc_normalize_utf32 does not apply composition exclusions (e.g. U+2ADC): check them.
+  if (utf8proc_get_property(buf[0])->comp_exclusion) return 0;
+  return static_cast<char32_t>(buf[0]);
 }
 
 std::vector<size_t> GraphemeBoundaries(std::string_view s) {
