@@ -328,11 +328,18 @@ std::vector<Offsets> Regex::FindAll(std::string_view s) const {
   std::vector<Offsets> out;
   auto* code = static_cast<pcre2_code*>(code_);
   thread_local pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  // A JIT stack larger than the 32 KiB default, so long inputs never fail to match.
+  thread_local pcre2_match_context* mctx = [] {
+    pcre2_match_context* c = pcre2_match_context_create(nullptr);
+    pcre2_jit_stack* st = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
+    if (c && st) pcre2_jit_stack_assign(c, nullptr, st);
+    return c;
+  }();
   size_t pos = 0;
   std::optional<size_t> last_end;
   auto sp = reinterpret_cast<PCRE2_SPTR>(s.data());
   while (pos <= s.size()) {
-    int rc = pcre2_match(code, sp, s.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    int rc = pcre2_match(code, sp, s.size(), pos, PCRE2_NO_UTF_CHECK, md, mctx);
     if (rc < 0) break;
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];

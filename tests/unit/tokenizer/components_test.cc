@@ -225,3 +225,24 @@ TEST(DecodeStream, NeverEmitsBrokenUtf8) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(Robustness, VeryLongInputs) {
+  auto t = Load("qwen2");
+  ASSERT_TRUE(t);
+  std::string spaces(200000, ' ');
+  std::string words;
+  for (int i = 0; i < 20000; ++i) words += "word" + std::to_string(i) + (i % 7 ? " " : "\n\n  ");
+  for (const std::string& s : {spaces, words, std::string(100000, 'a')}) {
+    auto e = t->Encode(s);
+    ASSERT_TRUE(e.ok());
+    ASSERT_FALSE(e->offsets.empty());
+    EXPECT_EQ(e->offsets.back().second, s.size());
+    EXPECT_EQ(*t->Decode(e->ids), s);
+  }
+}
+
+}  // namespace
+}  // namespace sluice
