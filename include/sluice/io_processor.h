@@ -1,0 +1,97 @@
+// IO processors: the request-specific code around the engine. A processor turns an API
+// request into engine sequences and the engine's outputs into the response:
+//
+//   Parse(request)            -> IoState   validate the body; errors name the field
+//   PreProcess(state)         -> sequences tokenise, assemble pairs/templates, truncate
+//   (engine: packed forward over the sequences of many requests)
+//   PostProcess(state, outs)  -> response  sort, top_n, labels, JSON
+//
+// Processors run on the server's worker pool (never on I/O threads, never on the engine
+// thread). A processor object is const after construction and shared by all requests;
+// per-request data lives in its IoState. The built-ins (embed, classify, score, rerank,
+// tokenize) implement this interface; plugins will implement it through plugin.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice {
+
+class Tokenizer;
+
+// One sequence for the engine (a full model input: special tokens included).
+struct TokenSequence {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> type_ids;  // empty = all zero
+};
+
+// The engine's output for one sequence.
+struct PooledOutput {
+  std::vector<float> values;  // embed: vector (rows x dim for token-level pooling);
+                              // classify/score: activated scores
+  std::vector<float> raw;     // classify/score: logits before the activation
+  int rows = 1;
+  std::vector<int32_t> token_indices;  // STEP pooling: positions of the rows
+};
+
+// What a processor may know about the served model. Const after load.
+struct ModelContext {
+  std::string name;          // served model name (the `model` field must match when given)
+  std::string task;          // "embed" | "classify" | "score"
+  std::string family;        // "bert" | "qwen3" (architecture family)
+  int output_dim = 0;        // values per row
+  bool normalized = false;   // embeddings are L2-normalised by the model
+  bool token_level = false;  // pooling keeps several rows per sequence (all/step)
+  std::vector<std::string> labels;
+  std::vector<float> thresholds;
+  bool uses_token_types = false;
+  int model_max_tokens = 0;  // the model's limit
+  // Request limits (flags): inputs per request; tokens per input (<= model_max_tokens).
+  int max_inputs_per_request = 0;
+  int max_tokens_per_input = 0;
+  bool truncate_by_default = false;      // --truncate
+  const Tokenizer* tokenizer = nullptr;  // null: token-id inputs only
+  // Pre-tokenised pairs are assembled as prefix + a + separator + b + suffix (b and the
+  // suffix get token type 1 when the model uses token types).
+  std::vector<int32_t> pair_prefix, pair_separator, pair_suffix;
+};
+
+struct IoRequest {
+  std::string_view route;  // e.g. "/v1/embeddings"
+  std::string_view body;   // JSON
+  const ModelContext* model = nullptr;
+};
+
+struct IoResponse {
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+// Per-request state, owned by the server between the stages.
+class IoState {
+ public:
+  virtual ~IoState() = default;
+  int64_t prompt_tokens = 0;  // tokens sent to the engine (for usage and metrics)
+};
+
+class IoProcessor {
+ public:
+  virtual ~IoProcessor() = default;
+  virtual std::string_view name() const = 0;
+  // Parses and validates the body. InvalidArgument names the field.
+  virtual StatusOr<std::unique_ptr<IoState>> Parse(const IoRequest& request) const = 0;
+  // Builds the engine sequences (may be none, e.g. /tokenize).
+  virtual Status PreProcess(const ModelContext& model, IoState& state,
+                            std::vector<TokenSequence>* sequences) const = 0;
+  // outputs: one per sequence, in PreProcess order.
+  virtual StatusOr<IoResponse> PostProcess(const ModelContext& model, IoState& state,
+                                           std::vector<PooledOutput>& outputs) const = 0;
+};
+
+}  // namespace sluice

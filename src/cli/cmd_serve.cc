@@ -1,0 +1,190 @@
+// `sluice serve --model DIR [--host H] [--port P]`: the HTTP server (docs/api.md).
+//
+// Start-up: load the model (and tokenizer.json when present), start listening (health
+// answers, readiness 503), warm up with one forward, then turn ready. SIGTERM/SIGINT:
+// readiness 503 at once, new work refused (503), in-flight requests finish within
+// --shutdown-timeout, exit 0.
+#include <signal.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "cli/command.h"
+#include "cli/common.h"
+#include "core/log.h"
+#include "engine/engine_loop.h"
+#include "io/model_context.h"
+#include "server/http_server.h"
+#include "server/service.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ServeFlags {
+  ModelFlags model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_name;
+  std::string api_key;
+  int max_queue_depth = 256;
+  int max_inputs_per_request = 1000;
+  int max_tokens_per_input = 0;
+  int64_t max_body_bytes = 8 << 20;
+  bool truncate = false;
+  double shutdown_timeout_s = 30;
+  double request_timeout_s = 0;
+  int io_threads = 1;
+  int workers = 2;
+};
+
+StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "vocab.txt")) {
+    SLUICE_LOG_INFO("no tokenizer.json in {}: token-id inputs only", dir);
+    return std::unique_ptr<Tokenizer>();
+  }
+  auto t = Tokenizer::FromDirectory(dir);
+  if (!t.ok()) return t.status().WithContext("tokenizer");
+  return std::move(t).value();
+}
+
+// One forward through the loop, so the first client does not pay for lazy set-up.
+Status WarmUp(EngineLoop& loop, const ModelContext& m) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto r = std::make_shared<EngineRequest>();
+  const int n = std::min(16, m.model_max_tokens);
+  r->inputs.push_back(SequenceInput{std::vector<int32_t>(n, 0), {}});
+  r->on_done = [promise](EngineRequest&, const Status& s) { promise->set_value(s); };
+  RETURN_IF_ERROR(loop.Submit(r));
+  return promise->get_future().get().WithContext("warm-up");
+}
+
+int RunServe(const ServeFlags& f) {
+  // Signals are taken by sigwait below; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  if (f.max_queue_depth < 1 || f.max_inputs_per_request < 1 || f.max_tokens_per_input < 0 ||
+      f.max_body_bytes < 1 || f.io_threads < 1 || f.workers < 1 || f.shutdown_timeout_s < 0) {
+    return ReportError(InvalidArgument(
+        "--max-queue-depth, --max-inputs-per-request, --max-body-bytes, --io-threads and "
+        "--workers must be positive; --max-tokens-per-input and --shutdown-timeout >= 0"));
+  }
+  auto engine_or = LoadEngine(f.model);
+  if (!engine_or.ok()) return ReportError(engine_or.status());
+  auto tok_or = MaybeLoadTokenizer(f.model.model);
+  if (!tok_or.ok()) return ReportError(tok_or.status());
+  std::unique_ptr<Tokenizer> tokenizer = std::move(tok_or).value();
+
+  io::ContextOptions co;
+  co.served_name = f.served_name.empty()
+                       ? std::filesystem::path(f.model.model).lexically_normal().filename().string()
+                       : f.served_name;
+  if (co.served_name.empty()) co.served_name = f.model.model;
+  co.max_inputs_per_request = f.max_inputs_per_request;
+  co.max_tokens_per_input = f.max_tokens_per_input;
+  co.truncate = f.truncate;
+  auto ctx_or = io::BuildModelContext(**engine_or, tokenizer.get(), co);
+  if (!ctx_or.ok()) return ReportError(ctx_or.status());
+  const ModelContext ctx = std::move(ctx_or).value();
+
+  server::Metrics metrics;
+  EngineLoopOptions lo;
+  lo.limits.max_batch_tokens = f.model.max_batch_tokens;
+  lo.limits.max_num_seqs = f.model.max_num_seqs;
+  lo.max_queue_depth = f.max_queue_depth;
+  lo.on_batch = [&metrics](const BatchStats& b) { metrics.RecordBatch(b.num_seqs, b.num_tokens); };
+  EngineLoop loop(std::move(engine_or).value(), lo);
+
+  server::ServiceOptions so;
+  so.api_key = f.api_key;
+  so.workers = f.workers;
+  so.request_timeout_s = f.request_timeout_s;
+  server::Service service(so, &loop, &ctx, &metrics);
+
+  server::HttpServerOptions ho;
+  ho.host = f.host;
+  ho.port = f.port;
+  ho.io_threads = f.io_threads;
+  ho.max_body_bytes = f.max_body_bytes;
+  server::HttpServer http(
+      ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
+        service.Handle(std::move(r), std::move(ex));
+      });
+  if (Status s = http.Start(); !s.ok()) return ReportError(s);
+  SLUICE_LOG_INFO(
+      "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
+      "max_queue_depth {}, shutdown_timeout {} s{}",
+      ctx.max_inputs_per_request, ctx.max_tokens_per_input, f.truncate ? " (truncating)" : "",
+      f.max_body_bytes, f.max_queue_depth, f.shutdown_timeout_s,
+      f.api_key.empty() ? "" : ", API key required");
+  SLUICE_LOG_INFO("serving \"{}\" (task {}, tokenizer {})", ctx.name, ctx.task,
+                  tokenizer ? "tokenizer.json" : "none: token ids only");
+  if (Status s = WarmUp(loop, ctx); !s.ok()) {
+    http.Stop();
+    return ReportError(s);
+  }
+  service.SetReady(true);
+  SLUICE_LOG_INFO("ready: listening on http://{}:{}", f.host, http.port());
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  SLUICE_LOG_INFO("{}: draining ({} requests in flight, up to {} s)",
+                  sig == SIGTERM ? "SIGTERM" : "SIGINT", service.in_flight(), f.shutdown_timeout_s);
+  service.BeginDrain();
+  const double deadline = NowSeconds() + f.shutdown_timeout_s;
+  while (service.in_flight() > 0 && NowSeconds() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const int left = service.in_flight();
+  if (left > 0) SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", left);
+  loop.Shutdown();  // fails whatever is still queued (503)
+  http.Stop();
+  SLUICE_LOG_INFO("stopped");
+  return 0;
+}
+
+Registrar serve_cmd(Command{
+    "serve", "Serve a model over HTTP (OpenAI/Cohere/TEI/vLLM/KServe-style routes)",
+    [](CLI::App* sub) {
+      auto f = std::make_shared<ServeFlags>();
+      AddModelFlags(sub, &f->model);
+      sub->add_option("--host", f->host, "address to listen on")->capture_default_str();
+      sub->add_option("--port", f->port, "port (0 = any free port, logged)")->capture_default_str();
+      sub->add_option("--served-model-name", f->served_name,
+                      "model name in the API (default: the directory name)");
+      sub->add_option("--api-key", f->api_key,
+                      "require Authorization: Bearer KEY (all routes but health and metrics)");
+      sub->add_option("--max-queue-depth", f->max_queue_depth,
+                      "requests queued or running at most; beyond it 429")
+          ->capture_default_str();
+      sub->add_option("--max-inputs-per-request", f->max_inputs_per_request,
+                      "inputs (or documents) per request at most; beyond it 400")
+          ->capture_default_str();
+      sub->add_option("--max-tokens-per-input", f->max_tokens_per_input,
+                      "tokens per input at most (0 = the model's limit); beyond it 400")
+          ->capture_default_str();
+      sub->add_option("--max-body-bytes", f->max_body_bytes,
+                      "request body size limit; beyond it 413")
+          ->capture_default_str();
+      sub->add_flag("--truncate", f->truncate,
+                    "truncate over-long inputs to the token limit instead of refusing them");
+      sub->add_option("--shutdown-timeout", f->shutdown_timeout_s,
+                      "seconds in-flight requests get to finish after SIGTERM")
+          ->capture_default_str();
+      sub->add_option("--request-timeout", f->request_timeout_s,
+                      "seconds a request may wait before its work is dropped (0 = none)")
+          ->capture_default_str();
+      sub->add_option("--io-threads", f->io_threads, "HTTP I/O threads")->capture_default_str();
+      sub->add_option("--workers", f->workers, "worker threads running IO processors")
+          ->capture_default_str();
+      return std::function<int()>([f] { return RunServe(*f); });
+    }});
+
+}  // namespace
+}  // namespace sluice::cli

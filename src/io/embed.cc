@@ -1,0 +1,189 @@
+// Embedding endpoints: OpenAI /v1/embeddings, TEI /embed, vLLM /pooling.
+#include <cmath>
+
+#include "io/builtins.h"
+#include "io/inputs.h"
+
+namespace sluice::io {
+namespace {
+
+struct EmbedState : IoState {
+  std::vector<Item> items;
+  std::string model;
+  bool base64 = false;
+  int dimensions = 0;
+  bool normalize = false;  // TEI: L2-normalise (default true)
+  Truncate truncate;
+};
+
+// Keeps the first `dims` values; re-normalises when the model normalises (Matryoshka).
+void Shorten(std::vector<float>* v, int dims, bool renormalize) {
+  if (dims <= 0 || static_cast<size_t>(dims) >= v->size()) return;
+  v->resize(dims);
+  if (renormalize) {
+    double ss = 0;
+    for (float x : *v) ss += double(x) * x;
+    const double n = std::sqrt(ss);
+    if (n > 0) {
+      for (float& x : *v) x = static_cast<float>(x / n);
+    }
+  }
+}
+
+void L2(std::vector<float>* v) {
+  double ss = 0;
+  for (float x : *v) ss += double(x) * x;
+  const double n = std::max(std::sqrt(ss), 1e-12);
+  for (float& x : *v) x = static_cast<float>(x / n);
+}
+
+class EmbedProcessor : public IoProcessor {
+ public:
+  explicit EmbedProcessor(EmbedFlavor f) : flavor_(f) {}
+  std::string_view name() const override {
+    return flavor_ == EmbedFlavor::kOpenAI ? "embeddings"
+           : flavor_ == EmbedFlavor::kTei  ? "embed"
+                                           : "pooling";
+  }
+
+  StatusOr<std::unique_ptr<IoState>> Parse(const IoRequest& req) const override {
+    const ModelContext& m = *req.model;
+    ASSIGN_OR_RETURN(simdjson::dom::object obj, ParseObject(req.body));
+    Fields f(obj, "");
+    auto st = std::make_unique<EmbedState>();
+    const char* input_field = flavor_ == EmbedFlavor::kTei ? "inputs" : "input";
+    simdjson::dom::element e;
+    if (!f.Get(input_field, &e)) return FieldError(input_field, "is required");
+    ASSIGN_OR_RETURN(st->items, ReadItems(e, input_field));
+    RETURN_IF_ERROR(CheckCount(m, st->items.size(), input_field));
+    int64_t dims = 0;
+    RETURN_IF_ERROR(f.GetInt("dimensions", &dims));
+    if (flavor_ == EmbedFlavor::kTei) {
+      st->normalize = true;
+      RETURN_IF_ERROR(f.GetBool("normalize", &st->normalize));
+      bool trunc = false;
+      RETURN_IF_ERROR(f.GetBool("truncate", &trunc));
+      if (trunc) st->truncate.tokens = -1;
+      std::string dir = "Right";
+      RETURN_IF_ERROR(f.GetString("truncation_direction", &dir));
+      if (dir != "Right" && dir != "right") {
+        return FieldError("truncation_direction", "must be \"Right\" (only right truncation)");
+      }
+    } else {
+      RETURN_IF_ERROR(f.GetString("model", &st->model));
+      RETURN_IF_ERROR(CheckModelName(m, st->model));
+      std::string fmt = "float";
+      RETURN_IF_ERROR(f.GetString("encoding_format", &fmt));
+      if (fmt != "float" && fmt != "base64") {
+        return FieldError("encoding_format", "must be \"float\" or \"base64\"");
+      }
+      st->base64 = fmt == "base64";
+      std::string user;
+      RETURN_IF_ERROR(f.GetString("user", &user));
+      RETURN_IF_ERROR(ReadTruncatePromptTokens(f, &st->truncate));
+    }
+    RETURN_IF_ERROR(f.CheckNoUnknown());
+    if (flavor_ != EmbedFlavor::kPooling && m.task != "embed") {
+      return FailedPrecondition("this model's task is " + m.task +
+                                ", not embed; use the endpoint of its task (or /pooling)");
+    }
+    if (flavor_ != EmbedFlavor::kPooling && m.token_level) {
+      return FailedPrecondition("this model pools every token (token-level output); use /pooling");
+    }
+    if (dims != 0) {
+      if (m.task != "embed" || m.token_level || dims < 1 || dims > m.output_dim) {
+        return FieldError("dimensions", "must be between 1 and " + std::to_string(m.output_dim) +
+                                            " (Matryoshka truncation of embeddings)");
+      }
+      st->dimensions = static_cast<int>(dims);
+    }
+    return std::unique_ptr<IoState>(std::move(st));
+  }
+
+  Status PreProcess(const ModelContext& m, IoState& state,
+                    std::vector<TokenSequence>* seqs) const override {
+    auto& st = static_cast<EmbedState&>(state);
+    const char* field = flavor_ == EmbedFlavor::kTei ? "inputs" : "input";
+    const bool many = st.items.size() > 1;
+    for (size_t i = 0; i < st.items.size(); ++i) {
+      const std::string path = many ? std::string(field) + "[" + std::to_string(i) + "]" : field;
+      ASSIGN_OR_RETURN(TokenSequence s, EncodeOne(m, st.items[i], st.truncate, path));
+      st.prompt_tokens += static_cast<int64_t>(s.ids.size());
+      seqs->push_back(std::move(s));
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<IoResponse> PostProcess(const ModelContext& m, IoState& state,
+                                   std::vector<PooledOutput>& outs) const override {
+    auto& st = static_cast<EmbedState&>(state);
+    for (auto& o : outs) {
+      Shorten(&o.values, st.dimensions, m.normalized);
+      if (st.normalize) L2(&o.values);
+    }
+    JsonWriter w;
+    if (flavor_ == EmbedFlavor::kTei) {
+      w.BeginArray();
+      for (auto& o : outs) w.Floats(o.values.data(), o.values.size());
+      w.EndArray();
+      return IoResponse{w.Take()};
+    }
+    const bool openai = flavor_ == EmbedFlavor::kOpenAI;
+    w.BeginObject();
+    w.Key("id");
+    w.String(NewResponseId(openai ? "embd" : "pool"));
+    w.Key("object");
+    w.String("list");
+    w.Key("created");
+    w.Int(UnixSeconds());
+    w.Key("model");
+    w.String(m.name);
+    w.Key("data");
+    w.BeginArray();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const PooledOutput& o = outs[i];
+      w.BeginObject();
+      w.Key("index");
+      w.Int(static_cast<int64_t>(i));
+      w.Key("object");
+      w.String(openai ? "embedding" : "pooling");
+      w.Key(openai ? "embedding" : "data");
+      if (st.base64) {
+        w.String(Base64(o.values.data(), o.values.size() * sizeof(float)));
+      } else if (!openai && m.token_level) {
+        const size_t dim = o.rows > 0 ? o.values.size() / o.rows : 0;
+        w.BeginArray();
+        for (int r = 0; r < o.rows; ++r) w.Floats(o.values.data() + r * dim, dim);
+        w.EndArray();
+      } else {
+        w.Floats(o.values.data(), o.values.size());
+      }
+      if (!openai && !o.token_indices.empty()) {
+        w.Key("token_indices");
+        w.Ints(o.token_indices);
+      }
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("usage");
+    w.BeginObject();
+    w.Key("prompt_tokens");
+    w.Int(st.prompt_tokens);
+    w.Key("total_tokens");
+    w.Int(st.prompt_tokens);
+    w.EndObject();
+    w.EndObject();
+    return IoResponse{w.Take()};
+  }
+
+ private:
+  EmbedFlavor flavor_;
+};
+
+}  // namespace
+
+std::unique_ptr<IoProcessor> MakeEmbedProcessor(EmbedFlavor flavor) {
+  return std::make_unique<EmbedProcessor>(flavor);
+}
+
+}  // namespace sluice::io

@@ -1,0 +1,193 @@
+#include "io/inputs.h"
+
+#include <algorithm>
+
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::io {
+
+Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int32_t>* out) {
+  size_t i = 0;
+  for (auto v : a) {
+    int64_t id;
+    if (v.get(id) || id < 0 || id > INT32_MAX) {
+      return FieldError(path + "[" + std::to_string(i) + "]",
+                        "must be a token id (an integer >= 0)");
+    }
+    out->push_back(static_cast<int32_t>(id));
+    ++i;
+  }
+  if (out->empty()) return FieldError(path, "must not be empty");
+  return Status::Ok();
+}
+
+StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path) {
+  Item it;
+  std::string_view s;
+  simdjson::dom::array a;
+  if (!e.get(s)) {
+    if (s.empty()) return FieldError(path, "must not be an empty string");
+    it.text = std::string(s);
+  } else if (!e.get(a)) {
+    it.is_ids = true;
+    RETURN_IF_ERROR(ReadIds(a, path, &it.ids));
+  } else {
+    return FieldError(path, "must be a string or a list of token ids");
+  }
+  return it;
+}
+
+StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::string& path) {
+  std::vector<Item> items;
+  simdjson::dom::array a;
+  if (e.get(a)) {
+    ASSIGN_OR_RETURN(Item one, ReadItem(e, path));
+    items.push_back(std::move(one));
+    return items;
+  }
+  if (a.size() == 0) return FieldError(path, "must not be an empty list");
+  // A flat list of integers is one pre-tokenised input.
+  if (a.at(0).is_int64() || a.at(0).is_uint64()) {
+    ASSIGN_OR_RETURN(Item one, ReadItem(e, path));
+    items.push_back(std::move(one));
+    return items;
+  }
+  size_t i = 0;
+  for (auto v : a) {
+    ASSIGN_OR_RETURN(Item it, ReadItem(v, path + "[" + std::to_string(i) + "]"));
+    items.push_back(std::move(it));
+    ++i;
+  }
+  return items;
+}
+
+Status CheckCount(const ModelContext& model, size_t n, const std::string& path) {
+  if (n == 0) return FieldError(path, "must not be empty");
+  if (model.max_inputs_per_request > 0 && n > static_cast<size_t>(model.max_inputs_per_request)) {
+    return FieldError(path, "has " + std::to_string(n) + " inputs, over the limit of " +
+                                std::to_string(model.max_inputs_per_request) +
+                                " per request (--max-inputs-per-request)");
+  }
+  return Status::Ok();
+}
+
+Status ReadTruncatePromptTokens(Fields& f, Truncate* t) {
+  int64_t v = INT64_MIN;
+  RETURN_IF_ERROR(f.GetInt("truncate_prompt_tokens", &v));
+  if (v == INT64_MIN) return Status::Ok();
+  if (v < -1 || v == 0 || v > INT32_MAX) {
+    return FieldError("truncate_prompt_tokens", "must be -1 (the limit) or a positive number");
+  }
+  t->tokens = static_cast<int>(v);
+  return Status::Ok();
+}
+
+int EffectiveLimit(const ModelContext& model, const Truncate& t, bool* truncating) {
+  int limit = model.max_tokens_per_input;
+  *truncating = false;
+  if (t.tokens > 0) {
+    limit = std::min(limit, t.tokens);
+    *truncating = true;
+  } else if (t.tokens < 0 || model.truncate_by_default) {
+    *truncating = true;
+  }
+  return limit;
+}
+
+namespace {
+
+Status TooLong(const std::string& path, size_t n, int limit, const ModelContext& model) {
+  const bool model_limit = limit == model.model_max_tokens;
+  return OutOfRange("\"" + path + "\" has " + std::to_string(n) + " tokens, over the limit of " +
+                    std::to_string(limit) + " tokens per input (" +
+                    (model_limit ? "the model's maximum" : "--max-tokens-per-input") +
+                    "); shorten it or ask for truncation (\"truncate_prompt_tokens\" or "
+                    "\"truncate\")");
+}
+
+Status NoTokenizer(const std::string& path) {
+  return FieldError(path,
+                    "is text, but this model has no tokenizer (tokenizer.json); send "
+                    "token ids instead");
+}
+
+}  // namespace
+
+StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, const Truncate& t,
+                                  const std::string& path) {
+  bool truncating;
+  const int limit = EffectiveLimit(model, t, &truncating);
+  TokenSequence s;
+  if (item.is_ids) {
+    s.ids = item.ids;
+  } else {
+    if (!model.tokenizer) return NoTokenizer(path);
+    TruncationParams tp;
+    tp.max_length = static_cast<size_t>(limit);
+    auto enc = model.tokenizer->Encode(item.text, true, truncating ? &tp : nullptr);
+    if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+    s.ids = std::move(enc->ids);
+    if (model.uses_token_types) s.type_ids = std::move(enc->type_ids);
+  }
+  if (s.ids.size() > static_cast<size_t>(limit)) {
+    if (!truncating) return TooLong(path, s.ids.size(), limit, model);
+    s.ids.resize(limit);
+    if (!s.type_ids.empty()) s.type_ids.resize(limit);
+  }
+  return s;
+}
+
+StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, const Item& b,
+                                   const Truncate& t, const std::string& path) {
+  bool truncating;
+  const int limit = EffectiveLimit(model, t, &truncating);
+  TokenSequence s;
+  if (!a.is_ids && !b.is_ids) {
+    if (!model.tokenizer) return NoTokenizer(path);
+    TruncationParams tp;
+    tp.max_length = static_cast<size_t>(limit);
+    tp.strategy = TruncationStrategy::kOnlySecond;
+    auto enc = model.tokenizer->EncodePair(a.text, b.text, true, truncating ? &tp : nullptr);
+    if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+    s.ids = std::move(enc->ids);
+    if (model.uses_token_types) s.type_ids = std::move(enc->type_ids);
+  } else if (a.is_ids && b.is_ids) {
+    const size_t fixed = model.pair_prefix.size() + a.ids.size() + model.pair_separator.size() +
+                         model.pair_suffix.size();
+    size_t b_len = b.ids.size();
+    if (fixed + b_len > static_cast<size_t>(limit)) {
+      if (!truncating || fixed >= static_cast<size_t>(limit)) {
+        return TooLong(path, fixed + b_len, limit, model);
+      }
+      b_len = limit - fixed;  // the document loses its tail; the suffix stays
+    }
+    auto& ids = s.ids;
+    ids.reserve(fixed + b_len);
+    ids.insert(ids.end(), model.pair_prefix.begin(), model.pair_prefix.end());
+    ids.insert(ids.end(), a.ids.begin(), a.ids.end());
+    ids.insert(ids.end(), model.pair_separator.begin(), model.pair_separator.end());
+    const size_t second = ids.size();
+    ids.insert(ids.end(), b.ids.begin(), b.ids.begin() + static_cast<long>(b_len));
+    ids.insert(ids.end(), model.pair_suffix.begin(), model.pair_suffix.end());
+    if (model.uses_token_types) {
+      s.type_ids.assign(ids.size(), 0);
+      std::fill(s.type_ids.begin() + static_cast<long>(second), s.type_ids.end(), 1);
+    }
+    return s;
+  } else {
+    return FieldError(path, "mixes text and token ids; send both as text or both as token ids");
+  }
+  if (s.ids.size() > static_cast<size_t>(limit)) return TooLong(path, s.ids.size(), limit, model);
+  return s;
+}
+
+Status CheckModelName(const ModelContext& model, const std::string& requested) {
+  if (!requested.empty() && requested != model.name) {
+    return Status(StatusCode::kNotFound, "model \"" + requested +
+                                             "\" is not served here (this server serves \"" +
+                                             model.name + "\")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::io

@@ -1,0 +1,51 @@
+// Request inputs shared by the built-in processors: texts or pre-tokenised token-id
+// lists, tokenisation, pair assembly, the per-request limits and explicit truncation.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+#include "sluice/io_processor.h"
+
+namespace sluice::io {
+
+// A text, or token ids used verbatim (vLLM's pre-tokenised input).
+struct Item {
+  bool is_ids = false;
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// `string | [string, ...] | [int, ...] | [[int, ...], ...]` (the OpenAI `input` shape).
+// Empty strings and lists are refused; errors name path ("input[3]").
+StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::string& path);
+// `string | [int, ...]`.
+StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path);
+// Token ids: each an integer in [0, 2^31).
+Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int32_t>* out);
+
+// Refuses more than model.max_inputs_per_request items (and zero items).
+Status CheckCount(const ModelContext& model, size_t n, const std::string& path);
+
+// Truncation asked for by a request: 0 = none (an over-long input is an error),
+// > 0 = at most that many tokens, -1 = the server's limit.
+struct Truncate {
+  int tokens = 0;
+};
+// Reads vLLM's `truncate_prompt_tokens` (-1 = the limit, or a positive count).
+Status ReadTruncatePromptTokens(Fields& f, Truncate* t);
+// The request's `truncate_prompt_tokens` (vLLM) or `truncate` (TEI, bool) or --truncate.
+int EffectiveLimit(const ModelContext& model, const Truncate& t, bool* truncating);
+
+StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, const Truncate& t,
+                                  const std::string& path);
+// A (query, document) pair for cross-encoders: the tokenizer's pair template for texts,
+// prefix + a + separator + b + suffix for token ids. Truncation shortens the document.
+StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, const Item& b,
+                                   const Truncate& t, const std::string& path);
+
+// Refuses a `model` field naming another model.
+Status CheckModelName(const ModelContext& model, const std::string& requested);
+
+}  // namespace sluice::io

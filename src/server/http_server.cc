@@ -1,0 +1,256 @@
+#include "server/http_server.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/log.h"
+
+namespace sluice::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+class Session;
+
+// Live sessions, so that Stop can close them.
+struct SessionSet {
+  std::mutex mu;
+  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> live;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, const HttpServerOptions& options, const HttpHandler& handler,
+          SessionSet* set)
+      : stream_(std::move(socket)), options_(options), handler_(handler), set_(set) {}
+
+  void Run() {
+    {
+      std::lock_guard<std::mutex> lock(set_->mu);
+      key_ = weak_from_this();
+      set_->live.insert(key_);
+    }
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+  }
+
+  void Close() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ec;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+      self->stream_.close();
+    });
+  }
+
+  ~Session() {
+    std::lock_guard<std::mutex> lock(set_->mu);
+    set_->live.erase(key_);
+  }
+
+ private:
+  void DoRead() {
+    parser_.emplace();
+    parser_->body_limit(static_cast<uint64_t>(options_.max_body_bytes));
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == net::error::eof) {
+      return Shutdown();
+    }
+    HttpRequest req;
+    if (ec) {
+      if (ec == http::error::partial_message || ec == http::error::short_read) return Shutdown();
+      req.transport_error = ec == http::error::body_limit ? 413 : 400;
+      req.transport_message = req.transport_error == 413
+                                  ? "the request body is over the limit of " +
+                                        std::to_string(options_.max_body_bytes) +
+                                        " bytes (--max-body-bytes)"
+                                  : "malformed HTTP request: " + ec.message();
+      keep_alive_ = false;
+      if (parser_->is_header_done()) {
+        const auto& h = parser_->get();
+        req.method = std::string(h.method_string());
+        req.path = std::string(h.target());
+      }
+    } else {
+      auto msg = parser_->release();
+      keep_alive_ = msg.keep_alive();
+      req.method = std::string(msg.method_string());
+      req.path = std::string(msg.target());
+      req.body = std::move(msg.body());
+      auto auth = msg.find(http::field::authorization);
+      if (auth != msg.end()) req.authorization = std::string(auth->value());
+    }
+    if (auto q = req.path.find('?'); q != std::string::npos) req.path.resize(q);
+    stream_.expires_never();
+    auto ex = std::make_shared<Exchange>([self = shared_from_this()](HttpResponse&& r) {
+      net::post(self->stream_.get_executor(),
+                [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
+    });
+    exchange_ = ex;
+    WatchDisconnect(ex);
+    handler_(std::move(req), std::move(ex));
+  }
+
+  // Completes when the socket turns readable: EOF/reset means the client went away.
+  void WatchDisconnect(const std::shared_ptr<Exchange>& ex) {
+    std::weak_ptr<Exchange> weak = ex;
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this(), weak](beast::error_code ec) {
+          auto e = weak.lock();
+          if (!e || e->responded() || ec) return;
+          char c;
+          const ssize_t n =
+              ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            e->NotifyDisconnected();
+          }
+          // n > 0: the client pipelined its next request; nothing to watch any more.
+        });
+  }
+
+  void Write(HttpResponse&& r) {
+    auto res = std::make_shared<http::response<http::string_body>>();
+    res->version(11);
+    res->result(static_cast<unsigned>(r.status));
+    res->set(http::field::server, "sluice");
+    res->set(http::field::content_type, r.content_type);
+    for (auto& [k, v] : r.headers) res->set(k, v);
+    res->body() = std::move(r.body);
+    const bool keep = keep_alive_ && !r.close;
+    res->keep_alive(keep);
+    res->prepare_payload();
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
+                        self->exchange_.reset();
+                        if (ec || !keep) return self->Shutdown();
+                        self->DoRead();
+                      });
+  }
+
+  void Shutdown() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  const HttpServerOptions& options_;
+  const HttpHandler& handler_;
+  SessionSet* set_;
+  bool keep_alive_ = true;
+  std::shared_ptr<Exchange> exchange_;
+  std::weak_ptr<Session> key_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  HttpHandler handler;
+  SessionSet sessions;  // before ioc: sessions left in the context unregister on its destruction
+  net::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  int port = 0;
+  bool stopped = false;
+
+  void Accept() {
+    acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
+      if (ec) {
+        if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
+        SLUICE_LOG_WARN("accept failed: {}", ec.message());
+      } else {
+        beast::error_code ignored;
+        s.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<Session>(std::move(s), options, handler, &sessions)->Run();
+      }
+      Accept();
+    });
+  }
+};
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->handler = std::move(handler);
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  Impl& m = *impl_;
+  beast::error_code ec;
+  auto addr = net::ip::make_address(m.options.host, ec);
+  if (ec) return InvalidArgument("--host: \"" + m.options.host + "\" is not an IP address");
+  if (m.options.port < 0 || m.options.port > 65535) return InvalidArgument("--port out of range");
+  tcp::endpoint ep(addr, static_cast<unsigned short>(m.options.port));
+  m.acceptor.emplace(m.ioc);
+  m.acceptor->open(ep.protocol(), ec);
+  if (!ec) m.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) m.acceptor->bind(ep, ec);
+  if (!ec) m.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(StatusCode::kUnavailable, "cannot listen on " + m.options.host + ":" +
+                                                std::to_string(m.options.port) + ": " +
+                                                ec.message());
+  }
+  m.port = m.acceptor->local_endpoint().port();
+  m.Accept();
+  for (int i = 0; i < std::max(1, m.options.io_threads); ++i) {
+    m.threads.emplace_back([&m] { m.ioc.run(); });
+  }
+  return Status::Ok();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::Stop() {
+  Impl& m = *impl_;
+  if (m.stopped) return;
+  m.stopped = true;
+  if (m.acceptor) {
+    net::post(m.ioc, [&m] {
+      beast::error_code ec;
+      m.acceptor->close(ec);
+    });
+  }
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(m.sessions.mu);
+    for (auto& w : m.sessions.live) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) s->Close();
+  live.clear();
+  // Give the posted closes a moment to run, then stop whatever is left.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  m.ioc.stop();
+  for (auto& t : m.threads) t.join();
+  m.threads.clear();
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,128 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace sluice::server {
+namespace {
+
+const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                            0.25,  0.5,    1,     2.5,  5,     10,   30};
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void Header(std::string* out, const char* name, const char* type, const char* help) {
+  *out += "# HELP ";
+  *out += name;
+  *out += ' ';
+  *out += help;
+  *out += "\n# TYPE ";
+  *out += name;
+  *out += ' ';
+  *out += type;
+  *out += '\n';
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::Observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::Render(std::string* out, const std::string& name, const std::string& labels) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string sep = labels.empty() ? "" : ",";
+  uint64_t cum = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cum += counts_[i];
+    *out += name + "_bucket{" + labels + sep + "le=\"" +
+            (i < bounds_.size() ? Num(bounds_[i]) : std::string("+Inf")) + "\"} " +
+            std::to_string(cum) + "\n";
+  }
+  const std::string l = labels.empty() ? "" : "{" + labels + "}";
+  *out += name + "_sum" + l + " " + Num(sum_) + "\n";
+  *out += name + "_count" + l + " " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics()
+    : queue_wait_(kLatencyBounds),
+      compute_(kLatencyBounds),
+      batch_seqs_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
+      batch_tokens_({64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {}
+
+void Metrics::RecordResponse(const std::string& route, int status, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{route, status}];
+  auto it = latency_.find(route);
+  if (it == latency_.end()) it = latency_.try_emplace(route, kLatencyBounds).first;
+  it->second.Observe(seconds);
+}
+
+void Metrics::RecordStages(double queue_wait_s, double compute_s) {
+  queue_wait_.Observe(queue_wait_s);
+  compute_.Observe(compute_s);
+}
+
+void Metrics::RecordBatch(int num_seqs, int64_t num_tokens) {
+  batch_seqs_.Observe(num_seqs);
+  batch_tokens_.Observe(static_cast<double>(num_tokens));
+  batches_++;
+}
+
+void Metrics::AddTokens(int64_t n) { tokens_ += static_cast<uint64_t>(n); }
+void Metrics::AddCancelled() { cancelled_++; }
+
+std::string Metrics::Render(const GaugeValues& g) const {
+  std::string out;
+  out.reserve(8192);
+  Header(&out, "sluice_requests_total", "counter", "HTTP responses by route and status code.");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, n] : requests_) {
+      out += "sluice_requests_total{route=\"" + key.first + "\",code=\"" +
+             std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+    }
+    Header(&out, "sluice_request_duration_seconds", "histogram",
+           "End-to-end request latency (request read to response handed to the socket).");
+    for (const auto& [route, h] : latency_) {
+      h.Render(&out, "sluice_request_duration_seconds", "route=\"" + route + "\"");
+    }
+  }
+  Header(&out, "sluice_queue_wait_seconds", "histogram",
+         "Time a request waited in the engine queue before its first batch ran.");
+  queue_wait_.Render(&out, "sluice_queue_wait_seconds", "");
+  Header(&out, "sluice_compute_seconds", "histogram",
+         "Time from a request's first batch to its last batch finishing.");
+  compute_.Render(&out, "sluice_compute_seconds", "");
+  Header(&out, "sluice_batch_size", "histogram", "Sequences per packed batch.");
+  batch_seqs_.Render(&out, "sluice_batch_size", "");
+  Header(&out, "sluice_batch_tokens", "histogram", "Tokens per packed batch.");
+  batch_tokens_.Render(&out, "sluice_batch_tokens", "");
+  Header(&out, "sluice_batches_total", "counter", "Packed forward passes run.");
+  out += "sluice_batches_total " + std::to_string(batches_.load()) + "\n";
+  Header(&out, "sluice_tokens_total", "counter", "Tokens processed by the engine.");
+  out += "sluice_tokens_total " + std::to_string(tokens_.load()) + "\n";
+  Header(&out, "sluice_requests_cancelled_total", "counter",
+         "Requests whose client disconnected before the answer; their queued work was dropped.");
+  out += "sluice_requests_cancelled_total " + std::to_string(cancelled_.load()) + "\n";
+  Header(&out, "sluice_queue_depth", "gauge", "Requests waiting for the engine.");
+  out += "sluice_queue_depth " + std::to_string(g.queue_depth) + "\n";
+  Header(&out, "sluice_requests_in_flight", "gauge", "Requests accepted and not yet answered.");
+  out += "sluice_requests_in_flight " + std::to_string(g.in_flight) + "\n";
+  Header(&out, "sluice_ready", "gauge", "1 when the model is loaded, warmed up and not draining.");
+  out += "sluice_ready " + std::to_string(g.ready) + "\n";
+  return out;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,56 @@
+// Prometheus metrics of the server, rendered by hand in the text exposition format
+// (version 0.0.4). Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace sluice::server {
+
+// Cumulative histogram with fixed upper bounds (+Inf implied).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  // Appends the _bucket/_sum/_count lines; `labels` is "" or `key="value",...`.
+  void Render(std::string* out, const std::string& name, const std::string& labels) const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative), last = +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct GaugeValues {
+  int queue_depth = 0;  // requests waiting in the engine queue
+  int in_flight = 0;    // requests accepted and not yet answered
+  int ready = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  // One per response sent (or attempted: a client that went away counts under 499).
+  void RecordResponse(const std::string& route, int status, double seconds);
+  // Engine stages of one request.
+  void RecordStages(double queue_wait_s, double compute_s);
+  void RecordBatch(int num_seqs, int64_t num_tokens);
+  void AddTokens(int64_t n);
+  void AddCancelled();
+  std::string Render(const GaugeValues& gauges) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, Histogram> latency_;
+  Histogram queue_wait_, compute_, batch_seqs_, batch_tokens_;
+  std::atomic<uint64_t> tokens_{0}, cancelled_{0}, batches_{0};
+};
+
+}  // namespace sluice::server

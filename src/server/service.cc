@@ -1,0 +1,217 @@
+#include "server/service.h"
+
+#include "io/json.h"
+#include "server/errors.h"
+
+namespace sluice::server {
+
+struct Service::Call {
+  HttpRequest req;
+  std::shared_ptr<Exchange> ex;
+  std::string route;  // metrics label
+  const IoProcessor* proc = nullptr;
+  std::unique_ptr<IoState> state;
+  std::shared_ptr<EngineRequest> er;
+  bool counted = false;  // holds an in_flight_ slot
+};
+
+namespace {
+
+double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool IsHealthRoute(const std::string& p) {
+  return p == "/health" || p == "/ready" || p == "/v2/health/live" || p == "/v2/health/ready" ||
+         (p.rfind("/v2/models/", 0) == 0 && p.size() > 17 && p.substr(p.size() - 6) == "/ready");
+}
+
+HttpResponse Json(std::string body) {
+  HttpResponse r;
+  r.body = std::move(body);
+  return r;
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options, EngineLoop* loop, const ModelContext* model,
+                 Metrics* metrics)
+    : options_(std::move(options)), loop_(loop), model_(model), metrics_(*metrics) {
+  pool_ = std::make_unique<WorkerPool>(options_.workers);
+}
+
+Service::~Service() { pool_.reset(); }
+
+void Service::Respond(const std::shared_ptr<Call>& call, HttpResponse r) {
+  // A client that went away saw nothing: counted under 499 (nginx's "client closed").
+  const int status = call->ex->disconnected() ? 499 : r.status;
+  metrics_.RecordResponse(call->route, status, Seconds(call->ex->start, SteadyClock::now()));
+  if (call->counted) {
+    call->counted = false;
+    in_flight_--;
+  }
+  call->ex->Respond(std::move(r));
+}
+
+bool Service::Authorized(const HttpRequest& req) const {
+  if (options_.api_key.empty()) return true;
+  return req.authorization == "Bearer " + options_.api_key;
+}
+
+HttpResponse Service::Health(bool ready_check) const {
+  if (ready_check && (!ready_ || draining_)) {
+    return ErrorResponse(503, draining_ ? "the server is shutting down" : "the model is loading");
+  }
+  return Json("{}");
+}
+
+HttpResponse Service::Models() const {
+  io::JsonWriter w;
+  w.BeginObject();
+  w.Key("object");
+  w.String("list");
+  w.Key("data");
+  w.BeginArray();
+  w.BeginObject();
+  w.Key("id");
+  w.String(model_->name);
+  w.Key("object");
+  w.String("model");
+  w.Key("created");
+  w.Int(io::UnixSeconds());
+  w.Key("owned_by");
+  w.String("sluice");
+  w.Key("task");
+  w.String(model_->task);
+  w.Key("max_model_len");
+  w.Int(model_->model_max_tokens);
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  return Json(w.Take());
+}
+
+void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
+  auto call = std::make_shared<Call>();
+  call->ex = std::move(ex);
+  call->req = std::move(req);
+  const HttpRequest& r = call->req;
+  const std::string& p = r.path;
+  const IoProcessor* proc = processors_.Find(p);
+  const bool get_route =
+      p == "/health" || p == "/ready" || p == "/v1/models" || p == "/metrics" || IsHealthRoute(p);
+  call->route = proc || get_route ? p : "other";
+  if (p.rfind("/v2/models/", 0) == 0) call->route = "/v2/models/{name}/ready";
+  if (r.transport_error)
+    return Respond(call, [&] {
+      HttpResponse e = ErrorResponse(r.transport_error, r.transport_message);
+      e.close = true;
+      return e;
+    }());
+  if (!proc && !get_route) {
+    return Respond(call, ErrorResponse(404, "no route " + r.method + " " + p));
+  }
+  const char* want = proc ? "POST" : "GET";
+  if (r.method != want) {
+    HttpResponse e = ErrorResponse(
+        405, "method " + r.method + " is not allowed on " + p + " (use " + want + ")");
+    e.headers.emplace_back("Allow", want);
+    return Respond(call, std::move(e));
+  }
+  if (!IsHealthRoute(p) && p != "/metrics" && !Authorized(r)) {
+    HttpResponse e = ErrorResponse(401, "missing or wrong API key (Authorization: Bearer KEY)");
+    e.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return Respond(call, std::move(e));
+  }
+  if (p == "/health" || p == "/v2/health/live") return Respond(call, Health(false));
+  if (p == "/ready" || p == "/v2/health/ready") return Respond(call, Health(true));
+  if (p.rfind("/v2/models/", 0) == 0) {
+    const std::string name = p.substr(11, p.size() - 11 - 6);
+    if (name != model_->name) {
+      return Respond(call, ErrorResponse(404, "model \"" + name + "\" is not served here"));
+    }
+    return Respond(call, Health(true));
+  }
+  if (p == "/v1/models") return Respond(call, Models());
+  if (p == "/metrics") {
+    GaugeValues g;
+    g.queue_depth = loop_->queue_depth();
+    g.in_flight = in_flight_.load();
+    g.ready = ready_ && !draining_;
+    HttpResponse m;
+    m.body = metrics_.Render(g);
+    m.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return Respond(call, std::move(m));
+  }
+  if (draining_) return Respond(call, ErrorResponse(503, "the server is shutting down"));
+  if (!ready_) return Respond(call, ErrorResponse(503, "the model is loading"));
+  call->proc = proc;
+  call->counted = true;
+  in_flight_++;
+  pool_->Post([this, call] { RunProcessor(call); });
+}
+
+void Service::RunProcessor(std::shared_ptr<Call> call) {
+  if (call->ex->disconnected()) {
+    metrics_.AddCancelled();
+    return Respond(call, StatusResponse(Status(StatusCode::kUnavailable, "client went away")));
+  }
+  IoRequest io{call->route, call->req.body, model_};
+  auto state = call->proc->Parse(io);
+  if (!state.ok()) return Respond(call, StatusResponse(state.status()));
+  call->state = std::move(state).value();
+  std::vector<TokenSequence> seqs;
+  Status s = call->proc->PreProcess(*model_, *call->state, &seqs);
+  if (!s.ok()) return Respond(call, StatusResponse(s));
+  auto er = std::make_shared<EngineRequest>();
+  er->inputs.reserve(seqs.size());
+  for (auto& t : seqs) er->inputs.push_back(SequenceInput{std::move(t.ids), std::move(t.type_ids)});
+  if (options_.request_timeout_s > 0) {
+    er->deadline =
+        SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                 std::chrono::duration<double>(options_.request_timeout_s));
+  }
+  // call -> er -> on_done -> call is a cycle until Finish (or a failed Submit) drops er.
+  call->er = er;
+  er->on_done = [this, call](EngineRequest&, const Status& st) {
+    // Post-processing runs on the worker pool, not on the engine's threads.
+    pool_->Post([this, call, st] { Finish(call, st); });
+  };
+  call->ex->OnDisconnect([this, weak = std::weak_ptr<EngineRequest>(er)] {
+    if (auto r = weak.lock()) loop_->Cancel(*r);
+  });
+  Status sub = loop_->Submit(std::move(er));
+  if (!sub.ok()) {
+    call->er.reset();
+    return Respond(call, StatusResponse(sub));
+  }
+}
+
+void Service::Finish(std::shared_ptr<Call> call, Status status) {
+  std::shared_ptr<EngineRequest> er = std::move(call->er);
+  if (!status.ok()) {
+    if (call->ex->disconnected()) metrics_.AddCancelled();
+    return Respond(call, StatusResponse(status));
+  }
+  if (!er->inputs.empty()) {
+    metrics_.RecordStages(Seconds(er->enqueued, er->started), Seconds(er->started, er->finished));
+  }
+  metrics_.AddTokens(call->state->prompt_tokens);
+  std::vector<PooledOutput> outs(er->outputs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    SequenceOutput& o = er->outputs[i];
+    outs[i].values = std::move(o.values);
+    outs[i].raw = std::move(o.raw);
+    outs[i].rows = o.rows;
+    outs[i].token_indices = std::move(o.token_indices);
+  }
+  er.reset();
+  auto resp = call->proc->PostProcess(*model_, *call->state, outs);
+  if (!resp.ok()) return Respond(call, StatusResponse(resp.status()));
+  HttpResponse r;
+  r.body = std::move(resp->body);
+  r.content_type = std::move(resp->content_type);
+  Respond(call, std::move(r));
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,59 @@
+// The serving application behind the HTTP front end: routing, auth, health/readiness,
+// model listing, metrics, and the request flow
+//   I/O thread (route, auth) -> worker pool (Parse, PreProcess) -> EngineLoop ->
+//   worker pool (PostProcess) -> I/O thread (write).
+// Errors become HTTP responses only through server/errors.h.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "engine/engine_loop.h"
+#include "io/builtins.h"
+#include "server/http_types.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
+
+namespace sluice::server {
+
+struct ServiceOptions {
+  std::string api_key;           // empty = no auth
+  int workers = 2;               // worker pool threads (IO processors)
+  double request_timeout_s = 0;  // 0 = none; queued work older than this is dropped (503)
+};
+
+class Service {
+ public:
+  // `loop`, `model` and `metrics` must outlive the service.
+  Service(ServiceOptions options, EngineLoop* loop, const ModelContext* model, Metrics* metrics);
+  ~Service();
+
+  // The HTTP handler (runs on an I/O thread; returns at once).
+  void Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+
+  void SetReady(bool ready) { ready_ = ready; }
+  // Readiness turns 503 and new work is refused with 503; in-flight work continues.
+  void BeginDrain() { draining_ = true; }
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Call;
+  void Respond(const std::shared_ptr<Call>& call, HttpResponse r);
+  void RunProcessor(std::shared_ptr<Call> call);
+  void Finish(std::shared_ptr<Call> call, Status status);
+  HttpResponse Health(bool ready_check) const;
+  HttpResponse Models() const;
+  bool Authorized(const HttpRequest& req) const;
+
+  ServiceOptions options_;
+  EngineLoop* loop_;
+  const ModelContext* model_;
+  io::ProcessorRegistry processors_;
+  Metrics& metrics_;
+  std::atomic<bool> ready_{false}, draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::unique_ptr<WorkerPool> pool_;  // last: joined first on destruction
+};
+
+}  // namespace sluice::server

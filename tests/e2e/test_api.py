@@ -1,0 +1,209 @@
+"""Every route and shape against the golden fixtures (token-id inputs: the fixture models
+have no tokenizer), usage, health, models, metrics counts, auth."""
+import base64
+import struct
+
+import harness
+from harness import Server, golden, split_pair
+
+harness.parse_args()
+c = harness.Checker()
+
+
+def usable_pairs(g):
+    out = []
+    for i, inp in enumerate(g["inputs"]):
+        q, d = split_pair(inp)
+        types = inp.get("type_ids") or []
+        if not q or not d:
+            continue
+        if types and types != [0] * len(q) + [1] * len(d):
+            continue
+        out.append((i, q, d))
+    return out
+
+
+def cross_encoder(name):
+    g = golden(name)
+    tol = g["tolerance"]
+    pairs = usable_pairs(g)
+    c.check(len(pairs) >= 20, f"{name}: {len(pairs)} usable pairs")
+    with Server(name, "--max-batch-tokens", "256") as s:
+        conn = s.conn()
+        # /score N:N, all pairs in one request.
+        st, _, body = s.post("/score", {"text_1": [q for _, q, _ in pairs],
+                                        "text_2": [d for _, _, d in pairs]}, conn=conn)
+        c.check(st == 200, f"{name} /score: {st} {body}")
+        scores = [x["score"] for x in body["data"]]
+        for (i, _, _), got in zip(pairs, scores):
+            c.close(got, g["outputs"][i][0], tol, f"{name} /score input {i}")
+        want_tokens = sum(len(q) + len(d) for _, q, d in pairs)
+        c.check(body["usage"]["prompt_tokens"] == want_tokens, f"{name} usage {body['usage']}")
+        # queries/documents spelling, 1:1, and each pair alone equals the batched result
+        # bit for bit... within 1e-5 (batch invariance); duplicates bit-identical.
+        for (i, q, d), batched in list(zip(pairs, scores))[:8]:
+            st, _, one = s.post("/score", {"queries": q, "documents": d}, conn=conn)
+            c.check(st == 200 and len(one["data"]) == 1, f"{name} 1:1 {st}")
+            c.close(one["data"][0]["score"], batched, 1e-5, f"{name} alone vs batched {i}")
+        _, q0, d0 = pairs[0]
+        st, _, dup = s.post("/score", {"text_1": q0, "text_2": [d0] * 5 + [p[2] for p in pairs]},
+                            conn=conn)
+        vals = [x["score"] for x in dup["data"][:5]]
+        c.check(len(set(vals)) == 1, f"{name} duplicates differ: {vals}")
+        # 1:N via /v1/rerank (Cohere/Jina) and /rerank (TEI): same scores as /score 1:N.
+        docs = [p[2] for p in pairs[:10]]
+        st, _, one_n = s.post("/score", {"text_1": q0, "text_2": docs}, conn=conn)
+        ref = [x["score"] for x in one_n["data"]]
+        c.close(ref[0], g["outputs"][pairs[0][0]][0], tol, f"{name} 1:N first")
+        st, _, rr = s.post("/v1/rerank", {"model": name, "query": q0, "documents": docs,
+                                          "top_n": 3}, conn=conn)
+        c.check(st == 200 and len(rr["results"]) == 3, f"{name} /v1/rerank: {st} {rr}")
+        order = sorted(range(len(ref)), key=lambda k: -ref[k])
+        c.check([r["index"] for r in rr["results"]] == order[:3], f"{name} rerank order")
+        for r in rr["results"]:
+            c.check(r["relevance_score"] == ref[r["index"]], f"{name} rerank score {r}")
+            c.check(r["document"]["text"] == docs[r["index"]], f"{name} rerank document")
+        c.check(rr["usage"]["total_tokens"] > 0, f"{name} rerank usage")
+        st, _, rr = s.post("/rerank", {"query": q0, "documents": [{"text": d} for d in docs],
+                                       "return_documents": False}, conn=conn)
+        c.check(st == 200 and len(rr["results"]) == 10 and "document" not in rr["results"][0],
+                f"{name} /rerank cohere {st}")
+        st, _, tei = s.post("/rerank", {"query": q0, "texts": docs, "return_text": True},
+                            conn=conn)
+        c.check(st == 200 and isinstance(tei, list) and len(tei) == 10, f"{name} TEI rerank {st}")
+        c.check([t["index"] for t in tei] == order, f"{name} TEI order")
+        c.check(all(t["score"] == ref[t["index"]] and t["text"] == docs[t["index"]] for t in tei),
+                f"{name} TEI scores")
+        st, _, raw = s.post("/rerank", {"query": q0, "texts": docs, "raw_scores": True},
+                            conn=conn)
+        c.check(st == 200, f"{name} TEI raw {st}")
+        if "raw" in g:
+            first = [t for t in raw if t["index"] == 0][0]
+            c.close(first["score"], g["raw"][pairs[0][0]][0], tol * 10, f"{name} TEI raw_scores")
+        # Wrong task on this model.
+        st, _, e = s.post("/v1/embeddings", {"input": [q0]}, conn=conn)
+        c.error_shape(st, e, 400, f"{name} embeddings on a scorer")
+        return s.metrics()
+
+
+def embedder(name):
+    g = golden(name)
+    tol = g["tolerance"]
+    ids = [x["ids"] for x in g["inputs"]]
+    with Server(name) as s:
+        conn = s.conn()
+        st, _, body = s.post("/v1/embeddings", {"model": name, "input": ids}, conn=conn)
+        c.check(st == 200, f"{name} embeddings {st} {body if st != 200 else ''}")
+        for i, item in enumerate(body["data"]):
+            c.check(item["index"] == i and item["object"] == "embedding", f"{name} item {i}")
+            c.close(item["embedding"], g["outputs"][i], tol, f"{name} embedding {i}")
+        c.check(body["usage"]["prompt_tokens"] == sum(map(len, ids)), f"{name} usage")
+        st, _, b64 = s.post("/v1/embeddings", {"input": ids, "encoding_format": "base64"},
+                            conn=conn)
+        raw = base64.b64decode(b64["data"][3]["embedding"])
+        floats = list(struct.unpack(f"<{len(raw) // 4}f", raw))
+        as_f32 = [struct.unpack("<f", struct.pack("<f", x))[0] for x in body["data"][3]["embedding"]]
+        c.check(floats == as_f32, f"{name} base64 == float")
+        st, _, tei = s.post("/embed", {"inputs": ids[:4], "normalize": False}, conn=conn)
+        c.check(st == 200 and len(tei) == 4, f"{name} /embed {st}")
+        for i in range(4):
+            c.check(tei[i] == body["data"][i]["embedding"], f"{name} /embed {i} same as OpenAI")
+        st, _, pool = s.post("/pooling", {"input": ids[:2]}, conn=conn)
+        c.check(st == 200 and pool["data"][1]["data"] == body["data"][1]["embedding"],
+                f"{name} /pooling")
+        if g.get("dimensions"):
+            dims = g["dimensions"]
+            st, _, short = s.post("/v1/embeddings", {"input": ids, "dimensions": dims}, conn=conn)
+            c.check(st == 200, f"{name} dimensions {st}")
+            for i, item in enumerate(short["data"]):
+                c.close(item["embedding"], g["outputs_truncated"][i], tol, f"{name} matryoshka {i}")
+        st, _, e = s.post("/v1/embeddings", {"input": ids[0], "dimensions": 100000}, conn=conn)
+        c.error_shape(st, e, 400, f"{name} dimensions too large")
+        c.check("dimensions" in e["error"]["message"], f"{name} names the field")
+
+
+def classifier(name):
+    g = golden(name)
+    tol = g["tolerance"]
+    ids = [x["ids"] for x in g["inputs"]]
+    with Server(name) as s:
+        conn = s.conn()
+        st, _, body = s.post("/classify", {"input": ids}, conn=conn)
+        c.check(st == 200, f"{name} classify {st}")
+        for i, item in enumerate(body["data"]):
+            c.close(item["probs"], g["outputs"][i], tol, f"{name} probs {i}")
+            best = max(range(len(g["outputs"][i])), key=lambda k: g["outputs"][i][k])
+            c.check(item["label"] == g["labels"][best] and item["num_classes"] == len(g["labels"]),
+                    f"{name} label {i}")
+        st, _, pred = s.post("/predict", {"inputs": [ids[0], ids[1]]}, conn=conn)
+        c.check(st == 200 and len(pred) == 2, f"{name} /predict batch {st}")
+        c.check(pred[0][0]["label"] == body["data"][0]["label"], f"{name} /predict top label")
+        st, _, single = s.post("/predict", {"inputs": ids[0]}, conn=conn)
+        c.check(st == 200 and isinstance(single[0], dict), f"{name} /predict single")
+
+
+def token_level(name):
+    g = golden(name)
+    with Server(name) as s:
+        st, _, body = s.post("/pooling", {"input": [x["ids"] for x in g["inputs"][:10]]})
+        c.check(st == 200, f"{name} /pooling {st}")
+        for i, item in enumerate(body["data"]):
+            flat = [v for row in item["data"] for v in row]
+            c.close(flat, g["outputs"][i], g["tolerance"], f"{name} token-level {i}")
+        st, _, e = s.post("/v1/embeddings", {"input": g["inputs"][0]["ids"]})
+        c.error_shape(st, e, 400, f"{name} token-level on /v1/embeddings")
+
+
+def service_routes():
+    with Server("bert_cross_encoder", "--api-key", "sekret", "--served-model-name", "ce") as s:
+        auth = {"Authorization": "Bearer sekret"}
+        for path in ["/health", "/ready", "/v2/health/live", "/v2/health/ready",
+                     "/v2/models/ce/ready"]:
+            st, _, _ = s.get(path)
+            c.check(st == 200, f"{path} {st}")
+        st, _, e = s.get("/v2/models/other/ready")
+        c.error_shape(st, e, 404, "unknown model ready")
+        st, _, e = s.get("/v1/models")
+        c.error_shape(st, e, 401, "no key")
+        st, _, e = s.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+        c.error_shape(st, e, 401, "wrong key")
+        st, _, models = s.get("/v1/models", headers=auth)
+        c.check(st == 200 and models["data"][0]["id"] == "ce", f"/v1/models {models}")
+        st, _, e = s.post("/score", {"model": "other", "text_1": [1], "text_2": [2]}, headers=auth)
+        c.error_shape(st, e, 404, "unknown model")
+        st, _, e = s.get("/nope", headers=auth)
+        c.error_shape(st, e, 404, "unknown route")
+        st, h, e = s.get("/score", headers=auth)
+        c.error_shape(st, e, 405, "GET on POST route")
+        c.check(h.get("allow") == "POST", "Allow header")
+        st, _, e = s.post("/tokenize", {"prompt": "hello"}, headers=auth)
+        c.error_shape(st, e, 400, "tokenize without tokenizer")
+        st, _, e = s.post("/score", {"text_1": "a query", "text_2": "a doc"}, headers=auth)
+        c.error_shape(st, e, 400, "text without tokenizer")
+        st, _, e = s.post("/score", {"text_1": [1] * 40, "text_2": [2] * 40}, headers=auth)
+        c.error_shape(st, e, 400, "over the model limit")
+        c.check("64" in e["error"]["message"], "names the limit")
+        st, _, ok = s.post("/score", {"text_1": [1] * 40, "text_2": [2] * 40,
+                                      "truncate_prompt_tokens": -1}, headers=auth)
+        c.check(st == 200 and ok["usage"]["prompt_tokens"] == 64, f"truncation {st} {ok}")
+        st, _, ok = s.post("/score", {"text_1": [5], "text_2": [6]}, headers=auth)
+        c.check(st == 200, "ok request")
+        m = s.metrics()
+        c.check(m.get('sluice_requests_total{route="/score",code="200"}') == 2, "score 200 count")
+        c.check(m.get('sluice_requests_total{route="/score",code="400"}') == 2, "score 400 count")
+        c.check(m.get('sluice_requests_total{route="/score",code="404"}') == 1, "score 404 count")
+        c.check(m.get('sluice_requests_total{route="/v1/models",code="401"}') == 2, "401 count")
+        c.check(m.get("sluice_tokens_total", 0) >= 66, "tokens counted")
+        c.check(m.get("sluice_batches_total", 0) >= 3, "batches counted (warm-up + 2)")
+        c.check(m.get("sluice_ready") == 1, "ready gauge")
+        c.check('sluice_request_duration_seconds_count{route="/score"}' in m, "latency histogram")
+
+
+cross_encoder("bert_cross_encoder")
+cross_encoder("qwen3_reranker")
+embedder("bert_st_mean_dense")
+embedder("qwen3_st_last")
+classifier("bert_classifier3")
+token_level("bert_pool_all")
+service_routes()
+c.finish("api")
