@@ -1,6 +1,9 @@
 #include "backend/backend.h"
 
 #include "backend/cpu/cpu_backend.h"
+#ifdef SLUICE_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace sluice {
 
@@ -24,7 +27,11 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) 
     case DeviceKind::kCpu:
       return CreateCpuBackend(options);
     case DeviceKind::kCuda:
+#ifdef SLUICE_HAVE_CUDA
+      return CreateCudaBackend(options);
+#else
       return Unsupported("this build of sluice has no CUDA backend (build with -DSLUICE_CUDA=ON)");
+#endif
   }
   return Internal("unknown device kind");
 }

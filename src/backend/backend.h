@@ -182,7 +182,8 @@ class Backend {
 struct BackendOptions {
   DeviceKind device = DeviceKind::kCpu;
   int device_index = 0;
-  int num_threads = 0;  // CPU: 0 = all cores available to the process
+  int num_threads = 0;      // CPU: 0 = all cores available to the process
+  bool allow_tf32 = false;  // CUDA: fp32 GEMMs may use TF32 tensor cores (less precise)
 };
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);

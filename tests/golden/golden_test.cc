@@ -1,12 +1,14 @@
 // Parity with Hugging Face transformers: every case in tests/fixtures/golden/*.json
 // (written by tests/golden/generate.py) is run through sluice's engine on the CPU and
-// compared element-wise with the case's stated tolerance. The same test checks batch
+// compared element-wise with the case's stated tolerance. SLUICE_TEST_DEVICE=cuda runs the
+// same cases on the CUDA backend (device 0) with the same tolerances. The same test checks batch
 // invariance: each input alone vs inside mixed batches, and duplicates bit-identical.
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -98,6 +100,12 @@ std::vector<std::string> CaseNames() {
   return names;
 }
 
+// The backend under test: SLUICE_TEST_DEVICE=cuda selects CUDA, anything else the CPU.
+DeviceKind TestDevice() {
+  const char* d = std::getenv("SLUICE_TEST_DEVICE");
+  return d != nullptr && std::string(d) == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
+
 std::unique_ptr<Engine> LoadEngine(const Case& c, std::optional<DType> dtype = std::nullopt,
                                    int64_t max_batch_tokens = 8192) {
   EngineOptions o;
@@ -105,6 +113,7 @@ std::unique_ptr<Engine> LoadEngine(const Case& c, std::optional<DType> dtype = s
   o.dtype = dtype;
   o.max_batch_tokens = max_batch_tokens;
   o.backend.num_threads = 2;
+  o.backend.device = TestDevice();
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << c.name << ": " << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;

@@ -1,0 +1,165 @@
+// Variable-length attention over packed sequences (cu_seqlens), FlashAttention-2 style:
+// K/V tiles staged in shared memory, online softmax in fp32, output normalised once.
+//
+// Grid: (sequence, query block of kWarps rows, head). Each warp owns one query row; the
+// lanes of a warp score one key each per tile of 32 keys and then accumulate P·V with
+// ceil(head_dim / 32) output columns per lane. Tiles start at the sequence's first token
+// and every reduction has a fixed order, so a sequence's result is bit-identical whatever
+// else is in the batch (batch invariance) and duplicates are bit-identical.
+//
+// This is the correctness-first version (CUDA cores, fp32); a tensor-core kernel comes
+// with the performance work of issue 5.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // query rows per block
+constexpr int kKeys = 32;  // keys per tile (one per lane)
+
+template <int NC>  // output columns per lane: head_dim <= 32 * NC
+__global__ void __launch_bounds__(kWarps * 32)
+    AttentionKernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k,
+                    int64_t ldk, const float* __restrict__ v, int64_t ldv, float* __restrict__ out,
+                    int64_t ldo, const int32_t* __restrict__ cu, int group, int dim, float scale,
+                    bool causal, int window) {
+  extern __shared__ float smem[];
+  float* ks = smem;                    // [kKeys][dim + 1]
+  float* vs = ks + kKeys * (dim + 1);  // [kKeys][dim]
+  float* qs = vs + kKeys * dim;        // [kWarps][dim]
+  const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
+  const int base = cu[seq], len = cu[seq + 1] - base;
+  const int q0 = blockIdx.y * kWarps;
+  if (q0 >= len) return;  // whole block past this sequence's end
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int qi = q0 + warp;  // query row within the sequence
+  const bool active = qi < len;
+
+  if (active) {
+    const float* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
+    for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = qr[c];
+  }
+  const int q_last = min(len, q0 + kWarps) - 1;
+  int kv_end = causal ? q_last + 1 : len;
+  int kv_begin = 0;
+  if (window > 0) {
+    kv_begin = max(0, q0 - window + 1) / kKeys * kKeys;
+    kv_end = min(kv_end, q_last + window);
+  }
+
+  float m = -INFINITY, l = 0.f;
+  float acc[NC];
+#pragma unroll
+  for (int i = 0; i < NC; ++i) acc[i] = 0.f;
+
+  for (int t0 = kv_begin; t0 < kv_end; t0 += kKeys) {
+    __syncthreads();  // previous tile fully consumed (and qs written, on the first pass)
+    const int nk = min(kKeys, len - t0);
+    for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
+      const int j = e / dim, c = e % dim;
+      float kv = 0.f, vv = 0.f;
+      if (j < nk) {
+        const int64_t row = base + t0 + j;
+        kv = k[row * ldk + static_cast<int64_t>(kvh) * dim + c];
+        vv = v[row * ldv + static_cast<int64_t>(kvh) * dim + c];
+      }
+      ks[j * (dim + 1) + c] = kv;
+      vs[j * dim + c] = vv;
+    }
+    __syncthreads();
+    if (!active) continue;
+    // Score of key t0 + lane.
+    const int kj = t0 + lane;
+    bool ok = lane < nk;
+    if (causal) ok = ok && kj <= qi;
+    if (window > 0) ok = ok && abs(qi - kj) < window;
+    float s = -INFINITY;
+    if (ok) {
+      const float* kr = ks + lane * (dim + 1);
+      const float* qr = qs + warp * dim;
+      float dot = 0.f;
+      for (int c = 0; c < dim; ++c) dot = fmaf(qr[c], kr[c], dot);
+      s = dot * scale;
+    }
+    float tmax = s;
+    for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+    if (tmax == -INFINITY) continue;  // nothing visible in this tile for this row
+    const float m_new = fmaxf(m, tmax);
+    const float corr = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
+    const float p = ok ? expf(s - m_new) : 0.f;
+    float psum = p;
+    for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+    l = l * corr + psum;
+    m = m_new;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) acc[i] *= corr;
+    for (int j = 0; j < nk; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* vr = vs + j * dim;
+#pragma unroll
+      for (int i = 0; i < NC; ++i) {
+        const int c = lane + 32 * i;
+        if (c < dim) acc[i] = fmaf(pj, vr[c], acc[i]);
+      }
+    }
+  }
+  if (!active) return;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  float* o = out + static_cast<int64_t>(base + qi) * ldo + static_cast<int64_t>(h) * dim;
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    const int c = lane + 32 * i;
+    if (c < dim) o[c] = acc[i] * inv;
+  }
+}
+
+size_t SmemBytes(int dim) {
+  return sizeof(float) * (static_cast<size_t>(kKeys) * (dim + 1) +
+                          static_cast<size_t>(kKeys) * dim + static_cast<size_t>(kWarps) * dim);
+}
+
+template <int NC>
+bool Launch(const AttentionParams& p, cudaStream_t stream) {
+  const size_t smem = SmemBytes(p.head_dim);
+  // Above 48 KiB a kernel needs an explicit opt-in; raise it once per instantiation to what
+  // its largest head_dim (32 * NC) needs.
+  static const bool raised =
+      SmemBytes(32 * NC) <= 48 * 1024 ||
+      cudaFuncSetAttribute(AttentionKernel<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(SmemBytes(32 * NC))) == cudaSuccess;
+  if (!raised) return false;
+  const dim3 grid(static_cast<unsigned>(p.num_seqs),
+                  static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(p.num_heads));
+  AttentionKernel<NC><<<grid, kWarps * 32, smem, stream>>>(
+      p.q.ptr<float>(), p.q.row_stride(), p.k.ptr<float>(), p.k.row_stride(), p.v.ptr<float>(),
+      p.v.row_stride(), p.out.ptr<float>(), p.out.row_stride(), p.cu_seqlens,
+      p.num_heads / p.num_kv_heads, p.head_dim, p.scale, p.causal, p.window);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "sluice cuda: attention launch failed: %s\n", cudaGetErrorString(e));
+    std::abort();
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.q.dtype != DType::kF32 || p.k.dtype != DType::kF32 || p.v.dtype != DType::kF32 ||
+      p.out.dtype != DType::kF32 || p.head_dim <= 0 || p.head_dim > kMaxHeadDim ||
+      p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
+    return false;
+  }
+  if (p.num_seqs == 0 || p.max_seqlen == 0 || p.num_heads == 0) return true;
+  if (p.head_dim <= 32) return Launch<1>(p, stream);
+  if (p.head_dim <= 64) return Launch<2>(p, stream);
+  if (p.head_dim <= 128) return Launch<4>(p, stream);
+  return Launch<8>(p, stream);
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,492 @@
+// The CUDA backend: device memory, host<->device copies, cuBLASLt linear layers and the
+// kernels of kernels.cu / attention.cu, all queued on one stream per backend.
+//
+// Linear: y = act(x·W^T + b) (+ residual). W is stored [N, K] in the compute dtype (f32,
+// bf16 or f16); f32 activations are rounded to the weight dtype in a workspace before a
+// bf16/f16 GEMM; accumulation and output are f32. fp32 GEMMs use no TF32 unless
+// BackendOptions::allow_tf32. The bias (and ReLU) run in cuBLASLt's epilogue, a residual
+// without activation through beta = 1; GELU/SiLU (cuBLASLt's GELU is the tanh form) and
+// residual-after-activation run in one fused element-wise kernel.
+//
+// Batch invariance: the cuBLASLt algorithm is chosen per (shape, strides, alignment) and
+// never uses split-K when an alternative exists, so a row's reduction order is fixed within
+// a GEMM (duplicates bit-identical); across batch sizes the algorithm may differ (rows then
+// differ within fp32 rounding). All other kernels are per-row deterministic.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+
+namespace sluice {
+namespace {
+
+void CudaCheck(cudaError_t e, const char* expr, int line) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "sluice cuda: %s failed (cuda_backend.cc:%d): %s\n", expr, line,
+               cudaGetErrorString(e));
+  std::abort();
+}
+void BlasCheck(cublasStatus_t s, const char* expr, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "sluice cuda: %s failed (cuda_backend.cc:%d): cublas status %d\n", expr,
+               line, static_cast<int>(s));
+  std::abort();
+}
+#define CUDA_OK(x) CudaCheck((x), #x, __LINE__)
+#define BLAS_OK(x) BlasCheck((x), #x, __LINE__)
+
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+cudaDataType_t CudaType(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+// Host-side conversion between float dtypes (load time only).
+void ConvertHost(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
+  if (sdt == ddt) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * DTypeSize(sdt));
+    return;
+  }
+  const auto* s16 = static_cast<const uint16_t*>(src);
+  const auto* s32 = static_cast<const float*>(src);
+  auto* d16 = static_cast<uint16_t*>(dst);
+  auto* d32 = static_cast<float*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = sdt == DType::kBF16  ? BF16ToF32(s16[i])
+                    : sdt == DType::kF16 ? F16ToF32(s16[i])
+                                         : s32[i];
+    if (ddt == DType::kF32) {
+      d32[i] = v;
+    } else {
+      d16[i] = ddt == DType::kBF16 ? F32ToBF16(v) : F32ToF16(v);
+    }
+  }
+}
+
+int Alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
+class CudaLinearWeight final : public LinearWeight {
+ public:
+  Buffer w;     // [N, K] in dtype
+  Buffer bias;  // [1, N] f32 or empty
+};
+
+// Device scratch that grows on demand (cudaFree synchronises, so no in-flight user remains).
+class Scratch {
+ public:
+  void* Get(size_t bytes) {
+    if (bytes > cap_) {
+      mem_.reset();
+      void* p = nullptr;
+      cap_ = std::max(bytes, cap_ + cap_ / 4);
+      CUDA_OK(cudaMalloc(&p, cap_));
+      mem_ = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    }
+    return mem_.get();
+  }
+
+ private:
+  std::shared_ptr<void> mem_;
+  size_t cap_ = 0;
+};
+
+struct GemmKey {
+  int64_t m, n, k, ldb, ldc, ldd;
+  int dtype, epilogue, beta, al_a, al_b, al_c, al_d;
+  auto Tie() const {
+    return std::tie(m, n, k, ldb, ldc, ldd, dtype, epilogue, beta, al_a, al_b, al_c, al_d);
+  }
+  bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
+};
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {
+    CUDA_OK(cudaSetDevice(device_));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    BLAS_OK(cublasLtCreate(&lt_));
+    cudaDeviceProp prop{};
+    CUDA_OK(cudaGetDeviceProperties(&prop, device_));
+    describe_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ", sm_" +
+                std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+                std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") + ")";
+    gemm_ws_ = blas_ws_.Get(kGemmWorkspace);
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, plan] : plans_) {
+      if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+      for (auto* l : {plan.a, plan.b, plan.c, plan.d}) {
+        if (l) cublasLtMatrixLayoutDestroy(l);
+      }
+    }
+    cublasLtDestroy(lt_);
+    cudaStreamDestroy(stream_);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string Describe() const override { return describe_; }
+
+  Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {
+    Device();
+    const size_t bytes = std::max<size_t>(256, static_cast<size_t>(rows * cols) * DTypeSize(dtype));
+    void* p = nullptr;
+    CUDA_OK(cudaMalloc(&p, bytes));
+    std::shared_ptr<void> mem(p, [](void* q) { cudaFree(q); });
+    return Buffer(std::move(mem), Tensor{p, dtype, rows, cols, 0});
+  }
+
+  StatusOr<Buffer> Upload(const HostTensor& src, DType dtype) override {
+    const int64_t n = src.numel();
+    const int64_t rows = src.shape.size() <= 1 ? 1 : src.shape[0];
+    const int64_t cols = rows == 0 ? 0 : n / rows;
+    if (src.dtype != dtype && !(IsFloat(src.dtype) && IsFloat(dtype))) {
+      return Unsupported("cannot upload tensor '" + src.name + "' of dtype " +
+                         DTypeName(src.dtype) + " as " + DTypeName(dtype));
+    }
+    Buffer b = Allocate(dtype, rows, cols);
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    if (src.dtype == dtype) {
+      CUDA_OK(cudaMemcpyAsync(b.t().data, src.data, bytes, cudaMemcpyHostToDevice, stream_));
+    } else {
+      std::vector<uint8_t> staged(bytes);
+      ConvertHost(src.data, src.dtype, staged.data(), dtype, n);
+      CUDA_OK(cudaMemcpyAsync(b.t().data, staged.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    return b;
+  }
+
+  void CopyFromHost(const void* src, const Tensor& dst) override {
+    Device();
+    if (dst.numel() == 0) return;
+    // From pageable memory the call returns once `src` has been consumed, so the caller
+    // may free it right away; the copy stays ordered on the stream.
+    const size_t es = DTypeSize(dst.dtype);
+    CUDA_OK(cudaMemcpy2DAsync(dst.data, dst.row_stride() * es, src, dst.cols * es, dst.cols * es,
+                              dst.rows, cudaMemcpyHostToDevice, stream_));
+  }
+
+  void CopyToHostF32(const Tensor& src, float* dst) override {
+    Device();
+    if (src.numel() == 0) return;
+    if (src.dtype == DType::kF32) {
+      CUDA_OK(cudaMemcpy2DAsync(dst, src.cols * sizeof(float), src.data,
+                                src.row_stride() * sizeof(float), src.cols * sizeof(float),
+                                src.rows, cudaMemcpyDeviceToHost, stream_));
+    } else {
+      auto* tmp = static_cast<float*>(copy_ws_.Get(src.numel() * sizeof(float)));
+      cuda::ToF32(src, tmp, stream_);
+      CUDA_OK(
+          cudaMemcpyAsync(dst, tmp, src.numel() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+
+  StatusOr<std::unique_ptr<LinearWeight>> PrepareLinear(const HostTensor& weight,
+                                                        const HostTensor* bias,
+                                                        DType dtype) override {
+    if (!IsFloat(dtype)) {
+      return Unsupported(std::string("linear compute dtype ") + DTypeName(dtype) +
+                         " is not supported on CUDA (f32, bf16, f16)");
+    }
+    if (weight.shape.size() != 2) return InvalidArgument(weight.name + ": linear weight not 2-D");
+    auto lw = std::make_unique<CudaLinearWeight>();
+    lw->out_features = weight.shape[0];
+    lw->in_features = weight.shape[1];
+    lw->dtype = dtype;
+    ASSIGN_OR_RETURN(lw->w, Upload(weight, dtype));
+    if (bias) {
+      if (bias->numel() != lw->out_features) return InvalidArgument(bias->name + ": bias size");
+      ASSIGN_OR_RETURN(lw->bias, Upload(*bias, DType::kF32));
+      lw->has_bias = true;
+    }
+    return std::unique_ptr<LinearWeight>(std::move(lw));
+  }
+
+  void Linear(const LinearParams& p) override {
+    Device();
+    const auto& w = *static_cast<const CudaLinearWeight*>(p.weight);
+    const int64_t m = p.x.rows, n = w.out_features, k = w.in_features;
+    if (m == 0) return;
+    // B operand (activations): as is for f32, else rounded to the weight dtype.
+    const void* xb = p.x.data;
+    int64_t ldb = p.x.row_stride();
+    if (w.dtype != DType::kF32) {
+      void* conv = xconv_ws_.Get(static_cast<size_t>(m * k) * DTypeSize(w.dtype));
+      cuda::ConvertF32(p.x, conv, w.dtype, stream_);
+      xb = conv;
+      ldb = k;
+    }
+    const bool act = p.act != Activation::kNone;
+    const bool relu_epi = p.act == Activation::kRelu && !p.residual;
+    // Where the GEMM writes, and whether the residual rides on beta.
+    Tensor d = p.out;
+    const Tensor* c = nullptr;
+    if (p.residual && !act) {
+      c = p.residual;
+    } else if (p.residual && act) {
+      d = Tensor{yws_.Get(static_cast<size_t>(m * n) * sizeof(float)), DType::kF32, m, n, 0};
+    }
+    const void* bias = w.has_bias ? w.bias.t().data : nullptr;
+    int epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (bias)
+      epi = relu_epi ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    else if (relu_epi)
+      epi = CUBLASLT_EPILOGUE_RELU;
+    const void* cptr = c ? c->data : d.data;
+    const int64_t ldc = c ? c->row_stride() : d.row_stride();
+    GemmKey key{m,
+                n,
+                k,
+                ldb,
+                ldc,
+                d.row_stride(),
+                static_cast<int>(w.dtype),
+                epi,
+                c != nullptr,
+                Alignment(w.w.t().data),
+                Alignment(xb),
+                Alignment(cptr),
+                Alignment(d.data)};
+    const GemmPlan* plan = Plan(key, bias);
+    bool epilogue_done = true;
+    if (!plan->ok && epi != CUBLASLT_EPILOGUE_DEFAULT) {  // no algorithm with that epilogue
+      key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      plan = Plan(key, nullptr);
+      epilogue_done = false;
+    }
+    if (!plan->ok) {
+      std::fprintf(stderr, "sluice cuda: no cuBLASLt algorithm for a %ldx%ldx%ld %s GEMM\n",
+                   static_cast<long>(m), static_cast<long>(n), static_cast<long>(k),
+                   DTypeName(w.dtype));
+      std::abort();
+    }
+    if (plan->ok && epilogue_done && bias) {
+      BLAS_OK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof(bias)));
+    }
+    const float alpha = 1.f, beta = c ? 1.f : 0.f;
+    BLAS_OK(cublasLtMatmul(lt_, plan->desc, &alpha, w.w.t().data, plan->a, xb, plan->b, &beta, cptr,
+                           plan->c, d.data, plan->d, &plan->algo, gemm_ws_, kGemmWorkspace,
+                           stream_));
+    const bool need_bias = bias && !epilogue_done;
+    const bool need_act = act && !(relu_epi && epilogue_done);
+    if (need_bias || need_act || (p.residual && act)) {
+      // out = act(d + bias) + residual; the residual was not yet added iff act.
+      cuda::BiasActResidual(d, need_bias ? static_cast<const float*>(bias) : nullptr,
+                            need_act ? p.act : Activation::kNone, act ? p.residual : nullptr, p.out,
+                            stream_);
+    }
+  }
+
+  void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, Tensor out,
+                       bool accumulate) override {
+    Device();
+    cuda::EmbeddingGather(table, ids, n, out, accumulate, stream_);
+  }
+  void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor* beta,
+                 float eps, Tensor out) override {
+    Device();
+    cuda::LayerNorm(x, residual, gamma, beta, eps, out, stream_);
+  }
+  void RmsNorm(Tensor residual, const Tensor* delta, const Tensor& weight, float eps, Tensor out,
+               int group) override {
+    Device();
+    cuda::RmsNorm(residual, delta, weight, eps, out, group, stream_);
+  }
+  void Rope(const RopeParams& p) override {
+    Device();
+    cuda::Rope(p, InvFreq(p), stream_);
+  }
+  void Attention(const AttentionParams& p) override {
+    Device();
+    if (!cuda::Attention(p, stream_)) {
+      std::fprintf(stderr,
+                   "sluice cuda: unsupported attention (head_dim %d, max %d; f32 q/k/v/out; "
+                   "num_heads %% num_kv_heads == 0)\n",
+                   p.head_dim, cuda::kMaxHeadDim);
+      std::abort();
+    }
+  }
+  void Activate(Tensor x, Activation act) override {
+    Device();
+    cuda::Activate(x, act, stream_);
+  }
+  void GatedActivate(const Tensor& gate_up, Activation act, Tensor out) override {
+    Device();
+    cuda::GatedActivate(gate_up, act, out, stream_);
+  }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override {
+    Device();
+    cuda::Add(a, b, out, stream_);
+  }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    Device();
+    cuda::GatherRows(x, rows, n, out, stream_);
+  }
+  void Pool(const PoolParams& p) override {
+    Device();
+    cuda::Pool(p, stream_);
+  }
+  void Synchronize() override {
+    Device();
+    CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  static constexpr size_t kGemmWorkspace = 32u << 20;
+
+  void Device() const { CUDA_OK(cudaSetDevice(device_)); }
+
+  // inv_freq as Hugging Face computes it (float32), cached per (theta, rotary_dim).
+  const float* InvFreq(const RopeParams& p) {
+    const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
+    const auto key = std::make_pair(p.theta, rot);
+    auto it = inv_freq_.find(key);
+    if (it != inv_freq_.end()) return it->second.t().ptr<float>();
+    const int half = rot / 2;
+    std::vector<float> inv(std::max(1, half));
+    const float base = static_cast<float>(p.theta);
+    for (int i = 0; i < half; ++i) {
+      inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
+    }
+    Buffer b = Allocate(DType::kF32, 1, static_cast<int64_t>(inv.size()));
+    CUDA_OK(cudaMemcpyAsync(b.t().data, inv.data(), inv.size() * sizeof(float),
+                            cudaMemcpyHostToDevice, stream_));
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    return inv_freq_.emplace(key, std::move(b)).first->second.t().ptr<float>();
+  }
+
+  // Column-major view: D[N, M] = op(A)[N, K] · B[K, M] with A = W (stored [N, K] row-major,
+  // i.e. K x N column-major, transposed) and B = X^T (K x M column-major, ld = x stride).
+  const GemmPlan* Plan(const GemmKey& key, const void* bias) {
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return &it->second;
+    GemmPlan& p = plans_[key];
+    const DType wdt = static_cast<DType>(key.dtype);
+    const cublasComputeType_t compute =
+        wdt == DType::kF32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    BLAS_OK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
+    BLAS_OK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (bias) {
+      BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof(bias)));
+    }
+    BLAS_OK(cublasLtMatrixLayoutCreate(&p.a, CudaType(wdt), key.k, key.n, key.k));
+    BLAS_OK(cublasLtMatrixLayoutCreate(&p.b, CudaType(wdt), key.k, key.m, key.ldb));
+    BLAS_OK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.n, key.m, key.ldc));
+    BLAS_OK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, key.n, key.m, key.ldd));
+    cublasLtMatmulPreference_t pref;
+    BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = kGemmWorkspace;
+    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws)));
+    const uint32_t al[4] = {static_cast<uint32_t>(key.al_a), static_cast<uint32_t>(key.al_b),
+                            static_cast<uint32_t>(key.al_c), static_cast<uint32_t>(key.al_d)};
+    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &al[0], sizeof(uint32_t)));
+    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &al[1], sizeof(uint32_t)));
+    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &al[2], sizeof(uint32_t)));
+    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &al[3], sizeof(uint32_t)));
+    constexpr int kWant = 8;
+    cublasLtMatmulHeuristicResult_t res[kWant];
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.d, pref, kWant, res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return &p;
+    // Prefer an algorithm without split-K: its reduction order along K is fixed.
+    int pick = -1;
+    for (int i = 0; i < found && pick < 0; ++i) {
+      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      int32_t splitk = 1;
+      size_t written = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                               &splitk, sizeof(splitk),
+                                               &written) == CUBLAS_STATUS_SUCCESS &&
+          splitk <= 1) {
+        pick = i;
+      }
+    }
+    if (pick < 0) pick = 0;
+    p.algo = res[pick].algo;
+    p.ok = res[pick].state == CUBLAS_STATUS_SUCCESS;
+    return &p;
+  }
+
+  int device_;
+  bool tf32_;
+  std::string describe_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
+  void* gemm_ws_ = nullptr;
+  std::map<GemmKey, GemmPlan> plans_;
+  std::map<std::pair<double, int>, Buffer> inv_freq_;
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const BackendOptions& options) {
+  const int n = CudaDeviceCount();
+  if (n == 0) {
+    return Status(StatusCode::kUnavailable, "no CUDA device available (cudaGetDeviceCount)");
+  }
+  if (options.device_index < 0 || options.device_index >= n) {
+    return InvalidArgument("CUDA device " + std::to_string(options.device_index) +
+                           " does not exist (" + std::to_string(n) + " visible)");
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(options.device_index, options.allow_tf32));
+}
+
+}  // namespace sluice

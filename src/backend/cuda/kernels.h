@@ -1,0 +1,45 @@
+// Launchers for the CUDA backend's kernels (kernels.cu, attention.cu). Plain C++ so that
+// host code compiled by the C++ compiler can call them. All pointers in Tensors and the
+// int32 index arrays are device pointers; everything is queued on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace sluice::cuda {
+
+// dst[r, c] = convert(src[r, c]) for a [rows, cols] f32 (possibly strided) source into a
+// dense bf16/f16/f32 destination (round to nearest even).
+void ConvertF32(const Tensor& src, void* dst, DType dst_dtype, cudaStream_t stream);
+// Any float dtype (strided) -> dense f32.
+void ToF32(const Tensor& src, float* dst, cudaStream_t stream);
+
+// out = act(out + bias) + residual, element-wise over [rows, cols] (bias/residual optional;
+// in may differ from out: out = act(in + bias) + residual).
+void BiasActResidual(const Tensor& in, const float* bias, Activation act, const Tensor* residual,
+                     const Tensor& out, cudaStream_t stream);
+
+void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, const Tensor& out,
+                     bool accumulate, cudaStream_t stream);
+void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor* beta,
+               float eps, const Tensor& out, cudaStream_t stream);
+void RmsNorm(const Tensor& residual, const Tensor* delta, const Tensor& weight, float eps,
+             const Tensor& out, int group, cudaStream_t stream);
+// inv_freq: device array of rotary_dim / 2 floats (computed on the host as HF does).
+void Rope(const RopeParams& p, const float* inv_freq, cudaStream_t stream);
+void Activate(const Tensor& x, Activation act, cudaStream_t stream);
+void GatedActivate(const Tensor& gate_up, Activation act, const Tensor& out, cudaStream_t stream);
+void Add(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
+void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, const Tensor& out,
+                cudaStream_t stream);
+void Pool(const PoolParams& p, cudaStream_t stream);
+
+// Variable-length attention (attention.cu). Returns false for unsupported arguments
+// (head_dim > kMaxHeadDim, non-f32 tensors).
+constexpr int kMaxHeadDim = 256;
+bool Attention(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace sluice::cuda
