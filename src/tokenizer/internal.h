@@ -22,7 +22,31 @@ using JsonValue = simdjson::dom::element;
 
 // ---- Unicode helpers (unicode.cc) ----
 // Decodes one code point at s[i] (valid UTF-8 assumed); returns its length in `len`.
-char32_t DecodeAt(std::string_view s, size_t i, size_t* len);
+inline char32_t DecodeAt(std::string_view s, size_t i, size_t* len) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = s.size() - i;
+  if (c < 0x80 || n < 2) {
+    *len = 1;
+    return c;
+  }
+  auto b = [&](size_t k) {
+    return static_cast<char32_t>(static_cast<unsigned char>(s[i + k]) & 0x3Fu);
+  };
+  if (c < 0xE0) {
+    *len = 2;
+    return ((c & 0x1Fu) << 6) | b(1);
+  }
+  if (c < 0xF0 || n < 4) {
+    if (n < 3) {
+      *len = n;
+      return 0xFFFD;
+    }
+    *len = 3;
+    return ((c & 0x0Fu) << 12) | (b(1) << 6) | b(2);
+  }
+  *len = 4;
+  return ((c & 0x07u) << 18) | (b(1) << 12) | (b(2) << 6) | b(3);
+}
 void AppendUtf8(std::string* out, char32_t c);
 size_t Utf8Len(char32_t c);
 std::vector<char32_t> ToCodePoints(std::string_view s);

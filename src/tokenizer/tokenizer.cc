@@ -264,14 +264,18 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string&
 
 StatusOr<Encoding> Tokenizer::Encode(std::string_view text, bool add_special_tokens,
                                      const TruncationParams* trunc) const {
-  return EncodePair(text, std::string_view(), add_special_tokens, trunc);
+  return EncodeImpl(text, std::string_view(), false, add_special_tokens, trunc);
 }
 
 StatusOr<Encoding> Tokenizer::EncodePair(std::string_view a, std::string_view b,
                                          bool add_special_tokens,
                                          const TruncationParams* trunc) const {
-  // EncodePair with b.data() == nullptr means a single text (called from Encode).
-  bool is_pair = b.data() != nullptr;
+  return EncodeImpl(a, b, true, add_special_tokens, trunc);
+}
+
+StatusOr<Encoding> Tokenizer::EncodeImpl(std::string_view a, std::string_view b, bool is_pair,
+                                         bool add_special_tokens,
+                                         const TruncationParams* trunc) const {
   std::vector<Encoding> encs(is_pair ? 2 : 1);
   std::string_view texts[2] = {a, b};
   for (size_t i = 0; i < encs.size(); ++i) {

@@ -88,6 +88,8 @@ class Tokenizer {
  private:
   Tokenizer();
   static bool IsValidUtf8If(std::string_view s);
+  StatusOr<Encoding> EncodeImpl(std::string_view a, std::string_view b, bool is_pair,
+                                bool add_special_tokens, const TruncationParams* trunc) const;
   std::unique_ptr<tok::Pipeline> p_;
   TokenizerConfig config_;
 };

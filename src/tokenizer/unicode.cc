@@ -9,32 +9,6 @@
 
 namespace sluice::tok {
 
-char32_t DecodeAt(std::string_view s, size_t i, size_t* len) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  size_t n = s.size() - i;
-  if (c < 0x80 || n < 2) {
-    *len = 1;
-    return c;
-  }
-  if (c < 0xE0) {
-    *len = 2;
-    return ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
-  }
-  if (c < 0xF0 || n < 4) {
-    if (n < 3) {
-      *len = n;
-      return 0xFFFD;
-    }
-    *len = 3;
-    return ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) |
-           (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
-  }
-  *len = 4;
-  return ((c & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-         ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) |
-         (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
-}
-
 size_t Utf8Len(char32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
 void AppendUtf8(std::string* out, char32_t c) {
@@ -173,6 +147,7 @@ bool IsPunctuation(char32_t c) {
 
 bool IsControlBert(char32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
+  if (c < 0x80) return c < 0x20 || c == 0x7F;
   auto k = Cat(c);
   // HF uses the unicode_categories crate (Unicode 9 tables, no Cn entries): unassigned code
   // points are not control characters, nor are format characters added after Unicode 9.
@@ -188,14 +163,16 @@ bool IsChineseChar(char32_t c) {
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-bool IsMarkNonspacing(char32_t c) { return Cat(c) == UTF8PROC_CATEGORY_MN; }
+bool IsMarkNonspacing(char32_t c) { return c >= 0x300 && Cat(c) == UTF8PROC_CATEGORY_MN; }
 
 bool IsNumeric(char32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
   auto k = Cat(c);
   return k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO;
 }
 
 bool IsMark(char32_t c) {
+  if (c < 0x300) return false;
   auto k = Cat(c);
   return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
 }
@@ -207,11 +184,15 @@ bool IsAlphanumeric(char32_t c) {
 }
 
 int CombiningClass(char32_t c) {
-  if (c > 0x10FFFF) return 0;
+  if (c < 0x300 || c > 0x10FFFF) return 0;
   return utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class;
 }
 
 void ToLowercase(char32_t c, std::vector<char32_t>* out) {
+  if (c < 0x80) {
+    out->push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    return;
+  }
   if (c == 0x130) {
     out->push_back('i');
     out->push_back(0x307);
@@ -225,6 +206,10 @@ void ToLowercase(char32_t c, std::vector<char32_t>* out) {
 }
 
 void Decompose(char32_t c, bool compat, std::vector<char32_t>* out) {
+  if (c < 0xA0) {
+    out->push_back(c);
+    return;
+  }
   utf8proc_int32_t buf[32];
   int last = 0;
   auto opts = static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE | (compat ? UTF8PROC_COMPAT : 0));
