@@ -71,8 +71,19 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/sluice-bench-models";
   int threads = 2, seq_len = 128, reps = 3;
   int64_t batch_tokens = 8192;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  bool profile = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--profile") {
+      profile = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "flag %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (k == "--models")
       models = v;
     else if (k == "--dtypes")
@@ -132,6 +143,7 @@ int main(int argc, char** argv) {
       o.backend.num_threads = threads;
       o.max_batch_tokens = batch_tokens;
       o.max_num_seqs = 1 << 20;
+      o.profile = profile;
       auto engine = Engine::Load(o);
       if (!engine.ok()) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), engine.status().ToString().c_str());
@@ -157,6 +169,7 @@ int main(int argc, char** argv) {
           return 1;
         }
         if (r > 0) tps.push_back(nseq * seq_len / el);  // first run warms up
+        if (r == 0) (*engine)->ResetProfile();
       }
       const double attn = 4.0 * seq_len * spec.attn_width * spec.layers * (causal ? 0.5 : 1.0);
       const double flop_per_token = 2.0 * spec.linear_params + attn;
@@ -166,6 +179,7 @@ int main(int argc, char** argv) {
                   dt.c_str(), nseq, seq_len, med, *std::min_element(tps.begin(), tps.end()),
                   *std::max_element(tps.begin(), tps.end()), gflops,
                   100.0 * gflops / peak[bf16 ? 1 : 0]);
+      if (profile) std::printf("\n%s\n", (*engine)->ProfileReport().c_str());
       std::fflush(stdout);
     }
   }

@@ -166,6 +166,7 @@ int RunOffline(const OfflineFlags& f, Task task) {
   });
   if (!out_or.ok()) return ReportError(out_or.status());
   bar.Finish(inputs.size(), total_tokens);
+  if (f.model.profile) std::fprintf(stderr, "%s", engine.ProfileReport().c_str());
 
   std::ofstream file;
   std::ostream* os = &std::cout;

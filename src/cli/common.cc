@@ -21,6 +21,8 @@ void AddModelFlags(CLI::App* app, ModelFlags* f) {
       ->capture_default_str();
   app->add_option("--max-num-seqs", f->max_num_seqs, "sequences per batch at most")
       ->capture_default_str();
+  app->add_flag("--profile", f->profile,
+                "time every backend op (synchronising) and print a breakdown at the end");
 }
 
 StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
@@ -54,6 +56,7 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   o.backend.num_threads = f.threads;
   o.max_batch_tokens = f.max_batch_tokens;
   o.max_num_seqs = f.max_num_seqs;
+  o.profile = f.profile;
   return o;
 }
 

@@ -16,6 +16,7 @@ struct ModelFlags {
   int threads = 0;
   int64_t max_batch_tokens = 8192;
   int max_num_seqs = 256;
+  bool profile = false;
 };
 
 void AddModelFlags(CLI::App* app, ModelFlags* f);

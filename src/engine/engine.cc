@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/profiling_backend.h"
 #include "core/log.h"
 
 namespace sluice {
@@ -42,6 +43,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const DType stored = w.DominantDType();
   DType compute = options.dtype.value_or(stored);
   ASSIGN_OR_RETURN(e->backend_, CreateBackend(options.backend));
+  if (options.profile) e->backend_ = std::make_unique<ProfilingBackend>(std::move(e->backend_));
   if (e->backend_->kind() == DeviceKind::kCpu && compute == DType::kF16) {
     return Unsupported(
         "the checkpoint is float16, which the CPU backend does not compute in; "
@@ -88,6 +90,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   info.backend = e->backend_->Describe();
   info.st_modules = st.module_types;
   return e;
+}
+
+std::string Engine::ProfileReport() const {
+  auto* p = dynamic_cast<const ProfilingBackend*>(backend_.get());
+  return p ? p->Report() : std::string();
+}
+
+void Engine::ResetProfile() {
+  if (auto* p = dynamic_cast<ProfilingBackend*>(backend_.get())) p->Reset();
 }
 
 Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs) {

@@ -21,6 +21,7 @@ struct EngineOptions {
   BackendOptions backend;
   int64_t max_batch_tokens = 8192;
   int max_num_seqs = 256;
+  bool profile = false;  // time every backend call (synchronising); see ProfileReport()
 };
 
 struct SequenceInput {
@@ -56,6 +57,9 @@ class Engine {
   const ModelInfo& info() const { return info_; }
   const HeadSpec& head() const { return head_; }
   const Model& model() const { return *model_; }
+  // Per-op time breakdown since load (markdown table); empty unless options.profile.
+  std::string ProfileReport() const;
+  void ResetProfile();
 
   // Runs all inputs, batching by max_batch_tokens / max_num_seqs in input order.
   // Outputs are in input order. A sequence never depends on its batch neighbours.

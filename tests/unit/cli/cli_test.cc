@@ -136,6 +136,17 @@ TEST(Cli, PairsWithTemplateHeader) {
   EXPECT_EQ(score(a.out), score(b.out));
 }
 
+TEST(Cli, ProfileBreakdown) {
+  const std::string in = TempPath("prof.jsonl");
+  WriteInputs("qwen3_reranker", in);
+  auto r = RunSluice("score --profile --model " + kFixtures + "/models/qwen3_reranker --input " +
+                     in + " --output /dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* op : {"| Linear |", "| Attention |", "| RmsNorm |", "| Rope |"}) {
+    EXPECT_NE(r.out.find(op), std::string::npos) << op << "\n" << r.out;
+  }
+}
+
 TEST(Cli, Inspect) {
   auto r = RunSluice("inspect --model " + kFixtures + "/models/qwen3_reranker");
   ASSERT_EQ(r.exit_code, 0) << r.out;
