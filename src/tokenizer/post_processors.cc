@@ -5,9 +5,12 @@ namespace sluice::tok {
 
 void EncodingFromSplits(const std::vector<Split>& splits, int32_t type_id, int8_t seq_id,
                         Encoding* enc) {
+  int32_t word = -1;
   for (const auto& s : splits) {
+    ++word;
     if (!s.tokens) continue;
     for (const auto& t : *s.tokens) {
+      enc->word_ids.push_back(word);
       auto o = s.ns.ConvertOffsets(t.offsets.first, t.offsets.second);
       enc->ids.push_back(t.id);
       enc->type_ids.push_back(type_id);
@@ -29,6 +32,7 @@ void MergeEncodings(std::vector<Encoding>* encs, Encoding* out) {
     out->special_tokens_mask.insert(out->special_tokens_mask.end(), e.special_tokens_mask.begin(),
                                     e.special_tokens_mask.end());
     out->sequence_ids.insert(out->sequence_ids.end(), e.sequence_ids.begin(), e.sequence_ids.end());
+    out->word_ids.insert(out->word_ids.end(), e.word_ids.begin(), e.word_ids.end());
   }
 }
 
@@ -61,6 +65,7 @@ void AddSpecial(Encoding* e, int32_t id, const std::string& token, int32_t type_
   e->offsets.emplace_back(0, 0);
   e->special_tokens_mask.push_back(1);
   e->sequence_ids.push_back(-1);
+  e->word_ids.push_back(-1);
 }
 
 void Append(Encoding* dst, const Encoding& src, std::optional<int32_t> type_id) {

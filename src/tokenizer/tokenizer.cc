@@ -61,6 +61,7 @@ void Truncate(Encoding* e, size_t n) {
   e->offsets.resize(n);
   e->special_tokens_mask.resize(n);
   e->sequence_ids.resize(n);
+  e->word_ids.resize(n);
 }
 
 Status TruncateEncodings(Encoding* a, Encoding* b, size_t max_length, TruncationStrategy strategy) {

@@ -31,6 +31,7 @@ struct Encoding {
   std::vector<std::pair<uint32_t, uint32_t>> offsets;  // byte offsets into the input text
   std::vector<uint8_t> special_tokens_mask;
   std::vector<int8_t> sequence_ids;  // 0 or 1 for tokens of text a / b; -1 for added specials
+  std::vector<int32_t> word_ids;     // pre-tokenized word index within its text; -1 for specials
   size_t size() const { return ids.size(); }
 };
 

@@ -246,3 +246,22 @@ TEST(Robustness, VeryLongInputs) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(Encoding, WordIdsFollowPreTokenization) {
+  auto t = Load("bert_uncased");
+  ASSERT_TRUE(t);
+  auto e = t->Encode("hello, unbelievable world");
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->word_ids.size(), e->size());
+  EXPECT_EQ(e->word_ids.front(), -1);  // [CLS]
+  EXPECT_EQ(e->word_ids[1], 0);        // hello
+  EXPECT_EQ(e->word_ids[2], 1);        // ,
+  EXPECT_EQ(e->word_ids.back(), -1);   // [SEP]
+  EXPECT_EQ(e->word_ids[e->size() - 2], 3);
+}
+
+}  // namespace
+}  // namespace sluice
