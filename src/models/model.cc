@@ -49,21 +49,26 @@ namespace {
 enum BatchSlots { kSlotIds = 1000, kSlotTypes, kSlotPositions, kSlotCu };
 }
 
-DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) const {
+DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
   DeviceBatch d;
   d.num_seqs = batch.num_seqs();
   d.max_seqlen = batch.max_seqlen;
   d.num_tokens = batch.num_tokens();
   d.host_cu_seqlens = batch.cu_seqlens;
   const int64_t T = d.num_tokens;
-  std::vector<int32_t> positions(T);
-  std::vector<int32_t> types(T, 0);
+  std::vector<int32_t>& positions = scratch_positions_;
+  positions.resize(T);
   for (int s = 0; s < d.num_seqs; ++s) {
     for (int32_t i = batch.cu_seqlens[s]; i < batch.cu_seqlens[s + 1]; ++i) {
       positions[i] = i - batch.cu_seqlens[s] + position_offset();
     }
   }
-  if (!batch.token_type_ids.empty()) types = batch.token_type_ids;
+  std::vector<int32_t>& types = scratch_types_;
+  if (batch.token_type_ids.empty()) {
+    types.assign(T, 0);
+  } else {
+    types = batch.token_type_ids;
+  }
   d.ids = ws.Get(kSlotIds, DType::kI32, 1, T);
   d.type_ids = ws.Get(kSlotTypes, DType::kI32, 1, T);
   d.positions = ws.Get(kSlotPositions, DType::kI32, 1, T);

@@ -68,7 +68,8 @@ class Model {
   virtual StatusOr<Tensor> Forward(const DeviceBatch& batch, Workspace& ws) = 0;
 
   // Uploads ids/types/positions/cu_seqlens (positions include any architecture offset).
-  DeviceBatch PrepareBatch(const ForwardBatch& batch, Workspace& ws) const;
+  // Host scratch is reused across calls (no per-batch allocation in steady state).
+  DeviceBatch PrepareBatch(const ForwardBatch& batch, Workspace& ws);
 
   // Validates token ids and lengths against the model (vocab, positions, type vocab).
   Status Validate(const ForwardBatch& batch) const;
@@ -81,7 +82,7 @@ class Model {
   ModelConfig config_;
   Backend* backend_;
   DType dtype_;
-  std::vector<int32_t> scratch_positions_;
+  std::vector<int32_t> scratch_positions_, scratch_types_;
 };
 
 enum class Task { kEmbed, kClassify, kScore, kTokenClassify };
