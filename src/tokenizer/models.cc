@@ -11,6 +11,13 @@ namespace {
 
 using Vocab = std::unordered_map<std::string, int32_t>;
 
+// Heterogeneous lookup (find by string_view without allocating).
+struct SvHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+using IdMap = std::unordered_map<std::string, int32_t, SvHash, std::equal_to<>>;
+
 std::vector<std::string> Reverse(const Vocab& v) {
   int32_t max_id = -1;
   for (const auto& [k, id] : v) max_id = std::max(max_id, id);
@@ -298,13 +305,15 @@ class Unigram : public Model {
       : vocab_(std::move(vocab)), unk_id_(unk_id), byte_fallback_(byte_fallback) {
     min_score_ = vocab_.empty() ? 0.0 : vocab_[0].second;
     for (size_t i = 0; i < vocab_.size(); ++i) {
-      ids_[vocab_[i].first] = static_cast<int32_t>(i);
-      max_len_ = std::max(max_len_, vocab_[i].first.size());
+      const std::string& p = vocab_[i].first;
+      ids_[p] = static_cast<int32_t>(i);
+      max_len_ = std::max(max_len_, p.size());
       min_score_ = std::min(min_score_, vocab_[i].second);
+      for (size_t k = 1; k <= p.size(); ++k) prefixes_.emplace(p.substr(0, k), 0);
     }
   }
   std::optional<int32_t> TokenToId(std::string_view t) const override {
-    auto it = ids_.find(std::string(t));
+    auto it = ids_.find(t);
     if (it == ids_.end()) return std::nullopt;
     return it->second;
   }
@@ -323,7 +332,6 @@ class Unigram : public Model {
     };
     const double unk_score = min_score_ - 10.0;
     std::vector<Node> best(s.size() + 1);
-    std::string key;
     for (size_t start = 0; start < s.size();) {
       double base = best[start].score;
       size_t mblen;
@@ -331,7 +339,8 @@ class Unigram : public Model {
       bool has_single = false;
       size_t limit = std::min(max_len_, s.size() - start);
       for (size_t len = 1; len <= limit; ++len) {
-        key.assign(s.substr(start, len));
+        std::string_view key = s.substr(start, len);
+        if (prefixes_.find(key) == prefixes_.end()) break;  // as a trie walk would stop
         auto it = ids_.find(key);
         if (it == ids_.end()) continue;
         // HF's trie only holds complete pieces; a piece is found for each of its prefixes.
@@ -406,7 +415,8 @@ class Unigram : public Model {
 
  private:
   std::vector<std::pair<std::string, double>> vocab_;
-  std::unordered_map<std::string, int32_t> ids_;
+  IdMap ids_;
+  IdMap prefixes_;  // every prefix of every piece (the trie's nodes)
   std::optional<int32_t> unk_id_;
   bool byte_fallback_;
   double min_score_ = 0;
