@@ -65,6 +65,29 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(static_cast<uint64_t>(options_.max_body_bytes));
     parser_->header_limit(64 * 1024);
     stream_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // Answers "Expect: 100-continue" (curl sends it for large bodies and would otherwise
+  // wait a second), then reads the body.
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    auto expect = parser_->get().find(http::field::expect);
+    if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      http::async_write(stream_, *cont,
+                        [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                          if (wec) return self->Shutdown();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });

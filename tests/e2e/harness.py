@@ -24,6 +24,8 @@ def parse_args():
 
 
 def model_dir(name):
+    if os.path.isabs(name):
+        return name
     return os.path.join(ARGS.fixtures, "models", name)
 
 
