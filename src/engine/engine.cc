@@ -110,6 +110,11 @@ Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, Sequenc
 Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
   RETURN_IF_ERROR(model_->Validate(batch));
   DeviceBatch db = model_->PrepareBatch(batch, *workspace_);
+  // CLS/LAST pooling needs one row per sequence: the model skips the last layer's
+  // per-token work for the others and returns exactly the pooled rows.
+  const bool row_pooling =
+      head_.pooling == PoolingKind::kCls || head_.pooling == PoolingKind::kLast;
+  if (row_pooling) model_->SelectOutputRows(db, *workspace_, head_.pooling == PoolingKind::kCls);
   ASSIGN_OR_RETURN(Tensor hidden, model_->Forward(db, *workspace_));
   const int H = model_->hidden_size();
   const int S = db.num_seqs;
@@ -135,6 +140,12 @@ Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
         runner.ApplyTokens(rows.data(), static_cast<int>(out.token_indices.size()), H, &out);
       }
     }
+    return Status::Ok();
+  }
+  if (row_pooling) {
+    host_pooled_.resize(static_cast<size_t>(S) * H);
+    backend_->CopyToHostF32(hidden, host_pooled_.data());
+    runner.Apply(host_pooled_.data(), S, H, outputs);
     return Status::Ok();
   }
   Tensor pooled = workspace_->Get(2000, DType::kF32, S, H);

@@ -15,7 +15,7 @@ struct BertLayer {
   Buffer ln1_w, ln1_b, ln2_w, ln2_b;
 };
 
-enum Slot { kHidden, kQkv, kAttn, kTmp, kInter };
+enum Slot { kHidden, kQkv, kAttn, kTmp, kInter, kHiddenRows, kAttnRows, kTmpRows, kInterRows };
 
 class BertModel final : public Model {
  public:
@@ -80,6 +80,16 @@ class BertModel final : public Model {
     return config_.max_position_embeddings - position_offset();
   }
 
+  // h = LN(attn·Wo + b + h); h = LN(FFN(h) + h), over the rows of attn/h.
+  void PostAttention(const BertLayer& L, Tensor attn, Tensor h, Tensor tmp, Tensor inter,
+                     float eps) {
+    backend_->Linear({L.attn_out.get(), attn, tmp, Activation::kNone, &h});
+    backend_->LayerNorm(tmp, nullptr, L.ln1_w.t(), &L.ln1_b.t(), eps, h);
+    backend_->Linear({L.ffn_in.get(), h, inter, act_});
+    backend_->Linear({L.ffn_out.get(), inter, tmp, Activation::kNone, &h});
+    backend_->LayerNorm(tmp, nullptr, L.ln2_w.t(), &L.ln2_b.t(), eps, h);
+  }
+
   StatusOr<Tensor> Forward(const DeviceBatch& b, Workspace& ws) override {
     const auto& c = config_;
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
@@ -103,18 +113,33 @@ class BertModel final : public Model {
     ap.head_dim = static_cast<int>(H / c.num_attention_heads);
     ap.scale = 1.0f / std::sqrt(static_cast<float>(ap.head_dim));
     ap.causal = false;
-    for (const auto& L : layers_) {
+    const bool prune = b.output_rows.data != nullptr;
+    const int64_t S = b.num_output_rows;
+    const int32_t* rows = b.output_rows.ptr<int32_t>();
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const BertLayer& L = layers_[l];
       backend_->Linear({L.qkv.get(), h, qkv});
       ap.q = qkv.ColSlice(0, H);
       ap.k = qkv.ColSlice(H, H);
       ap.v = qkv.ColSlice(2 * H, H);
       ap.out = attn;
       backend_->Attention(ap);
-      backend_->Linear({L.attn_out.get(), attn, tmp, Activation::kNone, &h});
-      backend_->LayerNorm(tmp, nullptr, L.ln1_w.t(), &L.ln1_b.t(), eps, h);
-      backend_->Linear({L.ffn_in.get(), h, inter, act_});
-      backend_->Linear({L.ffn_out.get(), inter, tmp, Activation::kNone, &h});
-      backend_->LayerNorm(tmp, nullptr, L.ln2_w.t(), &L.ln2_b.t(), eps, h);
+      if (prune && l + 1 == layers_.size()) {
+        // Last layer: only the output rows need the o-proj, MLP and norms.
+        Tensor hs = ws.Get(kHiddenRows, DType::kF32, S, H);
+        Tensor as = ws.Get(kAttnRows, DType::kF32, S, H);
+        backend_->GatherRows(attn, rows, S, as);
+        backend_->GatherRows(h, rows, S, hs);
+        PostAttention(L, as, hs, ws.Get(kTmpRows, DType::kF32, S, H),
+                      ws.Get(kInterRows, DType::kF32, S, I), eps);
+        return hs;
+      }
+      PostAttention(L, attn, h, tmp, inter, eps);
+    }
+    if (prune) {
+      Tensor hs = ws.Get(kHiddenRows, DType::kF32, S, H);
+      backend_->GatherRows(h, rows, S, hs);
+      return hs;
     }
     return h;
   }

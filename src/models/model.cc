@@ -46,7 +46,7 @@ Tensor Workspace::Get(int slot, DType dtype, int64_t rows, int64_t cols) {
 }
 
 namespace {
-enum BatchSlots { kSlotIds = 1000, kSlotTypes, kSlotPositions, kSlotCu };
+enum BatchSlots { kSlotIds = 1000, kSlotTypes, kSlotPositions, kSlotCu, kSlotRows };
 }
 
 DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
@@ -78,6 +78,17 @@ DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
   backend_->CopyFromHost(positions.data(), d.positions);
   backend_->CopyFromHost(batch.cu_seqlens.data(), d.cu_seqlens);
   return d;
+}
+
+void Model::SelectOutputRows(DeviceBatch& d, Workspace& ws, bool first) {
+  std::vector<int32_t>& rows = scratch_rows_;
+  rows.resize(d.num_seqs);
+  for (int s = 0; s < d.num_seqs; ++s) {
+    rows[s] = first ? d.host_cu_seqlens[s] : d.host_cu_seqlens[s + 1] - 1;
+  }
+  d.output_rows = ws.Get(kSlotRows, DType::kI32, 1, d.num_seqs);
+  d.num_output_rows = d.num_seqs;
+  backend_->CopyFromHost(rows.data(), d.output_rows);
 }
 
 Status Model::Validate(const ForwardBatch& batch) const {

@@ -52,6 +52,11 @@ struct DeviceBatch {
   int max_seqlen = 0;
   int64_t num_tokens = 0;
   std::vector<int32_t> host_cu_seqlens;
+  // Optional: when set (data != nullptr), Forward returns only these token rows
+  // ([num_output_rows, hidden], in this order) and may skip the last layer's per-token
+  // work (o-proj, MLP, norms) for every other row. Used for CLS/LAST pooling.
+  Tensor output_rows;  // i32 [num_output_rows]
+  int num_output_rows = 0;
 };
 
 class Model {
@@ -63,13 +68,17 @@ class Model {
   // Longest sequence the model accepts (position embeddings / config limit).
   virtual int max_sequence_length() const { return config_.max_position_embeddings; }
 
-  // Runs the stack; returns packed final hidden states [T, hidden] (f32), valid until the
-  // next Forward. `batch` must be uploaded by PrepareBatch on the same workspace.
+  // Runs the stack; returns packed final hidden states [T, hidden] (f32), or the rows of
+  // batch.output_rows when set, valid until the next Forward. `batch` must be uploaded by
+  // PrepareBatch on the same workspace.
   virtual StatusOr<Tensor> Forward(const DeviceBatch& batch, Workspace& ws) = 0;
 
   // Uploads ids/types/positions/cu_seqlens (positions include any architecture offset).
   // Host scratch is reused across calls (no per-batch allocation in steady state).
   DeviceBatch PrepareBatch(const ForwardBatch& batch, Workspace& ws);
+  // Sets batch.output_rows to one row per sequence: its first token (first = true) or
+  // its last token.
+  void SelectOutputRows(DeviceBatch& batch, Workspace& ws, bool first);
 
   // Validates token ids and lengths against the model (vocab, positions, type vocab).
   Status Validate(const ForwardBatch& batch) const;
@@ -82,7 +91,7 @@ class Model {
   ModelConfig config_;
   Backend* backend_;
   DType dtype_;
-  std::vector<int32_t> scratch_positions_, scratch_types_;
+  std::vector<int32_t> scratch_positions_, scratch_types_, scratch_rows_;
 };
 
 enum class Task { kEmbed, kClassify, kScore, kTokenClassify };

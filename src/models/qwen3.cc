@@ -16,7 +16,21 @@ struct Qwen3Layer {
   Buffer in_norm, post_norm, q_norm, k_norm;
 };
 
-enum Slot { kResidual, kNormed, kQkv, kAttn, kDelta, kGateUp, kAct };
+enum Slot {
+  kResidual,
+  kNormed,
+  kQkv,
+  kAttn,
+  kDelta,
+  kGateUp,
+  kAct,
+  kResidualRows,
+  kNormedRows,
+  kAttnRows,
+  kDeltaRows,
+  kGateUpRows,
+  kActRows
+};
 
 class Qwen3Model final : public Model {
  public:
@@ -102,7 +116,11 @@ class Qwen3Model final : public Model {
     rp.theta = c.rope_theta;
     rp.style = RopeStyle::kNeox;
 
-    for (const auto& L : layers_) {
+    const bool prune = b.output_rows.data != nullptr;
+    const int64_t S = b.num_output_rows;
+    const int32_t* rows = b.output_rows.ptr<int32_t>();
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Qwen3Layer& L = layers_[l];
       backend_->RmsNorm(res, nullptr, L.in_norm.t(), eps, x);
       backend_->Linear({L.qkv.get(), x, qkv});
       Tensor q = qkv.ColSlice(0, static_cast<int64_t>(Hq) * D);
@@ -121,14 +139,38 @@ class Qwen3Model final : public Model {
       ap.v = v;
       ap.out = attn;
       backend_->Attention(ap);
-      backend_->Linear({L.o.get(), attn, delta});
-      backend_->RmsNorm(res, &delta, L.post_norm.t(), eps, x);
-      backend_->Linear({L.gate_up.get(), x, gu});
-      backend_->GatedActivate(gu, Activation::kSilu, act);
-      backend_->Linear({L.down.get(), act, res, Activation::kNone, &res});
+      if (prune && l + 1 == layers_.size()) {
+        // Last layer: only the output rows need the o-proj, MLP and final norm.
+        Tensor rs = ws.Get(kResidualRows, DType::kF32, S, H);
+        Tensor as = ws.Get(kAttnRows, DType::kF32, S, attn.cols);
+        backend_->GatherRows(attn, rows, S, as);
+        backend_->GatherRows(res, rows, S, rs);
+        Tensor xs = ws.Get(kNormedRows, DType::kF32, S, H);
+        PostAttention(L, as, rs, xs, ws.Get(kDeltaRows, DType::kF32, S, H),
+                      ws.Get(kGateUpRows, DType::kF32, S, 2 * I),
+                      ws.Get(kActRows, DType::kF32, S, I), eps);
+        backend_->RmsNorm(rs, nullptr, final_norm_.t(), eps, xs);
+        return xs;
+      }
+      PostAttention(L, attn, res, x, delta, gu, act, eps);
     }
     backend_->RmsNorm(res, nullptr, final_norm_.t(), eps, x);
+    if (prune) {
+      Tensor xs = ws.Get(kNormedRows, DType::kF32, S, H);
+      backend_->GatherRows(x, rows, S, xs);
+      return xs;
+    }
     return x;
+  }
+
+  // res += attn·Wo; x = RMSNorm(res); res += MLP(x), over the rows of attn/res.
+  void PostAttention(const Qwen3Layer& L, Tensor attn, Tensor res, Tensor x, Tensor delta,
+                     Tensor gu, Tensor act, float eps) {
+    backend_->Linear({L.o.get(), attn, delta});
+    backend_->RmsNorm(res, &delta, L.post_norm.t(), eps, x);
+    backend_->Linear({L.gate_up.get(), x, gu});
+    backend_->GatedActivate(gu, Activation::kSilu, act);
+    backend_->Linear({L.down.get(), act, res, Activation::kNone, &res});
   }
 
  private:
