@@ -30,9 +30,9 @@ std::vector<std::string> Reverse(const Vocab& v) {
 
 class VocabModel : public Model {
  public:
-  explicit VocabModel(Vocab v) : vocab_(std::move(v)), rev_(Reverse(vocab_)) {}
+  explicit VocabModel(const Vocab& v) : vocab_(v.begin(), v.end()), rev_(Reverse(v)) {}
   std::optional<int32_t> TokenToId(std::string_view t) const override {
-    auto it = vocab_.find(std::string(t));
+    auto it = vocab_.find(t);
     if (it == vocab_.end()) return std::nullopt;
     return it->second;
   }
@@ -43,11 +43,11 @@ class VocabModel : public Model {
   size_t VocabSize() const override { return rev_.size(); }
 
  protected:
-  const int32_t* Find(const std::string& s) const {
+  const int32_t* Find(std::string_view s) const {
     auto it = vocab_.find(s);
     return it == vocab_.end() ? nullptr : &it->second;
   }
-  Vocab vocab_;
+  IdMap vocab_;
   std::vector<std::string> rev_;
 };
 
@@ -75,10 +75,18 @@ class WordPiece : public VocabModel {
       size_t end = s.size();
       const int32_t* found = nullptr;
       while (start < end) {
-        sub.clear();
-        if (start > 0) sub = prefix_;
-        sub.append(s.substr(start, end - start));
-        if ((found = Find(sub))) break;
+        std::string_view piece;
+        if (start > 0) {
+          sub.assign(prefix_);
+          sub.append(s.substr(start, end - start));
+          piece = sub;
+        } else {
+          piece = s.substr(0, end);
+        }
+        if ((found = Find(piece))) {
+          if (start == 0) sub.assign(piece);
+          break;
+        }
         // Drop the last char.
         size_t k = end - 1;
         while (k > start && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
@@ -128,8 +136,8 @@ class Bpe : public VocabModel {
   Bpe(Vocab v, Options o) : VocabModel(std::move(v)), o_(std::move(o)), cache_id_(NextCacheId()) {}
 
   Status AddMerge(std::string_view a, std::string_view b, int32_t rank) {
-    const int32_t* ia = Find(std::string(a));
-    const int32_t* ib = Find(std::string(b));
+    const int32_t* ia = Find(a);
+    const int32_t* ib = Find(b);
     size_t plen = o_.prefix ? std::min(o_.prefix->size(), b.size()) : 0;
     std::string ab = std::string(a) + std::string(b.substr(plen));
     const int32_t* iab = Find(ab);
@@ -166,7 +174,7 @@ class Bpe : public VocabModel {
 
   Status TokenizeUncached(std::string_view s, std::vector<Token>* out) const {
     if (o_.ignore_merges) {
-      if (const int32_t* id = Find(std::string(s))) {
+      if (const int32_t* id = Find(s)) {
         out->push_back(Token{*id, std::string(s), {0, static_cast<uint32_t>(s.size())}});
         return Status::Ok();
       }
