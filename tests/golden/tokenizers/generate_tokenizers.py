@@ -585,9 +585,10 @@ def main():
         except Exception:
             traceback.print_exc()
             meta.setdefault("failed", []).append(name)
-    # vocab.txt-only BERT directory, encoded by transformers' BertTokenizerFast.
+    # vocab.txt-only BERT directory (bert_uncased's vocabulary). The parity test checks it against
+    # bert_uncased's expectations: transformers 5's BertTokenizerFast ignores `vocab_file`, so it
+    # cannot be used to produce expectations for this directory.
     try:
-        from transformers import BertTokenizerFast
         d = os.path.join(args.out, "bert_vocab_only")
         os.makedirs(d, exist_ok=True)
         vocab = toks["bert_uncased"].get_vocab()
@@ -596,10 +597,6 @@ def main():
                 f.write(tkn + "\n")
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump({"do_lower_case": True, "model_max_length": 512, "tokenizer_class": "BertTokenizer"}, f)
-        fast = BertTokenizerFast(vocab_file=os.path.join(d, "vocab.txt"), do_lower_case=True)
-        encode_all(fast.backend_tokenizer, corpus, list(range(3000)), [(a % 3000, b % 3000) for a, b in pairs[:500]],
-                   os.path.join(d, "expected.jsonl.gz"))
-        # the corpus subset: the test reads corpus.jsonl.gz from the parent directory (indices < 3000)
         print("bert_vocab_only ok")
     except Exception:
         traceback.print_exc()
