@@ -60,6 +60,14 @@ struct ModelContext {
   // Pre-tokenised pairs are assembled as prefix + a + separator + b + suffix (b and the
   // suffix get token type 1 when the model uses token types).
   std::vector<int32_t> pair_prefix, pair_separator, pair_suffix;
+  // Causal-LM rerankers (Qwen3-Reranker style; needs the tokenizer): a text pair becomes
+  //   prompt_prefix + tokens("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}")
+  //   + prompt_suffix
+  // with the request's `instruction` or default_instruction (sluice.json, else Qwen's).
+  // Truncation shortens the middle part and keeps the suffix.
+  bool causal_reranker = false;
+  std::string default_instruction;
+  std::vector<int32_t> prompt_prefix, prompt_suffix;
 };
 
 struct IoRequest {

@@ -137,11 +137,48 @@ StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, c
   return s;
 }
 
+namespace {
+
+// prompt_prefix + tokens(instruct/query/document) + prompt_suffix; truncation cuts the
+// middle from its end so that the suffix (where the yes/no logits are read) stays.
+StatusOr<TokenSequence> EncodeCausalPair(const ModelContext& model, const Item& a, const Item& b,
+                                         int limit, bool truncating, const std::string& path,
+                                         const std::string& instruction) {
+  const std::string body =
+      "<Instruct>: " + (instruction.empty() ? model.default_instruction : instruction) +
+      "\n<Query>: " + a.text + "\n<Document>: " + b.text;
+  auto enc = model.tokenizer->Encode(body, /*add_special_tokens=*/false);
+  if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+  const size_t fixed = model.prompt_prefix.size() + model.prompt_suffix.size();
+  size_t n = enc->ids.size();
+  if (fixed + n > static_cast<size_t>(limit)) {
+    if (!truncating || fixed >= static_cast<size_t>(limit)) {
+      return TooLong(path, fixed + n, limit, model);
+    }
+    n = limit - fixed;
+  }
+  TokenSequence s;
+  s.ids.reserve(fixed + n);
+  s.ids = model.prompt_prefix;
+  s.ids.insert(s.ids.end(), enc->ids.begin(), enc->ids.begin() + static_cast<long>(n));
+  s.ids.insert(s.ids.end(), model.prompt_suffix.begin(), model.prompt_suffix.end());
+  return s;
+}
+
+}  // namespace
+
 StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, const Item& b,
-                                   const Truncate& t, const std::string& path) {
+                                   const Truncate& t, const std::string& path,
+                                   const std::string& instruction) {
   bool truncating;
   const int limit = EffectiveLimit(model, t, &truncating);
+  if (!instruction.empty() && !model.causal_reranker) {
+    return FieldError("instruction", "applies to causal-LM rerankers (with a tokenizer) only");
+  }
   TokenSequence s;
+  if (!a.is_ids && !b.is_ids && model.causal_reranker) {
+    return EncodeCausalPair(model, a, b, limit, truncating, path, instruction);
+  }
   if (!a.is_ids && !b.is_ids) {
     if (!model.tokenizer) return NoTokenizer(path);
     TruncationParams tp;

@@ -42,8 +42,11 @@ StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, c
                                   const std::string& path);
 // A (query, document) pair for cross-encoders: the tokenizer's pair template for texts,
 // prefix + a + separator + b + suffix for token ids. Truncation shortens the document.
+// Causal-LM rerankers render text pairs with the prompt template and `instruction`
+// (empty = the model's default).
 StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, const Item& b,
-                                   const Truncate& t, const std::string& path);
+                                   const Truncate& t, const std::string& path,
+                                   const std::string& instruction = {});
 
 // Refuses a `model` field naming another model.
 Status CheckModelName(const ModelContext& model, const std::string& requested);

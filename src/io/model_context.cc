@@ -3,8 +3,22 @@
 #include <algorithm>
 
 #include "tokenizer/tokenizer.h"
+#include "weights/config.h"
 
 namespace sluice::io {
+namespace {
+
+// Qwen3-Reranker's prompt (its model card), around "<Instruct>: ...\n<Query>: ...\n<Document>:
+// ...".
+constexpr const char* kCausalPrefix =
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+    "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
+    "<|im_end|>\n<|im_start|>user\n";
+constexpr const char* kCausalSuffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+constexpr const char* kDefaultInstruction =
+    "Given a web search query, retrieve relevant passages that answer the query";
+
+}  // namespace
 
 StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* tokenizer,
                                          const ContextOptions& options) {
@@ -47,6 +61,15 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
       m.pair_separator = {*eos, *eos};
       m.pair_suffix = {*eos};
     }
+  }
+  if (tokenizer && head.yes_no) {
+    ASSIGN_OR_RETURN(SluiceOverrides o, LoadSluiceOverrides(info.dir));
+    m.causal_reranker = true;
+    m.default_instruction = o.instruction.value_or(kDefaultInstruction);
+    ASSIGN_OR_RETURN(Encoding pre, tokenizer->Encode(kCausalPrefix, false));
+    ASSIGN_OR_RETURN(Encoding suf, tokenizer->Encode(kCausalSuffix, false));
+    m.prompt_prefix = std::move(pre.ids);
+    m.prompt_suffix = std::move(suf.ids);
   }
   return m;
 }

@@ -16,6 +16,7 @@ struct ScoreState : IoState {
   bool return_documents = true;  // rerank (Cohere/Jina); TEI: return_text (default false)
   bool raw_scores = false;
   Truncate truncate;
+  std::string instruction;  // causal-LM rerankers
 };
 
 // A rerank document: "text" | {"text": "..."} | [ids...].
@@ -67,6 +68,7 @@ class ScoreProcessor : public IoProcessor {
       RETURN_IF_ERROR(CheckModelName(m, model));
       RETURN_IF_ERROR(f.GetString("user", &user));
       RETURN_IF_ERROR(ReadTruncatePromptTokens(f, &st->truncate));
+      RETURN_IF_ERROR(f.GetString("instruction", &st->instruction));
     } else {
       if (!f.Get("query", &e)) return FieldError("query", "is required");
       ASSIGN_OR_RETURN(Item q, ReadItem(e, "query"));
@@ -96,6 +98,7 @@ class ScoreProcessor : public IoProcessor {
         if (st->top_n != -1 && st->top_n < 1) return FieldError("top_n", "must be at least 1");
         RETURN_IF_ERROR(f.GetBool("return_documents", &st->return_documents));
         RETURN_IF_ERROR(ReadTruncatePromptTokens(f, &st->truncate));
+        RETURN_IF_ERROR(f.GetString("instruction", &st->instruction));
       }
       if (e.get(arr)) return FieldError(docs_field, "must be a list");
       size_t i = 0;
@@ -119,7 +122,8 @@ class ScoreProcessor : public IoProcessor {
     for (size_t i = 0; i < st.docs.size(); ++i) {
       const Item& q = st.queries.size() == 1 ? st.queries[0] : st.queries[i];
       const std::string path = (st.tei ? "texts[" : "documents[") + std::to_string(i) + "]";
-      ASSIGN_OR_RETURN(TokenSequence s, EncodePair(m, q, st.docs[i], st.truncate, path));
+      ASSIGN_OR_RETURN(TokenSequence s,
+                       EncodePair(m, q, st.docs[i], st.truncate, path, st.instruction));
       st.prompt_tokens += static_cast<int64_t>(s.ids.size());
       seqs->push_back(std::move(s));
     }

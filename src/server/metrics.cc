@@ -55,11 +55,27 @@ void Histogram::Render(std::string* out, const std::string& name, const std::str
   *out += name + "_count" + l + " " + std::to_string(count_) + "\n";
 }
 
+const char* StageName(Stage s) {
+  switch (s) {
+    case Stage::kParse:
+      return "parse";
+    case Stage::kTokenize:
+      return "tokenize";
+    case Stage::kQueue:
+      return "queue";
+    case Stage::kCompute:
+      return "compute";
+    case Stage::kPostprocess:
+      return "postprocess";
+  }
+  return "?";
+}
+
 Metrics::Metrics()
-    : queue_wait_(kLatencyBounds),
-      compute_(kLatencyBounds),
-      batch_seqs_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
-      batch_tokens_({64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {}
+    : batch_seqs_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
+      batch_tokens_({64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {
+  for (int i = 0; i < kNumStages; ++i) stages_.emplace_back(kLatencyBounds);
+}
 
 void Metrics::RecordResponse(const std::string& route, int status, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -69,9 +85,8 @@ void Metrics::RecordResponse(const std::string& route, int status, double second
   it->second.Observe(seconds);
 }
 
-void Metrics::RecordStages(double queue_wait_s, double compute_s) {
-  queue_wait_.Observe(queue_wait_s);
-  compute_.Observe(compute_s);
+void Metrics::RecordStage(Stage stage, double seconds) {
+  stages_[static_cast<int>(stage)].Observe(seconds);
 }
 
 void Metrics::RecordBatch(int num_seqs, int64_t num_tokens) {
@@ -99,12 +114,14 @@ std::string Metrics::Render(const GaugeValues& g) const {
       h.Render(&out, "sluice_request_duration_seconds", "route=\"" + route + "\"");
     }
   }
-  Header(&out, "sluice_queue_wait_seconds", "histogram",
-         "Time a request waited in the engine queue before its first batch ran.");
-  queue_wait_.Render(&out, "sluice_queue_wait_seconds", "");
-  Header(&out, "sluice_compute_seconds", "histogram",
-         "Time from a request's first batch to its last batch finishing.");
-  compute_.Render(&out, "sluice_compute_seconds", "");
+  Header(&out, "sluice_stage_seconds", "histogram",
+         "Per-request time by stage: parse (JSON, validation), tokenize (inputs to engine "
+         "sequences), queue (engine queue wait), compute (first batch start to last batch end), "
+         "postprocess (outputs to response body).");
+  for (int i = 0; i < kNumStages; ++i) {
+    stages_[i].Render(&out, "sluice_stage_seconds",
+                      std::string("stage=\"") + StageName(static_cast<Stage>(i)) + "\"");
+  }
   Header(&out, "sluice_batch_size", "histogram", "Sequences per packed batch.");
   batch_seqs_.Render(&out, "sluice_batch_size", "");
   Header(&out, "sluice_batch_tokens", "histogram", "Tokens per packed batch.");

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -33,13 +34,17 @@ struct GaugeValues {
   int ready = 0;
 };
 
+// Stages of a request on the server (latency split).
+enum class Stage { kParse, kTokenize, kQueue, kCompute, kPostprocess };
+constexpr int kNumStages = 5;
+const char* StageName(Stage s);
+
 class Metrics {
  public:
   Metrics();
   // One per response sent (or attempted: a client that went away counts under 499).
   void RecordResponse(const std::string& route, int status, double seconds);
-  // Engine stages of one request.
-  void RecordStages(double queue_wait_s, double compute_s);
+  void RecordStage(Stage stage, double seconds);
   void RecordBatch(int num_seqs, int64_t num_tokens);
   void AddTokens(int64_t n);
   void AddCancelled();
@@ -49,7 +54,8 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, Histogram> latency_;
-  Histogram queue_wait_, compute_, batch_seqs_, batch_tokens_;
+  std::deque<Histogram> stages_;  // by Stage (deque: Histogram is not movable)
+  Histogram batch_seqs_, batch_tokens_;
   std::atomic<uint64_t> tokens_{0}, cancelled_{0}, batches_{0};
 };
 

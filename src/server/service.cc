@@ -157,12 +157,16 @@ void Service::RunProcessor(std::shared_ptr<Call> call) {
     return Respond(call, StatusResponse(Status(StatusCode::kUnavailable, "client went away")));
   }
   IoRequest io{call->route, call->req.body, model_};
+  const auto t0 = SteadyClock::now();
   auto state = call->proc->Parse(io);
   if (!state.ok()) return Respond(call, StatusResponse(state.status()));
   call->state = std::move(state).value();
+  const auto t1 = SteadyClock::now();
   std::vector<TokenSequence> seqs;
   Status s = call->proc->PreProcess(*model_, *call->state, &seqs);
   if (!s.ok()) return Respond(call, StatusResponse(s));
+  metrics_.RecordStage(Stage::kParse, Seconds(t0, t1));
+  metrics_.RecordStage(Stage::kTokenize, Seconds(t1, SteadyClock::now()));
   auto er = std::make_shared<EngineRequest>();
   er->inputs.reserve(seqs.size());
   for (auto& t : seqs) er->inputs.push_back(SequenceInput{std::move(t.ids), std::move(t.type_ids)});
@@ -194,8 +198,10 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
     return Respond(call, StatusResponse(status));
   }
   if (!er->inputs.empty()) {
-    metrics_.RecordStages(Seconds(er->enqueued, er->started), Seconds(er->started, er->finished));
+    metrics_.RecordStage(Stage::kQueue, Seconds(er->enqueued, er->started));
+    metrics_.RecordStage(Stage::kCompute, Seconds(er->started, er->finished));
   }
+  const auto t0 = SteadyClock::now();
   metrics_.AddTokens(call->state->prompt_tokens);
   std::vector<PooledOutput> outs(er->outputs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -208,6 +214,7 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
   er.reset();
   auto resp = call->proc->PostProcess(*model_, *call->state, outs);
   if (!resp.ok()) return Respond(call, StatusResponse(resp.status()));
+  metrics_.RecordStage(Stage::kPostprocess, Seconds(t0, SteadyClock::now()));
   HttpResponse r;
   r.body = std::move(resp->body);
   r.content_type = std::move(resp->content_type);

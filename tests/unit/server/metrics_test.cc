@@ -30,7 +30,8 @@ TEST(Metrics, RendersEveryFamilyWithHelpAndType) {
   m.RecordResponse("/score", 200, 0.01);
   m.RecordResponse("/score", 200, 0.02);
   m.RecordResponse("/score", 429, 0.001);
-  m.RecordStages(0.001, 0.005);
+  m.RecordStage(Stage::kQueue, 0.001);
+  m.RecordStage(Stage::kCompute, 0.005);
   m.RecordBatch(3, 120);
   m.AddTokens(120);
   m.AddCancelled();
@@ -47,6 +48,8 @@ TEST(Metrics, RendersEveryFamilyWithHelpAndType) {
             std::string::npos);
   EXPECT_NE(out.find("sluice_batch_tokens_bucket{le=\"128\"} 1\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_tokens_total 120\n"), std::string::npos);
+  EXPECT_NE(out.find("sluice_stage_seconds_count{stage=\"queue\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("sluice_stage_seconds_count{stage=\"parse\"} 0\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_requests_cancelled_total 1\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_queue_depth 2\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_requests_in_flight 5\n"), std::string::npos);

@@ -1,0 +1,210 @@
+// `sluice bench`: an HTTP load generator for a running `sluice serve` (or any server with
+// the same routes): C concurrent keep-alive clients send synthetic token-id requests for
+// a number of requests or a duration; prints throughput, latency percentiles and errors.
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "cli/command.h"
+#include "cli/common.h"
+
+namespace sluice::cli {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+struct BenchFlags {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string endpoint = "/v1/rerank";
+  int concurrency = 16;
+  int requests = 1000;
+  double duration_s = 0;  // > 0: run for this long instead of a request count
+  int documents = 20;
+  int query_tokens = 16;
+  int doc_tokens = 100;
+  int vocab = 200;  // token ids drawn from [5, vocab)
+  std::string api_key;
+  unsigned seed = 1;
+};
+
+std::string Ids(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int> d(5, std::max(6, vocab) - 1);
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ',';
+    s += std::to_string(d(rng));
+  }
+  return s + "]";
+}
+
+StatusOr<std::string> MakeBody(const BenchFlags& f, std::mt19937& rng) {
+  std::string docs = "[";
+  for (int i = 0; i < f.documents; ++i) {
+    if (i) docs += ',';
+    docs += Ids(rng, f.doc_tokens, f.vocab);
+  }
+  docs += "]";
+  const std::string q = Ids(rng, f.query_tokens, f.vocab);
+  const std::string& e = f.endpoint;
+  if (e == "/v1/rerank" || e == "/rerank")
+    return R"({"query":)" + q + R"(,"documents":)" + docs + "}";
+  if (e == "/score" || e == "/v1/score") return R"({"text_1":)" + q + R"(,"text_2":)" + docs + "}";
+  if (e == "/v1/embeddings" || e == "/pooling" || e == "/classify")
+    return R"({"input":)" + docs + "}";
+  if (e == "/embed" || e == "/predict") return R"({"inputs":)" + docs + "}";
+  return InvalidArgument("--endpoint: no synthetic body for " + e);
+}
+
+struct Shared {
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::map<std::string, int> errors;
+  std::atomic<int> issued{0}, done{0};
+};
+
+void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
+  std::mt19937 rng(f.seed * 7919 + index);
+  net::io_context ioc;
+  std::optional<beast::tcp_stream> stream;
+  beast::flat_buffer buf;
+  auto fail = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(sh->mu);
+    sh->errors[what]++;
+  };
+  for (;;) {
+    if (f.duration_s > 0 ? NowSeconds() >= deadline : sh->issued++ >= f.requests) break;
+    auto body = MakeBody(f, rng);
+    if (!body.ok()) return fail(body.status().message());
+    http::request<http::string_body> req{http::verb::post, f.endpoint, 11};
+    req.set(http::field::host, f.host);
+    req.set(http::field::content_type, "application/json");
+    if (!f.api_key.empty()) req.set(http::field::authorization, "Bearer " + f.api_key);
+    req.body() = std::move(*body);
+    req.keep_alive(true);
+    req.prepare_payload();
+    const double t0 = NowSeconds();
+    beast::error_code ec;
+    if (!stream) {
+      stream.emplace(ioc);
+      tcp::resolver resolver(ioc);
+      auto results = resolver.resolve(f.host, std::to_string(f.port), ec);
+      if (!ec) stream->connect(results, ec);
+      if (ec) {
+        stream.reset();
+        fail("connect: " + ec.message());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      stream->socket().set_option(tcp::no_delay(true));
+    }
+    http::response<http::string_body> res;
+    http::write(*stream, req, ec);
+    if (!ec) http::read(*stream, buf, res, ec);
+    if (ec) {
+      stream.reset();
+      buf.clear();
+      fail("io: " + ec.message());
+      continue;
+    }
+    const double t1 = NowSeconds();
+    sh->done++;
+    if (res.result_int() != 200) {
+      fail("HTTP " + std::to_string(res.result_int()));
+    } else {
+      std::lock_guard<std::mutex> lock(sh->mu);
+      sh->latencies.push_back(t1 - t0);
+    }
+    if (!res.keep_alive()) stream.reset();
+  }
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+int RunBench(const BenchFlags& f) {
+  if (f.concurrency < 1 || f.documents < 1 || f.query_tokens < 1 || f.doc_tokens < 1 ||
+      (f.duration_s <= 0 && f.requests < 1)) {
+    return ReportError(InvalidArgument(
+        "--concurrency, --documents, --query-tokens, --doc-tokens and --requests (or "
+        "--duration) must be positive"));
+  }
+  std::mt19937 probe(0);
+  if (auto b = MakeBody(f, probe); !b.ok()) return ReportError(b.status());
+  Shared sh;
+  const double start = NowSeconds();
+  const double deadline = start + f.duration_s;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < f.concurrency; ++i)
+    threads.emplace_back(Client, std::cref(f), i, deadline, &sh);
+  const size_t total = f.duration_s > 0 ? 0 : static_cast<size_t>(f.requests);
+  ProgressBar bar("requests", total);
+  std::atomic<bool> running{true};
+  std::thread progress([&] {
+    while (running) {
+      if (total) bar.Update(static_cast<size_t>(sh.done.load()), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  for (auto& t : threads) t.join();
+  running = false;
+  progress.join();
+  const double el = std::max(NowSeconds() - start, 1e-9);
+  std::vector<double> lat = sh.latencies;
+  const size_t ok = lat.size();
+  std::printf("%s, concurrency %d, %d documents x %d tokens (+ query %d tokens)\n",
+              f.endpoint.c_str(), f.concurrency, f.documents, f.doc_tokens, f.query_tokens);
+  std::printf("requests: %zu ok, %d total in %.2f s: %.1f req/s, %.1f documents/s\n", ok,
+              sh.done.load(), el, ok / el, ok * f.documents / el);
+  std::printf("latency: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n", 1e3 * Percentile(lat, 0.50),
+              1e3 * Percentile(lat, 0.95), 1e3 * Percentile(lat, 0.99));
+  int errors = 0;
+  for (const auto& [what, n] : sh.errors) {
+    std::printf("errors: %d x %s\n", n, what.c_str());
+    errors += n;
+  }
+  if (!errors) std::printf("errors: none\n");
+  return errors ? 1 : 0;
+}
+
+Registrar bench_cmd(Command{
+    "bench", "HTTP load generator for a running sluice serve (synthetic token-id requests)",
+    [](CLI::App* sub) {
+      auto f = std::make_shared<BenchFlags>();
+      sub->add_option("--host", f->host)->capture_default_str();
+      sub->add_option("--port", f->port)->capture_default_str();
+      sub->add_option("--endpoint", f->endpoint,
+                      "/v1/rerank, /rerank, /score, /v1/embeddings, /embed, /pooling, /classify, "
+                      "/predict")
+          ->capture_default_str();
+      sub->add_option("--concurrency", f->concurrency, "concurrent keep-alive clients")
+          ->capture_default_str();
+      sub->add_option("--requests", f->requests, "requests in all")->capture_default_str();
+      sub->add_option("--duration", f->duration_s, "seconds to run (instead of --requests)");
+      sub->add_option("--documents", f->documents, "documents (inputs) per request")
+          ->capture_default_str();
+      sub->add_option("--query-tokens", f->query_tokens)->capture_default_str();
+      sub->add_option("--doc-tokens", f->doc_tokens, "tokens per document")->capture_default_str();
+      sub->add_option("--vocab", f->vocab, "token ids are drawn from [5, vocab)")
+          ->capture_default_str();
+      sub->add_option("--api-key", f->api_key);
+      sub->add_option("--seed", f->seed)->capture_default_str();
+      return std::function<int()>([f] { return RunBench(*f); });
+    }});
+
+}  // namespace
+}  // namespace sluice::cli
