@@ -3,6 +3,7 @@
 nesting, oversized bodies, unknown fields, bad routes/methods). Each gets the right 4xx
 with a JSON error; the server never crashes and serves a valid request right after."""
 import json
+import socket
 import threading
 
 import harness
@@ -93,7 +94,24 @@ with Server("bert_cross_encoder", "--max-body-bytes", "65536") as server:
     c.check(n200 == 16 * 32, f"200s counted {n200}")
     want400 = sum(1 for t in range(16) for k in range(32) if BAD[(t * 7 + k) % len(BAD)][2] == 400)
     c.check(n400 == want400, f"400s counted {n400} vs {want400}")
-    # Wrong method / 405 and a malformed request line.
+    # Wrong method / 405 and malformed HTTP (answered with a JSON 400, connection closed).
     st, _, e = server.request("PUT", "/score", b"{}")
     c.error_shape(st, e, 405, "PUT /score")
+    for raw in [b"GARBAGE\r\n\r\n", b"POST /score HTTP/1.1\r\nContent-Length: abc\r\n\r\n"]:
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(raw)
+        sock.settimeout(10)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        c.check(head.startswith(b"HTTP/1.1 400") and b"Connection: close" in head,
+                f"malformed HTTP {raw!r}: {head!r}")
+        c.check(json.loads(body)["error"]["code"] == 400, f"malformed HTTP body {body!r}")
+    st, _, ok = server.post("/score", VALID)
+    c.check(st == 200, "valid request after malformed HTTP")
 c.finish("malformed")
