@@ -1,7 +1,11 @@
 """Every route and shape against the golden fixtures (token-id inputs: the fixture models
 have no tokenizer), usage, health, models, metrics counts, auth."""
 import base64
+import json
+import os
 import struct
+import subprocess
+import tempfile
 
 import harness
 from harness import Server, golden, split_pair
@@ -188,13 +192,29 @@ def service_routes():
         c.check(st == 200 and ok["usage"]["prompt_tokens"] == 64, f"truncation {st} {ok}")
         st, _, ok = s.post("/score", {"text_1": [5], "text_2": [6]}, headers=auth)
         c.check(st == 200, "ok request")
+        # Server output == offline CLI output, bit for bit (same batch: one request, default budget).
+        pairs = usable_pairs(golden("bert_cross_encoder"))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "pairs.jsonl")
+            with open(path, "w") as f:
+                for _, q, d in pairs:
+                    f.write(json.dumps({"q": q, "d": d}) + "\n")
+            out = subprocess.run([harness.ARGS.sluice, "score", "--model",
+                                  harness.model_dir("bert_cross_encoder"), "--threads", "1",
+                                  "--input", path], capture_output=True, text=True, check=True)
+        offline = [json.loads(line)["score"] for line in out.stdout.splitlines()]
+        st, _, body = s.post("/score", {"text_1": [q for _, q, _ in pairs],
+                                        "text_2": [d for _, _, d in pairs]}, headers=auth)
+        f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+        c.check(st == 200 and [f32(x["score"]) for x in body["data"]] == [f32(x) for x in offline],
+                "server /score == offline sluice score, bit for bit")
         m = s.metrics()
-        c.check(m.get('sluice_requests_total{route="/score",code="200"}') == 2, "score 200 count")
+        c.check(m.get('sluice_requests_total{route="/score",code="200"}') == 3, "score 200 count")
         c.check(m.get('sluice_requests_total{route="/score",code="400"}') == 2, "score 400 count")
         c.check(m.get('sluice_requests_total{route="/score",code="404"}') == 1, "score 404 count")
         c.check(m.get('sluice_requests_total{route="/v1/models",code="401"}') == 2, "401 count")
         c.check(m.get("sluice_tokens_total", 0) >= 66, "tokens counted")
-        c.check(m.get("sluice_batches_total", 0) >= 3, "batches counted (warm-up + 2)")
+        c.check(m.get("sluice_batches_total", 0) >= 4, "batches counted (warm-up + 3)")
         c.check(m.get("sluice_ready") == 1, "ready gauge")
         c.check('sluice_request_duration_seconds_count{route="/score"}' in m, "latency histogram")
 
