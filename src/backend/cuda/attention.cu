@@ -7,8 +7,9 @@
 // and every reduction has a fixed order, so a sequence's result is bit-identical whatever
 // else is in the batch (batch invariance) and duplicates are bit-identical.
 //
-// This is the correctness-first version (CUDA cores, fp32); a tensor-core kernel comes
-// with the performance work of issue 5.
+// AttentionKernelRows (head_dim % 4 == 0) blocks kRows query rows per warp; AttentionKernel
+// (one row per warp) serves any other head_dim. Both run on CUDA cores in fp32; a
+// tensor-core kernel comes with the performance work of issue 5.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -117,6 +118,149 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Register-blocked variant for head_dim % 4 == 0 (all real models): each warp owns kRows
+// query rows, so every K/V value read from shared memory feeds kRows FMAs, and Q·K reads
+// 16 bytes at a time. Same tiling rules as above (tiles start at the sequence's first
+// token, fixed reduction orders), so it is batch invariant too.
+constexpr int kRows = 4;                 // query rows per warp
+constexpr int kBlockQ = kRows * kWarps;  // query rows per block
+
+template <int NC>
+__global__ void __launch_bounds__(kWarps * 32)
+    AttentionKernelRows(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k,
+                        int64_t ldk, const float* __restrict__ v, int64_t ldv,
+                        float* __restrict__ out, int64_t ldo, const int32_t* __restrict__ cu,
+                        int group, int dim, float scale, bool causal, int window) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int kst = dim + 4;       // padded K row: 16-byte aligned, conflict-free
+  float* ks = smem;              // [kKeys][dim + 4]
+  float* vs = ks + kKeys * kst;  // [kKeys][dim]
+  float* qs = vs + kKeys * dim;  // [kBlockQ][dim]
+  const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
+  const int base = cu[seq], len = cu[seq + 1] - base;
+  const int q0 = blockIdx.y * kBlockQ;
+  if (q0 >= len) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = q0 + warp * kRows;  // this warp's first query row (in-sequence)
+  for (int e = threadIdx.x; e < kBlockQ * dim; e += blockDim.x) {
+    const int r = e / dim, c = e % dim;
+    qs[e] = q0 + r < len
+                ? q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c]
+                : 0.f;
+  }
+  const int q_last = min(len, q0 + kBlockQ) - 1;
+  int kv_end = causal ? q_last + 1 : len;
+  int kv_begin = 0;
+  if (window > 0) {
+    kv_begin = max(0, q0 - window + 1) / kKeys * kKeys;
+    kv_end = min(kv_end, q_last + window);
+  }
+  float m[kRows], l[kRows], acc[kRows][NC];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) acc[r][i] = 0.f;
+  }
+  const int d4 = dim / 4;
+  for (int t0 = kv_begin; t0 < kv_end; t0 += kKeys) {
+    __syncthreads();
+    const int nk = min(kKeys, len - t0);
+    for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
+      const int j = e / dim, c = e % dim;
+      float kv = 0.f, vv = 0.f;
+      if (j < nk) {
+        const int64_t row = base + t0 + j;
+        kv = k[row * ldk + static_cast<int64_t>(kvh) * dim + c];
+        vv = v[row * ldv + static_cast<int64_t>(kvh) * dim + c];
+      }
+      ks[j * kst + c] = kv;
+      vs[j * dim + c] = vv;
+    }
+    __syncthreads();
+    if (r0 >= len) continue;  // warp-uniform: this warp has no rows
+    float dot[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) dot[r] = 0.f;
+    const float4* kr = reinterpret_cast<const float4*>(ks + lane * kst);
+    const float4* qr = reinterpret_cast<const float4*>(qs + warp * kRows * dim);
+    for (int c = 0; c < d4; ++c) {
+      const float4 kk = kr[c];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float4 qq = qr[r * d4 + c];
+        dot[r] = fmaf(qq.x, kk.x, dot[r]);
+        dot[r] = fmaf(qq.y, kk.y, dot[r]);
+        dot[r] = fmaf(qq.z, kk.z, dot[r]);
+        dot[r] = fmaf(qq.w, kk.w, dot[r]);
+      }
+    }
+    const int kj = t0 + lane;
+    float p[kRows], corr[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int qi = r0 + r;
+      bool ok = lane < nk && qi < len;
+      if (causal) ok = ok && kj <= qi;
+      if (window > 0) ok = ok && abs(qi - kj) < window;
+      const float s = ok ? dot[r] * scale : -INFINITY;
+      float tmax = s;
+      for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+      if (tmax == -INFINITY) {  // nothing visible for this row in this tile: no-op
+        corr[r] = 1.f;
+        p[r] = 0.f;
+        continue;
+      }
+      const float m_new = fmaxf(m[r], tmax);
+      corr[r] = expf(m[r] - m_new);
+      p[r] = ok ? expf(s - m_new) : 0.f;
+      float ps = p[r];
+      for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+      l[r] = l[r] * corr[r] + ps;
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int i = 0; i < NC; ++i) acc[r][i] *= corr[r];
+    }
+    for (int j = 0; j < nk; ++j) {
+      float pj[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) pj[r] = __shfl_sync(0xffffffffu, p[r], j);
+      const float* vr = vs + j * dim;
+#pragma unroll
+      for (int i = 0; i < NC; ++i) {
+        const int c = lane + 32 * i;
+        if (c < dim) {
+          const float vv = vr[c];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[r][i] = fmaf(pj[r], vv, acc[r][i]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int qi = r0 + r;
+    if (qi >= len) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    float* o = out + static_cast<int64_t>(base + qi) * ldo + static_cast<int64_t>(h) * dim;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int c = lane + 32 * i;
+      if (c < dim) o[c] = acc[r][i] * inv;
+    }
+  }
+}
+
+size_t SmemBytesRows(int dim) {
+  return sizeof(float) * (static_cast<size_t>(kKeys) * (dim + 4) +
+                          static_cast<size_t>(kKeys) * dim + static_cast<size_t>(kBlockQ) * dim);
+}
+
 size_t SmemBytes(int dim) {
   return sizeof(float) * (static_cast<size_t>(kKeys) * (dim + 1) +
                           static_cast<size_t>(kKeys) * dim + static_cast<size_t>(kWarps) * dim);
@@ -124,21 +268,34 @@ size_t SmemBytes(int dim) {
 
 template <int NC>
 bool Launch(const AttentionParams& p, cudaStream_t stream) {
-  const size_t smem = SmemBytes(p.head_dim);
   // Above 48 KiB a kernel needs an explicit opt-in; raise it once per instantiation to what
   // its largest head_dim (32 * NC) needs.
   static const bool raised =
-      SmemBytes(32 * NC) <= 48 * 1024 ||
-      cudaFuncSetAttribute(AttentionKernel<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(SmemBytes(32 * NC))) == cudaSuccess;
+      (SmemBytes(32 * NC) <= 48 * 1024 ||
+       cudaFuncSetAttribute(AttentionKernel<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(SmemBytes(32 * NC))) == cudaSuccess) &&
+      (SmemBytesRows(32 * NC) <= 48 * 1024 ||
+       cudaFuncSetAttribute(AttentionKernelRows<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(SmemBytesRows(32 * NC))) == cudaSuccess);
   if (!raised) return false;
-  const dim3 grid(static_cast<unsigned>(p.num_seqs),
-                  static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
-                  static_cast<unsigned>(p.num_heads));
-  AttentionKernel<NC><<<grid, kWarps * 32, smem, stream>>>(
-      p.q.ptr<float>(), p.q.row_stride(), p.k.ptr<float>(), p.k.row_stride(), p.v.ptr<float>(),
-      p.v.row_stride(), p.out.ptr<float>(), p.out.row_stride(), p.cu_seqlens,
-      p.num_heads / p.num_kv_heads, p.head_dim, p.scale, p.causal, p.window);
+  const int group = p.num_heads / p.num_kv_heads;
+  if (p.head_dim % 4 == 0) {
+    const dim3 grid(static_cast<unsigned>(p.num_seqs),
+                    static_cast<unsigned>((p.max_seqlen + kBlockQ - 1) / kBlockQ),
+                    static_cast<unsigned>(p.num_heads));
+    AttentionKernelRows<NC><<<grid, kWarps * 32, SmemBytesRows(p.head_dim), stream>>>(
+        p.q.ptr<float>(), p.q.row_stride(), p.k.ptr<float>(), p.k.row_stride(), p.v.ptr<float>(),
+        p.v.row_stride(), p.out.ptr<float>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
+        p.scale, p.causal, p.window);
+  } else {
+    const dim3 grid(static_cast<unsigned>(p.num_seqs),
+                    static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
+                    static_cast<unsigned>(p.num_heads));
+    AttentionKernel<NC><<<grid, kWarps * 32, SmemBytes(p.head_dim), stream>>>(
+        p.q.ptr<float>(), p.q.row_stride(), p.k.ptr<float>(), p.k.row_stride(), p.v.ptr<float>(),
+        p.v.row_stride(), p.out.ptr<float>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
+        p.scale, p.causal, p.window);
+  }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     std::fprintf(stderr, "sluice cuda: attention launch failed: %s\n", cudaGetErrorString(e));

@@ -310,7 +310,9 @@ TEST_F(CudaOps, Attention) {
   const int T = cu.back();
   const AttnCase cases[] = {{4, 4, 64, false, 0},  {4, 4, 64, true, 0},   {8, 2, 128, true, 0},
                             {6, 3, 32, false, 0},  {2, 1, 80, true, 0},   {2, 2, 256, false, 0},
-                            {4, 2, 64, false, 16}, {4, 4, 128, true, 40}, {3, 1, 48, false, 0}};
+                            {4, 2, 64, false, 16}, {4, 4, 128, true, 40}, {3, 1, 48, false, 0},
+                            {3, 1, 30, true, 0},   {2, 2, 30, false, 5},  {4, 2, 36, false, 0},
+                            {2, 1, 130, true, 3}};
   for (const auto& ac : cases) {
     const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim, width = qw + 2 * kw;
     auto qkv = Random(static_cast<size_t>(T) * width, 17 + ac.dim, -2.f, 2.f);
