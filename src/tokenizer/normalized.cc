@@ -75,6 +75,10 @@ std::optional<Offsets> NormalizedString::ConvertOffsets(size_t s, size_t e) cons
 }
 
 void NormalizedString::Normalize(bool compat, bool compose) {
+  // ASCII is invariant under every normalization form.
+  bool ascii = true;
+  for (char ch : norm) ascii &= static_cast<unsigned char>(ch) < 0x80;
+  if (ascii) return;
   struct Item {
     char32_t c;
     int change;
@@ -179,6 +183,12 @@ void NormalizedString::Normalize(bool compat, bool compose) {
 }
 
 void NormalizedString::Lowercase() {
+  bool has_upper_or_non_ascii = false;
+  for (char ch : norm) {
+    auto u = static_cast<unsigned char>(ch);
+    has_upper_or_non_ascii |= u >= 0x80 || (u >= 'A' && u <= 'Z');
+  }
+  if (!has_upper_or_non_ascii) return;
   bool changed = false;
   std::vector<std::pair<char32_t, int>> out;
   out.reserve(norm.size());

@@ -69,10 +69,19 @@ void AddSpecial(Encoding* e, int32_t id, const std::string& token, int32_t type_
 }
 
 void Append(Encoding* dst, const Encoding& src, std::optional<int32_t> type_id) {
-  Encoding e = src;
-  if (type_id) e.type_ids.assign(e.ids.size(), *type_id);
-  std::vector<Encoding> v{std::move(*dst), std::move(e)};
-  MergeEncodings(&v, dst);
+  dst->ids.insert(dst->ids.end(), src.ids.begin(), src.ids.end());
+  if (type_id) {
+    dst->type_ids.insert(dst->type_ids.end(), src.ids.size(), *type_id);
+  } else {
+    dst->type_ids.insert(dst->type_ids.end(), src.type_ids.begin(), src.type_ids.end());
+  }
+  dst->tokens.insert(dst->tokens.end(), src.tokens.begin(), src.tokens.end());
+  dst->offsets.insert(dst->offsets.end(), src.offsets.begin(), src.offsets.end());
+  dst->special_tokens_mask.insert(dst->special_tokens_mask.end(), src.special_tokens_mask.begin(),
+                                  src.special_tokens_mask.end());
+  dst->sequence_ids.insert(dst->sequence_ids.end(), src.sequence_ids.begin(),
+                           src.sequence_ids.end());
+  dst->word_ids.insert(dst->word_ids.end(), src.word_ids.begin(), src.word_ids.end());
 }
 
 class TemplateProcessing : public PostProcessor {
