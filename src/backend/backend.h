@@ -114,7 +114,10 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 0.f;  // softmax scale, usually 1/sqrt(head_dim)
   bool causal = false;
-  int window = 0;  // sliding window (tokens attended to on each side/behind); 0 = none
+  // Sliding window, 0 = none. Causal: query i sees keys j with i - window < j <= i
+  // (Mistral/Qwen convention). Bidirectional: keys with |i - j| < window (ModernBERT's
+  // local_attention of w corresponds to window = w / 2 + 1).
+  int window = 0;
 };
 
 enum class PoolMode { kCls, kMean, kLast, kMax };
