@@ -64,6 +64,18 @@ void Truncate(Encoding* e, size_t n) {
   e->word_ids.resize(n);
 }
 
+// HF tokenizers stops tokenizing a text once it holds max_length tokens (keeping the word that
+// crosses the limit), before truncate_encodings sees the lengths. Observable in longest_first's
+// choice of the longer sequence, so it is reproduced here.
+void CapAtWords(Encoding* e, size_t max_length) {
+  size_t k = 0;
+  while (k < e->size()) {
+    if (k >= max_length && e->word_ids[k] != e->word_ids[k - 1]) break;
+    ++k;
+  }
+  Truncate(e, k);
+}
+
 Status TruncateEncodings(Encoding* a, Encoding* b, size_t max_length, TruncationStrategy strategy) {
   if (max_length == 0) {
     Truncate(a, 0);
@@ -294,6 +306,9 @@ StatusOr<Encoding> Tokenizer::EncodeImpl(std::string_view a, std::string_view b,
     size_t n_added = (add_special_tokens && p_->post) ? p_->post->AddedTokens(is_pair) : 0;
     if (trunc->max_length < n_added)
       return InvalidArgument("truncation max_length is smaller than the special tokens added");
+    if (trunc->max_length > 0) {
+      for (auto& e : encs) CapAtWords(&e, trunc->max_length);
+    }
     RETURN_IF_ERROR(TruncateEncodings(&encs[0], is_pair ? &encs[1] : nullptr,
                                       trunc->max_length - n_added, trunc->strategy));
   }
