@@ -265,3 +265,21 @@ TEST(Encoding, WordIdsFollowPreTokenization) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(Truncation, LongestFirstComparesWordCappedLengths) {
+  auto t = Tokenizer::FromJson(kTinyBpe);
+  ASSERT_TRUE(t.ok());
+  TruncationParams tp;
+  tp.max_length = 3;  // the pair template adds no token
+  // Full lengths 5 vs 4, but HF stops both at 3 words: equal, so the first keeps max/2.
+  auto e = (*t)->EncodePair("ab ab ab ab ab", "abc abc abc abc", true, &tp);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->ids, (std::vector<int32_t>{4, 5, 5}));
+  EXPECT_EQ(e->sequence_ids, (std::vector<int8_t>{0, 1, 1}));
+}
+
+}  // namespace
+}  // namespace sluice
