@@ -3,10 +3,14 @@
 // a number of requests or a duration; prints throughput, latency percentiles and errors.
 #include <algorithm>
 #include <atomic>
+// GCC 12 at -O2 reports a false -Wmaybe-uninitialized inside Beast's parser (boost::optional).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#pragma GCC diagnostic pop
 #include <map>
 #include <mutex>
 #include <random>

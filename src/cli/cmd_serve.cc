@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "cli/command.h"
@@ -101,6 +102,9 @@ int RunServe(const ServeFlags& f) {
   lo.on_batch = [&metrics](const BatchStats& b) { metrics.RecordBatch(b.num_seqs, b.num_tokens); };
   EngineLoop loop(std::move(engine_or).value(), lo);
 
+  // Declared before the service so that it is destroyed after it: the service's workers
+  // may still hand responses to the transport while they finish.
+  std::optional<server::HttpServer> http;
   server::ServiceOptions so;
   so.api_key = f.api_key;
   so.workers = f.workers;
@@ -112,11 +116,10 @@ int RunServe(const ServeFlags& f) {
   ho.port = f.port;
   ho.io_threads = f.io_threads;
   ho.max_body_bytes = f.max_body_bytes;
-  server::HttpServer http(
-      ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
-        service.Handle(std::move(r), std::move(ex));
-      });
-  if (Status s = http.Start(); !s.ok()) return ReportError(s);
+  http.emplace(ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
+    service.Handle(std::move(r), std::move(ex));
+  });
+  if (Status s = http->Start(); !s.ok()) return ReportError(s);
   SLUICE_LOG_INFO(
       "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
       "max_queue_depth {}, shutdown_timeout {} s{}",
@@ -126,11 +129,11 @@ int RunServe(const ServeFlags& f) {
   SLUICE_LOG_INFO("serving \"{}\" (task {}, tokenizer {})", ctx.name, ctx.task,
                   tokenizer ? "tokenizer.json" : "none: token ids only");
   if (Status s = WarmUp(loop, ctx); !s.ok()) {
-    http.Stop();
+    http->Stop();
     return ReportError(s);
   }
   service.SetReady(true);
-  SLUICE_LOG_INFO("ready: listening on http://{}:{}", f.host, http.port());
+  SLUICE_LOG_INFO("ready: listening on http://{}:{}", f.host, http->port());
 
   int sig = 0;
   sigwait(&sigs, &sig);
@@ -144,7 +147,11 @@ int RunServe(const ServeFlags& f) {
   const int left = service.in_flight();
   if (left > 0) SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", left);
   loop.Shutdown();  // fails whatever is still queued (503)
-  http.Stop();
+  const double flush = NowSeconds() + 1.0;  // let those 503s reach their clients
+  while (service.in_flight() > 0 && NowSeconds() < flush) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  http->Stop();
   SLUICE_LOG_INFO("stopped");
   return 0;
 }

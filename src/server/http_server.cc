@@ -2,10 +2,14 @@
 
 #include <sys/socket.h>
 
+// GCC 12 at -O2 reports a false -Wmaybe-uninitialized inside Beast's parser (boost::optional).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#pragma GCC diagnostic pop
 #include <mutex>
 #include <optional>
 #include <set>
