@@ -146,7 +146,7 @@ int RunServe(const ServeFlags& f) {
   }
   const int left = service.in_flight();
   if (left > 0) SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", left);
-  loop.Shutdown();  // fails whatever is still queued (503)
+  loop.Shutdown();                          // fails whatever is still queued (503)
   const double flush = NowSeconds() + 1.0;  // let those 503s reach their clients
   while (service.in_flight() > 0 && NowSeconds() < flush) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
