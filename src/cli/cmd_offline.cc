@@ -1,20 +1,30 @@
 // `sluice embed|classify|score --model DIR --input in.jsonl --output out.jsonl`
 //
-// Input lines (token ids; text arrives with the tokenizer):
+// Input lines:
 //   {"input_ids": [...], "token_type_ids": [...]}   one full sequence ("ids" also accepted)
 //   {"q": [...], "d": [...]}                         a pair, assembled as
 //        prefix + q + separator + d + suffix, where a header line
 //        {"prefix": [...], "separator": [...], "suffix": [...]} (any field optional) may come
 //        first; for models with token types, the d part and suffix get type id 1.
+//   {"text": "..."}                                  text, through the model's tokenizer
+//   {"text": "...", "text_pair": "..."} or {"query": "...", "document": "..."}   a text pair
+// Text needs DIR/tokenizer.json or DIR/vocab.txt; it is encoded with the tokenizer's special
+// tokens (pairs with its pair template) on a thread pool, keeping input order. An encoding
+// over the model's limit is an error unless --truncate (pairs: only the second text is cut).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/thread_pool.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 namespace {
@@ -24,7 +34,29 @@ struct OfflineFlags {
   std::string input;
   std::string output = "-";
   int dimensions = 0;
+  bool truncate = false;
 };
+
+// A text input waiting for the tokenizer; `index` is its place in the output.
+struct TextInput {
+  size_t index = 0;
+  size_t line = 0;
+  std::string a, b;
+  bool pair = false;
+};
+
+struct ParsedInputs {
+  std::vector<SequenceInput> seqs;  // text inputs are filled in by EncodeTexts
+  std::vector<TextInput> texts;
+};
+
+Status ReadText(simdjson::dom::element doc, const char* field, const std::string& where,
+                std::string* out) {
+  std::string_view v;
+  if (doc[field].get(v)) return InvalidArgument(where + ": \"" + field + "\" must be a string");
+  out->assign(v);
+  return Status::Ok();
+}
 
 Status ReadIds(simdjson::dom::element e, const char* field, size_t line,
                std::vector<int32_t>* out) {
@@ -44,11 +76,12 @@ Status ReadIds(simdjson::dom::element e, const char* field, size_t line,
   return Status::Ok();
 }
 
-StatusOr<std::vector<SequenceInput>> ReadInputs(const std::string& path, bool use_types) {
+StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot open input file " + path);
   simdjson::dom::parser parser;
-  std::vector<SequenceInput> seqs;
+  ParsedInputs parsed;
+  std::vector<SequenceInput>& seqs = parsed.seqs;
   std::vector<int32_t> prefix, separator, suffix;
   std::string line;
   size_t lineno = 0;
@@ -94,16 +127,97 @@ StatusOr<std::vector<SequenceInput>> ReadInputs(const std::string& path, bool us
       if (!doc["suffix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "suffix", lineno, &suffix));
       continue;
     } else if (!doc["text"].get(f) || !doc["query"].get(f)) {
-      return InvalidArgument(path + ":" + std::to_string(lineno) +
-                             ": text input needs the tokenizer, which this build does not "
-                             "include yet; pass token ids (\"input_ids\" or \"q\"/\"d\")");
+      const std::string where = path + ":" + std::to_string(lineno);
+      TextInput t;
+      t.index = seqs.size();
+      t.line = lineno;
+      if (!doc["text"].get(f)) {
+        RETURN_IF_ERROR(ReadText(doc, "text", where, &t.a));
+        if (!doc["text_pair"].get(f)) {
+          RETURN_IF_ERROR(ReadText(doc, "text_pair", where, &t.b));
+          t.pair = true;
+        }
+      } else {
+        RETURN_IF_ERROR(ReadText(doc, "query", where, &t.a));
+        if (doc["document"].get(f)) {
+          return InvalidArgument(where + ": \"query\" without \"document\"");
+        }
+        RETURN_IF_ERROR(ReadText(doc, "document", where, &t.b));
+        t.pair = true;
+      }
+      parsed.texts.push_back(std::move(t));
     } else {
       return InvalidArgument(path + ":" + std::to_string(lineno) +
-                             ": expected \"input_ids\", or \"q\" and \"d\"");
+                             ": expected \"input_ids\", \"q\" and \"d\", \"text\", or "
+                             "\"query\" and \"document\"");
     }
     seqs.push_back(std::move(s));
   }
-  return seqs;
+  return parsed;
+}
+
+// Tokenizes the text inputs into their places in parsed->seqs, on `threads` threads (0 = all
+// cores). Errors name the input file and line (the first failing line in file order).
+Status EncodeTexts(const std::string& path, const std::string& model_dir, const Engine& engine,
+                   bool use_types, bool truncate, int threads, ParsedInputs* parsed) {
+  if (parsed->texts.empty()) return Status::Ok();
+  namespace fs = std::filesystem;
+  const std::string where0 = path + ":" + std::to_string(parsed->texts[0].line);
+  if (!fs::exists(fs::path(model_dir) / "tokenizer.json") &&
+      !fs::exists(fs::path(model_dir) / "vocab.txt")) {
+    return InvalidArgument(where0 +
+                           ": text input needs a tokenizer (tokenizer.json or vocab.txt in " +
+                           model_dir + "); pass token ids (\"input_ids\" or \"q\"/\"d\") instead");
+  }
+  auto tok_or = Tokenizer::FromDirectory(model_dir);
+  if (!tok_or.ok()) return tok_or.status().WithContext("loading the tokenizer of " + model_dir);
+  const Tokenizer& tok = **tok_or;
+  if (engine.head().yes_no) {
+    for (const TextInput& t : parsed->texts) {
+      if (t.pair) {
+        return InvalidArgument(path + ":" + std::to_string(t.line) +
+                               ": text pairs for causal-LM rerankers need their prompt template, "
+                               "which the offline CLI does not apply; use `sluice serve` or "
+                               "token ids (\"q\"/\"d\" with a prefix/separator/suffix header)");
+      }
+    }
+  }
+  const int limit = engine.info().max_sequence_length;
+  const size_t max_len = limit > 0 ? static_cast<size_t>(limit) : SIZE_MAX;
+  std::vector<Status> errors(parsed->texts.size(), Status::Ok());
+  ThreadPool pool(threads > 0 ? threads : ThreadPool::HardwareThreads());
+  pool.ParallelFor(
+      parsed->texts.size(),
+      [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) {
+          const TextInput& t = parsed->texts[i];
+          const std::string where = path + ":" + std::to_string(t.line);
+          TruncationParams tp;
+          tp.max_length = max_len;
+          tp.strategy =
+              t.pair ? TruncationStrategy::kOnlySecond : TruncationStrategy::kLongestFirst;
+          const TruncationParams* trunc = truncate && limit > 0 ? &tp : nullptr;
+          auto enc = t.pair ? tok.EncodePair(t.a, t.b, true, trunc) : tok.Encode(t.a, true, trunc);
+          if (!enc.ok()) {
+            errors[i] =
+                InvalidArgument(where + ": could not be tokenised: " + enc.status().message());
+            continue;
+          }
+          if (enc->size() > max_len) {
+            errors[i] = OutOfRange(where + ": " + std::to_string(enc->size()) +
+                                   " tokens, over the model's limit of " + std::to_string(max_len) +
+                                   " tokens; shorten it or pass --truncate" +
+                                   (t.pair ? " (cuts the second text)" : ""));
+            continue;
+          }
+          SequenceInput& s = parsed->seqs[t.index];
+          s.ids = std::move(enc->ids);
+          if (use_types) s.type_ids = std::move(enc->type_ids);
+        }
+      },
+      16);
+  for (const Status& e : errors) RETURN_IF_ERROR(e);
+  return Status::Ok();
 }
 
 // Shortest text that reads back as the same float (%.9g round-trips every float).
@@ -150,9 +264,14 @@ int RunOffline(const OfflineFlags& f, Task task) {
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;
   const bool use_types = engine.model().config().type_vocab_size > 1;
-  auto inputs_or = ReadInputs(f.input, use_types);
-  if (!inputs_or.ok()) return ReportError(inputs_or.status());
-  const auto& inputs = *inputs_or;
+  auto parsed_or = ReadInputs(f.input, use_types);
+  if (!parsed_or.ok()) return ReportError(parsed_or.status());
+  if (Status s = EncodeTexts(f.input, engine.info().dir, engine, use_types, f.truncate,
+                             f.model.threads, &*parsed_or);
+      !s.ok()) {
+    return ReportError(s);
+  }
+  const auto& inputs = parsed_or->seqs;
   if (f.dimensions < 0) return ReportError(InvalidArgument("--dimensions must be positive"));
   if (f.dimensions > 0 && (task != Task::kEmbed || f.dimensions > engine.head().output_dim)) {
     return ReportError(InvalidArgument("--dimensions applies to embeddings, at most " +
@@ -238,6 +357,9 @@ Command MakeCommand(const char* name, const char* help, Task task) {
                    sub->add_option("--input", f->input, "input JSONL file")->required();
                    sub->add_option("--output", f->output, "output JSONL file (- = stdout)")
                        ->capture_default_str();
+                   sub->add_flag("--truncate", f->truncate,
+                                 "cut text inputs to the model's limit (pairs: the second text) "
+                                 "instead of refusing them");
                    if (task == Task::kEmbed) {
                      sub->add_option("--dimensions", f->dimensions,
                                      "Matryoshka: keep the first N dimensions (renormalised)");
@@ -246,9 +368,10 @@ Command MakeCommand(const char* name, const char* help, Task task) {
                  }};
 }
 
-Registrar embed_cmd(MakeCommand("embed", "Embed token-id sequences from a JSONL file",
+Registrar embed_cmd(MakeCommand("embed", "Embed token-id sequences or texts from a JSONL file",
                                 Task::kEmbed));
-Registrar classify_cmd(MakeCommand("classify", "Classify token-id sequences from a JSONL file",
+Registrar classify_cmd(MakeCommand("classify",
+                                   "Classify token-id sequences or texts from a JSONL file",
                                    Task::kClassify));
 Registrar score_cmd(MakeCommand("score", "Score (rerank) pairs from a JSONL file", Task::kScore));
 

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
+#include <vector>
 
 namespace {
 
@@ -65,6 +68,160 @@ std::vector<std::string> Lines(const std::string& path) {
   std::string l;
   while (std::getline(f, l)) lines.push_back(l);
   return lines;
+}
+
+// A copy of the fixture cross-encoder (symlinked files) with bert_uncased's tokenizer.json,
+// its vocabulary cut to the model's 211 ids: the first 150 entries plus kWords (ids 150...).
+const std::vector<std::string> kWords = {"the",  "cat",  "sat",   "on",    "mat", "sluice",
+                                         "gate", "fish", "water", "dog",   "an",  "is",
+                                         "what", "##s",  "##ing", "river", "open"};
+
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string MakeTextModel() {
+  const fs::path dst = TempPath("text_model");
+  fs::remove_all(dst);
+  fs::create_directories(dst);
+  const fs::path src = kFixtures + "/models/bert_cross_encoder";
+  for (const auto& e : fs::directory_iterator(src)) {
+    fs::create_symlink(fs::absolute(e.path()), dst / e.path().filename());
+  }
+  std::ifstream in(kFixtures + "/tokenizers/bert_uncased/tokenizer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string json = ss.str();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.parse(json);
+  std::vector<std::pair<int64_t, std::string>> vocab;
+  for (auto kv : doc["model"]["vocab"].get_object()) {
+    vocab.emplace_back(kv.value.get_int64().value(), std::string(kv.key));
+  }
+  std::sort(vocab.begin(), vocab.end());
+  std::string obj = "{";
+  size_t id = 0;
+  for (; id < 150; ++id)
+    obj += (id ? "," : "") + JsonQuote(vocab[id].second) + ":" + std::to_string(id);
+  for (const auto& w : kWords) obj += "," + JsonQuote(w) + ":" + std::to_string(id++);
+  obj += "}";
+  // Replace the text of model.vocab (the last "vocab" key; string-aware brace matching).
+  const size_t key = json.rfind("\"vocab\"");
+  size_t begin = json.find('{', key), end = begin;
+  int depth = 0;
+  bool in_str = false;
+  for (; end < json.size(); ++end) {
+    const char c = json[end];
+    if (in_str) {
+      if (c == '\\')
+        ++end;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && --depth == 0) {
+      break;
+    }
+  }
+  std::ofstream(dst / "tokenizer.json") << json.substr(0, begin) << obj << json.substr(end + 1);
+  return dst.string();
+}
+
+// Token ids of space-separated kWords.
+std::string Ids(const std::string& text) {
+  std::istringstream ss(text);
+  std::string w, out;
+  while (ss >> w) {
+    const auto it = std::find(kWords.begin(), kWords.end(), w);
+    if (it == kWords.end()) throw std::runtime_error("not a test word: " + w);
+    out += (out.empty() ? "" : ",") + std::to_string(150 + (it - kWords.begin()));
+  }
+  return out;
+}
+
+std::string Outputs(const std::string& s) {
+  const size_t p = s.find("{\"index\"");
+  return p == std::string::npos ? s : s.substr(p);
+}
+
+TEST(Cli, TextInputsGiveTheScoresOfTheirTokenIds) {
+  const std::string m = MakeTextModel();
+  const std::string text = TempPath("text.jsonl"), ids = TempPath("text_ids.jsonl");
+  const std::string q = "what is an cat", d1 = "the cat sat on the mat",
+                    d2 = "open the sluice gate";
+  std::ofstream(text) << "{\"query\":\"What is an CAT\",\"document\":\"" << d1 << "\"}\n"
+                      << "{\"text\":\"" << q << "\",\"text_pair\":\"" << d2 << "\"}\n"
+                      << "{\"text\":\"The cat sat\"}\n"
+                      << "{\"input_ids\":[2," << Ids("fish water") << ",3]}\n";
+  auto pair_line = [&](const std::string& a, const std::string& b) {
+    const size_t na = std::count(a.begin(), a.end(), ' ') + 1,
+                 nb = std::count(b.begin(), b.end(), ' ') + 1;
+    std::string types = "0";
+    for (size_t i = 0; i < na + 1; ++i) types += ",0";
+    for (size_t i = 0; i < nb + 1; ++i) types += ",1";
+    return "{\"input_ids\":[2," + Ids(a) + ",3," + Ids(b) + ",3],\"token_type_ids\":[" + types +
+           "]}\n";
+  };
+  std::ofstream(ids) << pair_line(q, d1) << pair_line(q, d2) << "{\"input_ids\":[2,"
+                     << Ids("the cat sat") << ",3]}\n"
+                     << "{\"input_ids\":[2," << Ids("fish water") << ",3]}\n";
+  auto a = RunSluice("score --threads 2 --model " + m + " --input " + text);
+  auto b = RunSluice("score --model " + m + " --input " + ids);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_EQ(Outputs(a.out), Outputs(b.out));
+  EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n') >= 4, true) << a.out;
+}
+
+TEST(Cli, OverLongTextIsRefusedUnlessTruncated) {
+  const std::string m = MakeTextModel();
+  const std::string in = TempPath("long_text.jsonl");
+  std::string doc;
+  for (int i = 0; i < 80; ++i) doc += i ? " fish" : "fish";
+  std::ofstream(in) << "{\"text\":\"the cat\"}\n"
+                    << "{\"query\":\"what is an cat\",\"document\":\"" << doc << "\"}\n";
+  auto r = RunSluice("score --model " + m + " --input " + in);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find(in + ":2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("limit of 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--truncate"), std::string::npos) << r.out;
+
+  // --truncate cuts the document: the same as the first 64 ids, ending in [SEP].
+  r = RunSluice("score --truncate --model " + m + " --input " + in);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string ids = TempPath("long_ids.jsonl");
+  std::string line = "{\"input_ids\":[2," + Ids("what is an cat") + ",3";
+  std::string types = "0,0,0,0,0,0";
+  for (int i = 0; i < 64 - 7; ++i) {
+    line += "," + Ids("fish");
+    types += ",1";
+  }
+  line += ",3],\"token_type_ids\":[" + types + ",1]}\n";
+  std::ofstream(ids) << "{\"input_ids\":[2," << Ids("the cat") << ",3]}\n" << line;
+  auto want = RunSluice("score --model " + m + " --input " + ids);
+  ASSERT_EQ(want.exit_code, 0) << want.out;
+  EXPECT_EQ(Outputs(r.out), Outputs(want.out));
+
+  // A model without a tokenizer: the error says so.
+  r = RunSluice("score --model " + kFixtures + "/models/bert_cross_encoder --input " + in);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("tokenizer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(in + ":1"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ScoreMatchesGolden) {
