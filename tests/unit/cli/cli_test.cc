@@ -70,7 +70,7 @@ std::vector<std::string> Lines(const std::string& path) {
   return lines;
 }
 
-// A copy of the fixture cross-encoder (symlinked files) with bert_uncased's tokenizer.json,
+// A copy of a BERT fixture model (symlinked files) with bert_uncased's tokenizer.json,
 // its vocabulary cut to the model's 211 ids: the first 150 entries plus kWords (ids 150...).
 const std::vector<std::string> kWords = {"the",  "cat",  "sat",   "on",    "mat", "sluice",
                                          "gate", "fish", "water", "dog",   "an",  "is",
@@ -93,11 +93,11 @@ std::string JsonQuote(const std::string& s) {
   return out + "\"";
 }
 
-std::string MakeTextModel() {
-  const fs::path dst = TempPath("text_model");
+std::string MakeTextModel(const std::string& fixture = "bert_cross_encoder") {
+  const fs::path dst = TempPath("text_model_" + fixture);
   fs::remove_all(dst);
   fs::create_directories(dst);
-  const fs::path src = kFixtures + "/models/bert_cross_encoder";
+  const fs::path src = kFixtures + "/models/" + fixture;
   for (const auto& e : fs::directory_iterator(src)) {
     fs::create_symlink(fs::absolute(e.path()), dst / e.path().filename());
   }
@@ -222,6 +222,25 @@ TEST(Cli, OverLongTextIsRefusedUnlessTruncated) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("tokenizer"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(in + ":1"), std::string::npos) << r.out;
+}
+
+TEST(Cli, EmbedAndClassifyTextLikeTokenIds) {
+  const std::string text = TempPath("ec_text.jsonl"), ids = TempPath("ec_ids.jsonl");
+  std::ofstream(text) << "{\"text\":\"The river is open\"}\n{\"text\":\"fish\"}\n"
+                      << "{\"text\":\"the dog sat on the mat\"}\n";
+  std::ofstream(ids) << "{\"input_ids\":[2," << Ids("the river is open") << ",3]}\n"
+                     << "{\"input_ids\":[2," << Ids("fish") << ",3]}\n"
+                     << "{\"input_ids\":[2," << Ids("the dog sat on the mat") << ",3]}\n";
+  for (const char* cmd : {"embed", "classify"}) {
+    const std::string m =
+        MakeTextModel(cmd == std::string("embed") ? "bert_st_mean_dense" : "bert_classifier3");
+    auto a = RunSluice(std::string(cmd) + " --threads 3 --model " + m + " --input " + text);
+    auto b = RunSluice(std::string(cmd) + " --model " + m + " --input " + ids);
+    ASSERT_EQ(a.exit_code, 0) << cmd << "\n" << a.out;
+    ASSERT_EQ(b.exit_code, 0) << cmd << "\n" << b.out;
+    EXPECT_EQ(Outputs(a.out), Outputs(b.out)) << cmd;
+    EXPECT_NE(Outputs(a.out).find("{\"index\":2"), std::string::npos) << a.out;
+  }
 }
 
 TEST(Cli, ScoreMatchesGolden) {
