@@ -42,56 +42,72 @@ namespace hn = hwy::HWY_NAMESPACE;
 // The three inner kernels are HWY_NOINLINE on purpose: inlined into AttnTaskRun, GCC 12's
 // register allocation spills the accumulators and the kernel runs ~1.5x slower.
 
-// Scores S[r][j] = scale * sum_c q_r[c] * Kt[c][j] for 4 query rows and j in [0, nj), nj a
-// multiple of Lanes. Kt rows have stride ldk, S rows stride lds. Every score is one FMA
+// Query rows per micro-kernel call (a "group"): 8 rows x 2 vectors = 16 accumulators, half
+// of AVX-512's 32 registers, leaving room for the K/V vectors and the broadcasts.
+constexpr int kRows = 8;
+static_assert(kSubBlock % kRows == 0, "groups must not straddle sub-blocks");
+
+// Scores S[r][j] = scale * sum_c q_r[c] * Kt[c][j] for kRows query rows and j in [0, nj), nj
+// a multiple of Lanes. Kt rows have stride ldk, S rows stride lds. Every score is one FMA
 // chain over c = 0..dim-1 in its own lane, so its value does not depend on the block,
 // lane or query group that computes it.
-HWY_NOINLINE void Scores4(const float* const q[4], const float* kt, int64_t ldk, int64_t nj, int dim,
-                        float scale, float* s, int64_t lds) {
+HWY_NOINLINE void ScoresGroup(const float* const q[kRows], const float* kt, int64_t ldk, int64_t nj,
+                              int dim, float scale, float* s, int64_t lds) {
   const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const auto vs = hn::Set(d, scale);
   int64_t j = 0;
   for (; j + 2 * nl <= nj; j += 2 * nl) {
-    auto a00 = hn::Zero(d), a01 = hn::Zero(d), a10 = hn::Zero(d), a11 = hn::Zero(d);
-    auto a20 = hn::Zero(d), a21 = hn::Zero(d), a30 = hn::Zero(d), a31 = hn::Zero(d);
+    V acc[kRows][2];
+    for (auto& row : acc) row[0] = row[1] = hn::Zero(d);
     for (int c = 0; c < dim; ++c) {
       const float* kr = kt + c * ldk + j;
-      const auto k0 = hn::LoadU(d, kr), k1 = hn::LoadU(d, kr + nl);
-      const auto q0 = hn::Set(d, q[0][c]), q1 = hn::Set(d, q[1][c]);
-      const auto q2 = hn::Set(d, q[2][c]), q3 = hn::Set(d, q[3][c]);
-      a00 = hn::MulAdd(q0, k0, a00);
-      a01 = hn::MulAdd(q0, k1, a01);
-      a10 = hn::MulAdd(q1, k0, a10);
-      a11 = hn::MulAdd(q1, k1, a11);
-      a20 = hn::MulAdd(q2, k0, a20);
-      a21 = hn::MulAdd(q2, k1, a21);
-      a30 = hn::MulAdd(q3, k0, a30);
-      a31 = hn::MulAdd(q3, k1, a31);
+      const V k0 = hn::LoadU(d, kr), k1 = hn::LoadU(d, kr + nl);
+      for (int r = 0; r < kRows; ++r) {
+        const V qr = hn::Set(d, q[r][c]);
+        acc[r][0] = hn::MulAdd(qr, k0, acc[r][0]);
+        acc[r][1] = hn::MulAdd(qr, k1, acc[r][1]);
+      }
     }
-    hn::StoreU(hn::Mul(a00, vs), d, s + j);
-    hn::StoreU(hn::Mul(a01, vs), d, s + j + nl);
-    hn::StoreU(hn::Mul(a10, vs), d, s + lds + j);
-    hn::StoreU(hn::Mul(a11, vs), d, s + lds + j + nl);
-    hn::StoreU(hn::Mul(a20, vs), d, s + 2 * lds + j);
-    hn::StoreU(hn::Mul(a21, vs), d, s + 2 * lds + j + nl);
-    hn::StoreU(hn::Mul(a30, vs), d, s + 3 * lds + j);
-    hn::StoreU(hn::Mul(a31, vs), d, s + 3 * lds + j + nl);
+    for (int r = 0; r < kRows; ++r) {
+      hn::StoreU(hn::Mul(acc[r][0], vs), d, s + r * lds + j);
+      hn::StoreU(hn::Mul(acc[r][1], vs), d, s + r * lds + j + nl);
+    }
   }
   for (; j < nj; j += nl) {
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    V acc[kRows];
+    for (auto& a : acc) a = hn::Zero(d);
     for (int c = 0; c < dim; ++c) {
-      const auto k0 = hn::LoadU(d, kt + c * ldk + j);
-      a0 = hn::MulAdd(hn::Set(d, q[0][c]), k0, a0);
-      a1 = hn::MulAdd(hn::Set(d, q[1][c]), k0, a1);
-      a2 = hn::MulAdd(hn::Set(d, q[2][c]), k0, a2);
-      a3 = hn::MulAdd(hn::Set(d, q[3][c]), k0, a3);
+      const V k0 = hn::LoadU(d, kt + c * ldk + j);
+      for (int r = 0; r < kRows; ++r) acc[r] = hn::MulAdd(hn::Set(d, q[r][c]), k0, acc[r]);
     }
-    hn::StoreU(hn::Mul(a0, vs), d, s + j);
-    hn::StoreU(hn::Mul(a1, vs), d, s + lds + j);
-    hn::StoreU(hn::Mul(a2, vs), d, s + 2 * lds + j);
-    hn::StoreU(hn::Mul(a3, vs), d, s + 3 * lds + j);
+    for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Mul(acc[r], vs), d, s + r * lds + j);
   }
+}
+
+// exp(x) for x <= 0 (softmax arguments after the max is subtracted); 0 for x < -87.
+// hn::Exp's range reduction and polynomial (about 1 ulp), with a cheaper reconstruction:
+// n = round(x / ln 2) lies in [-126, 0], so 2^n is one normal float built from its exponent
+// bits. A pure function of x: every lane gets the same value for the same input.
+template <class D, class V>
+HWY_INLINE V ExpNonPositive(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V lower = hn::Set(d, -87.f);
+  const V xc = hn::Max(x, lower);
+  const V n = hn::Round(hn::Mul(xc, hn::Set(d, 1.442695040888963407359924681f)));
+  V r = hn::MulAdd(n, hn::Set(d, -0.693145751953125f), xc);
+  r = hn::MulAdd(n, hn::Set(d, -1.428606765330187045e-6f), r);
+  V q = hn::Set(d, 0.000198527617612853646278381f);
+  q = hn::MulAdd(q, r, hn::Set(d, 0.00139304355252534151077271f));
+  q = hn::MulAdd(q, r, hn::Set(d, 0.00833336077630519866943359f));
+  q = hn::MulAdd(q, r, hn::Set(d, 0.0416664853692054748535156f));
+  q = hn::MulAdd(q, r, hn::Set(d, 0.166666671633720397949219f));
+  q = hn::MulAdd(q, r, hn::Set(d, 0.5f));
+  const V e = hn::Add(hn::MulAdd(q, hn::Mul(r, r), r), hn::Set(d, 1.f));
+  const V scale =
+      hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::IfThenZeroElse(hn::Lt(x, lower), hn::Mul(e, scale));
 }
 
 // In place: s[0..n) -> exp(s - max); returns the sum (fixed order for a given n).
@@ -109,13 +125,13 @@ HWY_NOINLINE float SoftmaxExp(float* s, int64_t n) {
   const auto vmx = hn::Set(d, mx);
   auto sum = hn::Zero(d);
   for (j = 0; j + nl <= n; j += nl) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vmx));
+    const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, s + j), vmx));
     hn::StoreU(e, d, s + j);
     sum = hn::Add(sum, e);
   }
   if (j < n) {
     const int64_t k = n - j;
-    auto e = hn::Exp(d, hn::Sub(LoadTail(d, s + j, k), vmx));
+    auto e = ExpNonPositive(d, hn::Sub(LoadTail(d, s + j, k), vmx));
     e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(k)), e);
     StoreTail(e, d, s + j, k);
     sum = hn::Add(sum, e);
@@ -123,47 +139,47 @@ HWY_NOINLINE float SoftmaxExp(float* s, int64_t n) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
-// For r < 4: out_r[0..dim) = inv[r] * sum_{j < n} p_r[j] * v_j, v_j = v + j * ldv; rows
+// For r < kRows: out_r[0..dim) = inv[r] * sum_{j < n} p_r[j] * v_j, v_j = v + j * ldv; rows
 // p_r have stride ldp. A row's probabilities are zero outside its own key range, and
-// fma(0, v, acc) == acc, so each row equals the sum over its own range alone.
+// fma(0, v, acc) == acc, so each row equals the sum over its own range alone. Every output
+// is one FMA chain over j in its own lane, whatever the column blocking.
 // Only rows r < nrows are stored.
-HWY_NOINLINE void WeightedSum4(const float* p, int64_t ldp, int64_t n, const float* v, int64_t ldv,
-                             int dim, const float inv[4], float* const out[4], int nrows) {
+HWY_NOINLINE void WeightedSumGroup(const float* p, int64_t ldp, int64_t n, const float* v,
+                                   int64_t ldv, int dim, const float inv[kRows],
+                                   float* const out[kRows], int nrows) {
   const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
   const int nl = static_cast<int>(hn::Lanes(d));
   int c = 0;
-  for (; c + 4 * nl <= dim; c += 4 * nl) {
-    hn::Vec<decltype(d)> acc[4][4];
-    for (auto& row : acc) {
-      for (auto& a : row) a = hn::Zero(d);
-    }
+  for (; c + 2 * nl <= dim; c += 2 * nl) {
+    V acc[kRows][2];
+    for (auto& row : acc) row[0] = row[1] = hn::Zero(d);
     for (int64_t j = 0; j < n; ++j) {
       const float* vr = v + j * ldv + c;
-      const auto v0 = hn::LoadU(d, vr), v1 = hn::LoadU(d, vr + nl);
-      const auto v2 = hn::LoadU(d, vr + 2 * nl), v3 = hn::LoadU(d, vr + 3 * nl);
-      for (int r = 0; r < 4; ++r) {
-        const auto pj = hn::Set(d, p[r * ldp + j]);
+      const V v0 = hn::LoadU(d, vr), v1 = hn::LoadU(d, vr + nl);
+      for (int r = 0; r < kRows; ++r) {
+        const V pj = hn::Set(d, p[r * ldp + j]);
         acc[r][0] = hn::MulAdd(pj, v0, acc[r][0]);
         acc[r][1] = hn::MulAdd(pj, v1, acc[r][1]);
-        acc[r][2] = hn::MulAdd(pj, v2, acc[r][2]);
-        acc[r][3] = hn::MulAdd(pj, v3, acc[r][3]);
       }
     }
     for (int r = 0; r < nrows; ++r) {
-      const auto vi = hn::Set(d, inv[r]);
-      for (int u = 0; u < 4; ++u) hn::StoreU(hn::Mul(acc[r][u], vi), d, out[r] + c + u * nl);
+      const V vi = hn::Set(d, inv[r]);
+      hn::StoreU(hn::Mul(acc[r][0], vi), d, out[r] + c);
+      hn::StoreU(hn::Mul(acc[r][1], vi), d, out[r] + c + nl);
     }
   }
   for (; c < dim; c += nl) {
     const int k = std::min(nl, dim - c);
-    hn::Vec<decltype(d)> acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+    V acc[kRows];
+    for (auto& a : acc) a = hn::Zero(d);
     for (int64_t j = 0; j < n; ++j) {
       const float* vr = v + j * ldv + c;
-      const auto vv = k == nl ? hn::LoadU(d, vr) : LoadTail(d, vr, k);
-      for (int r = 0; r < 4; ++r) acc[r] = hn::MulAdd(hn::Set(d, p[r * ldp + j]), vv, acc[r]);
+      const V vv = k == nl ? hn::LoadU(d, vr) : LoadTail(d, vr, k);
+      for (int r = 0; r < kRows; ++r) acc[r] = hn::MulAdd(hn::Set(d, p[r * ldp + j]), vv, acc[r]);
     }
     for (int r = 0; r < nrows; ++r) {
-      const auto vi = hn::Mul(acc[r], hn::Set(d, inv[r]));
+      const V vi = hn::Mul(acc[r], hn::Set(d, inv[r]));
       if (k == nl) {
         hn::StoreU(vi, d, out[r] + c);
       } else {
@@ -173,9 +189,9 @@ HWY_NOINLINE void WeightedSum4(const float* p, int64_t ldp, int64_t n, const flo
   }
 }
 
-// Runs one task. kt: dim * (nkp + 64) floats, s: kSubBlock * nkp floats (per-thread
-// scratch), nkp >= the task's key range rounded up to a whole vector.
-void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* s) {
+// Runs one task. kt: dim * (nkp + 64) floats, vc: nkp * dim floats, s: kSubBlock * nkp
+// floats (per-thread scratch), nkp >= the task's key range rounded up to a whole vector.
+void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* vc, float* s) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const int dim = p.head_dim;
@@ -211,42 +227,47 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
   for (int c = 0; c < dim; ++c) {
     for (int64_t j = nk; j < nkp; ++j) kt[c * ldt + j] = 0.f;
   }
+  // Contiguous copy of the task's V rows: in the fused QKV matrix they are ~1-5 KiB apart
+  // and map to few L1 sets, so P V would stream them from L2 once per query group.
+  for (int64_t j = 0; j < nk; ++j) {
+    std::memcpy(vc + j * dim, vb + (lo + j) * ldv, dim * sizeof(float));
+  }
   // Query rows in sub-blocks of kSubBlock (S holds kSubBlock rows of stride nkp).
   for (int sb = t.q0; sb < t.q1; sb += kSubBlock) {
     const int se = std::min(t.q1, sb + kSubBlock);
     const int nq = se - sb;
-    // Key range [glo, ghi] (offsets from lo) of query group g (rows sb + g .. + 3).
+    // Key range [glo, ghi] (offsets from lo) of query group g (rows sb + g .. + kRows - 1).
     auto group_range = [&](int g, int64_t* glo, int64_t* ghi) {
       int a, b, c2, e;
       KeyRange(p, sb + g, len, &a, &b);
-      KeyRange(p, std::min(sb + g + 3, se - 1), len, &c2, &e);
+      KeyRange(p, std::min(sb + g + kRows - 1, se - 1), len, &c2, &e);
       *glo = a - lo;
       *ghi = e - lo;
     };
     int64_t sb_lo, sb_hi, unused;
     group_range(0, &sb_lo, &unused);
-    group_range((nq - 1) / 4 * 4, &unused, &sb_hi);
+    group_range((nq - 1) / kRows * kRows, &unused, &sb_hi);
     // QK^T in key blocks that stay in L1 across all query groups of the sub-block.
     const int64_t jb_size = 2 * nl;
     for (int64_t jb = sb_lo / nl * nl; jb <= sb_hi; jb += jb_size) {
       const int64_t jn = std::min(jb_size, nkp - jb);
-      for (int g = 0; g < nq; g += 4) {
+      for (int g = 0; g < nq; g += kRows) {
         int64_t glo, ghi;
         group_range(g, &glo, &ghi);
         if (jb > ghi || jb + jn <= glo) continue;  // block outside every row's range
-        const float* q[4];
-        for (int r = 0; r < 4; ++r) q[r] = qb + std::min(sb + g + r, se - 1) * ldq;
-        Scores4(q, kt + jb, ldt, jn, dim, p.scale, s + g * nkp + jb, nkp);
+        const float* q[kRows];
+        for (int r = 0; r < kRows; ++r) q[r] = qb + std::min(sb + g + r, se - 1) * ldq;
+        ScoresGroup(q, kt + jb, ldt, jn, dim, p.scale, s + g * nkp + jb, nkp);
       }
     }
-    // Softmax per row, then P V for 4 rows at a time over the group's key range.
-    for (int g = 0; g < nq; g += 4) {
+    // Softmax per row, then P V for kRows rows at a time over the group's key range.
+    for (int g = 0; g < nq; g += kRows) {
       int64_t glo, ghi;
       group_range(g, &glo, &ghi);
-      const int nrows = std::min(4, nq - g);
-      float inv[4] = {0.f, 0.f, 0.f, 0.f};
-      float* out[4];
-      for (int r = 0; r < 4; ++r) {
+      const int nrows = std::min(kRows, nq - g);
+      float inv[kRows] = {};
+      float* out[kRows];
+      for (int r = 0; r < kRows; ++r) {
         float* sr = s + (g + r) * nkp;
         if (r >= nrows) {  // padding row: zero probabilities
           std::memset(sr + glo, 0, (ghi - glo + 1) * sizeof(float));
@@ -262,8 +283,8 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
         for (int64_t j = b + 1; j <= ghi; ++j) sr[j] = 0.f;
         out[r] = ob + i * ldo;
       }
-      WeightedSum4(s + g * nkp + glo, nkp, ghi - glo + 1, vb + (lo + glo) * ldv, ldv, dim, inv, out,
-                   nrows);
+      WeightedSumGroup(s + g * nkp + glo, nkp, ghi - glo + 1, vc + glo * dim, dim, dim, inv, out,
+                       nrows);
     }
   }
 }
@@ -310,11 +331,12 @@ void AttentionKernel(const AttentionParams& p) {
   const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
 #pragma omp parallel
   {
-    static thread_local Workspace ws_kt, ws_s;
+    static thread_local Workspace ws_kt, ws_v, ws_s;
     float* kt = ws_kt.Get<float>(kt_elems);
+    float* vc = ws_v.Get<float>(nkp * p.head_dim);
     float* s = ws_s.Get<float>(s_elems);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < ntasks; ++i) HWY_DYNAMIC_DISPATCH(AttnTaskRun)(p, task[i], kt, s);
+    for (int64_t i = 0; i < ntasks; ++i) HWY_DYNAMIC_DISPATCH(AttnTaskRun)(p, task[i], kt, vc, s);
   }
 }
 

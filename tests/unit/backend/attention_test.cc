@@ -1,5 +1,6 @@
 // Attention vs the double-precision reference (atol 1e-5 on O(1) outputs), and batch
 // invariance: a sequence alone vs inside a batch, duplicates, and thread counts.
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/reference.h"
@@ -77,6 +78,53 @@ TEST(CpuAttention, MatchesReference) {
         }
       }
     }
+  }
+}
+
+// Large logits, so that most probabilities underflow and the softmax exp sees arguments far
+// below -87. Integer q/k/v and a power-of-two scale make every score exact in f32, so the
+// comparison measures the softmax and P V alone. head_dim 32 (MiniLM) and 64; lengths that
+// leave partial query groups and partial key vectors.
+TEST(CpuAttention, MatchesReferenceWideScores) {
+  auto be = MakeCpu();
+  const std::vector<int> lens = {128, 3, 61, 9};
+  for (const Shape& s : {Shape{12, 12, 32}, Shape{2, 1, 64}}) {
+    std::vector<std::vector<float>> rows;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      const int64_t ld = int64_t{s.heads + 2 * s.kv_heads} * s.dim;
+      rows.push_back(Random(lens[i] * ld, 300 + i, -6.f, 6.f));
+      for (float& x : rows.back()) x = std::round(x);
+    }
+    for (bool causal : {false, true}) {
+      AttnRun a = Make(s, lens, causal, 0, rows);
+      AttnRun b = Make(s, lens, causal, 0, rows);
+      a.p.scale = b.p.scale = 0.25f;
+      be->Attention(a.p);
+      cpu::ref::Attention(b.p);
+      EXPECT_CLOSE(a.out.data(), b.out.data(), a.out.size(), 1e-5, 1e-5)
+          << "dim " << s.dim << " causal " << causal;
+    }
+  }
+}
+
+// MiniLM-L6 heads (12 x 32): a 128-token sequence alone, in a batch, and on one thread.
+TEST(CpuAttention, BatchInvariantHeadDim32) {
+  const Shape s{12, 12, 32};
+  const int la = 128, lb = 77;
+  auto ra = SeqRows(s, la, 7), rb = SeqRows(s, lb, 8);
+  const int64_t qc = int64_t{s.heads} * s.dim;
+  for (bool causal : {false, true}) {
+    auto be2 = MakeCpu(2);
+    AttnRun alone = Make(s, {la}, causal, 0, {ra});
+    be2->Attention(alone.p);
+    AttnRun batch = Make(s, {lb, la, lb}, causal, 0, {rb, ra, rb});
+    be2->Attention(batch.p);
+    EXPECT_EQ(0, std::memcmp(batch.out.data() + lb * qc, alone.out.data(), la * qc * 4));
+    EXPECT_EQ(0, std::memcmp(batch.out.data(), batch.out.data() + (lb + la) * qc, lb * qc * 4));
+    auto be1 = MakeCpu(1);
+    AttnRun one = Make(s, {lb, la, lb}, causal, 0, {rb, ra, rb});
+    be1->Attention(one.p);
+    EXPECT_EQ(0, std::memcmp(one.out.data(), batch.out.data(), batch.out.size() * 4));
   }
 }
 
