@@ -61,7 +61,6 @@ bool AddedVocabulary::IsSpecial(std::string_view content) const {
 }
 
 namespace {
-bool IsWordChar(char32_t c) { return c == '_' || IsAlphanumeric(c); }
 char32_t LastChar(std::string_view s) {
   size_t i = s.size();
   while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i;

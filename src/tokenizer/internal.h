@@ -53,16 +53,24 @@ std::vector<char32_t> ToCodePoints(std::string_view s);
 // Lossy UTF-8 decoding: each maximal invalid subsequence becomes U+FFFD.
 bool IsValidUtf8(std::string_view s);
 std::string LossyUtf8(std::string_view s, std::vector<uint32_t>* byte_map = nullptr);
-bool IsWhitespace(char32_t c);   // Rust char::is_whitespace (White_Space property)
-bool IsPunctuation(char32_t c);  // ASCII punctuation or Unicode P*
-bool IsControlBert(char32_t c);  // Cc/Cf/Cs/Co/Cn except \t \n \r
-bool IsChineseChar(char32_t c);
-bool IsMarkNonspacing(char32_t c);
-bool IsMark(char32_t c);     // Mn, Mc, Me
-bool IsNumeric(char32_t c);  // Nd, Nl, No (Rust char::is_numeric)
-bool IsAlphanumeric(char32_t c);
+// Character properties exactly as HF tokenizers 0.23.2 sees them (tables probed from HF, see
+// tests/golden/tokenizers/probe_unicode.py); each names the HF function it reproduces.
+bool IsWhitespace(char32_t c);        // Rust char::is_whitespace (= regex crate \s)
+bool IsPunctuation(char32_t c);       // is_bert_punc: ASCII punctuation or P* (Unicode 8)
+bool IsBertCleanRemoved(char32_t c);  // BertNormalizer clean_text: NUL, U+FFFD, C* but \t\n\r
+bool IsChineseChar(char32_t c);       // BertNormalizer handle_chinese_chars
+bool IsMarkNonspacing(char32_t c);    // Mn (Unicode 8), BertNormalizer strip_accents
+bool IsMark(char32_t c);              // is_combining_mark (Unicode 9), StripAccents
+bool IsNumeric(char32_t c);           // Rust char::is_numeric (Digits)
+bool IsWordChar(char32_t c);          // regex crate \w (Whitespace, single_word added tokens)
+// Relative canonical combining class: 0 for starters; compares like HF's classes.
 int CombiningClass(char32_t c);
-// Full lowercase mapping as Rust's char::to_lowercase.
+// UnicodeScripts' fixed_script as a number: 0 = Any (never splits), others compare by equality.
+int ScriptOf(char32_t c);
+// PCRE2 class items (no brackets) equal to Oniguruma's \p{NAME} (L, Lu, Ll, Lt, Lm, Lo, M, N,
+// Nd, P, S, Z) or \w (name "w") in HF tokenizers; nullptr for other names.
+const std::string* OnigClassItems(std::string_view name);
+// Lowercase mapping as Rust's char::to_lowercase.
 void ToLowercase(char32_t c, std::vector<char32_t>* out);
 // Canonical (compat=false) or compatibility decomposition of one code point.
 void Decompose(char32_t c, bool compat, std::vector<char32_t>* out);

@@ -33,7 +33,7 @@ class BertNormalizer : public Normalizer {
       : clean_(clean), chinese_(chinese), strip_(strip.value_or(lower)), lower_(lower) {}
   Status Normalize(NormalizedString* ns) const override {
     if (clean_) {
-      ns->Filter([](char32_t c) { return !(c == 0 || c == 0xFFFD || IsControlBert(c)); });
+      ns->Filter([](char32_t c) { return !IsBertCleanRemoved(c); });
       ns->Map([](char32_t c) {
         return (c == '\t' || c == '\n' || c == '\r' || IsWhitespace(c)) ? U' ' : c;
       });

@@ -1,5 +1,5 @@
 // Pre-tokenizers: BertPreTokenizer, Whitespace, WhitespaceSplit, Metaspace, ByteLevel, Split,
-// Punctuation, Digits, CharDelimiterSplit, Sequence.
+// Punctuation, Digits, CharDelimiterSplit, UnicodeScripts, Sequence.
 #include "tokenizer/internal.h"
 
 namespace sluice::tok {
@@ -49,6 +49,64 @@ class WhitespaceSplitPre : public PreTokenizer {
   Status PreTokenize(std::vector<Split>* splits) const override {
     SplitEach(splits, [](const NormalizedString& ns) {
       return SplitNormalized(ns, MatchChars(ns.norm, IsWhitespace), SplitBehavior::kRemoved);
+    });
+    return Status::Ok();
+  }
+};
+
+// HF's Whitespace: the regex crate's \w+|[^\w\s]+, the gaps (whitespace) removed.
+class WhitespacePre : public PreTokenizer {
+ public:
+  Status PreTokenize(std::vector<Split>* splits) const override {
+    SplitEach(splits, [](const NormalizedString& ns) {
+      std::vector<Offsets> runs;
+      int run_class = 0;  // 0: whitespace (no run), 1: word chars, 2: other
+      const std::string& s = ns.norm;
+      for (size_t i = 0; i < s.size();) {
+        size_t len;
+        char32_t c = DecodeAt(s, i, &len);
+        int k = IsWordChar(c) ? 1 : IsWhitespace(c) ? 0 : 2;
+        if (k != 0 && k == run_class) {
+          runs.back().second = static_cast<uint32_t>(i + len);
+        } else if (k != 0) {
+          runs.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + len));
+        }
+        run_class = k;
+        i += len;
+      }
+      Matches m = MatchesFromRanges(runs, s.size());
+      for (auto& x : m) x.second = !x.second;
+      return SplitNormalized(ns, std::move(m), SplitBehavior::kRemoved);
+    });
+    return Status::Ok();
+  }
+};
+
+// HF's UnicodeScripts: a piece starts at every character whose script (Hiragana and Katakana
+// count as Han) differs from the last non-Any script; Any characters (' ', unassigned code
+// points) never start a piece. As HF, text before the first piece start (leading Any
+// characters) is dropped.
+class UnicodeScriptsPre : public PreTokenizer {
+ public:
+  Status PreTokenize(std::vector<Split>* splits) const override {
+    SplitEach(splits, [](const NormalizedString& ns) {
+      std::vector<size_t> cuts;
+      int last = -1;
+      const std::string& s = ns.norm;
+      for (size_t i = 0; i < s.size();) {
+        size_t len;
+        int sc = ScriptOf(DecodeAt(s, i, &len));
+        if (sc != 0 && sc != last) {
+          cuts.push_back(i);
+          last = sc;
+        }
+        i += len;
+      }
+      cuts.push_back(s.size());
+      std::vector<NormalizedString> out;
+      out.reserve(cuts.size() - 1);
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) out.push_back(ns.Slice(cuts[k], cuts[k + 1]));
+      return out;
     });
     return Status::Ok();
   }
@@ -245,8 +303,11 @@ class SequencePre : public PreTokenizer {
 
 }  // namespace
 
-// Rewrites \s and \S to the White_Space property (what Oniguruma and Rust use); PCRE2's UCP
-// \s differs (it lacks U+0085 for instance).
+// Rewrites an Oniguruma pattern for PCRE2: \s and \S become the White_Space property (what
+// Oniguruma and Rust use; PCRE2's UCP \s differs, it lacks U+0085 for instance); \p{X} / \pX
+// for the general categories L, Lu, Ll, Lt, Lm, Lo, M, N, Nd, P, S, Z, and \d and \w get the
+// code points that Oniguruma's newer Unicode tables add (OnigClassItems); \P{X}, \D, \W
+// likewise outside character classes.
 std::string RewriteRegex(std::string_view p) {
   static const char* kWs =
       R"(\t-\r\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
@@ -260,6 +321,32 @@ std::string RewriteRegex(std::string_view p) {
         out += in_class ? std::string(kWs) : "[" + std::string(kWs) + "]";
       } else if (n == 'S' && !in_class) {
         out += "[^" + std::string(kWs) + "]";
+      } else if (n == 'p' || n == 'P' || n == 'd' || n == 'D' || n == 'w' || n == 'W') {
+        size_t consumed = 2;
+        std::string_view name = n == 'd' || n == 'D' ? "Nd" : "w";
+        if (n == 'p' || n == 'P') {
+          name = {};
+          if (i + 2 < p.size() && p[i + 2] == '{') {
+            size_t close = p.find('}', i + 3);
+            if (close != std::string_view::npos) {
+              name = p.substr(i + 3, close - i - 3);
+              consumed = close - i + 1;
+            }
+          } else if (i + 2 < p.size()) {
+            name = p.substr(i + 2, 1);
+            consumed = 3;
+          }
+        }
+        bool negated = n == 'P' || n == 'D' || n == 'W';
+        const std::string* items = name.empty() ? nullptr : OnigClassItems(name);
+        if (items && !in_class) {
+          out += (negated ? "[^" : "[") + *items + "]";
+        } else if (items && !negated) {
+          out += *items;
+        } else {
+          out += p.substr(i, consumed);
+        }
+        i += consumed - 2;  // with the ++i below and the loop's: i += consumed
       } else {
         out += c;
         out += n;
@@ -286,15 +373,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(JsonValue j) {
   std::string type = JType(j);
   if (type == "BertPreTokenizer") return MakeBertPreTokenizer();
   if (type == "WhitespaceSplit") return std::unique_ptr<PreTokenizer>(new WhitespaceSplitPre());
-  if (type == "Whitespace") {
-    // Oniguruma's Unicode \w: letters, marks, decimal digits, connector punctuation and
-    // Join_Control (U+200C, U+200D).
-    const char* w = R"([\p{L}\p{M}\p{Nd}\p{Pc}\x{200c}\x{200d}])";
-    std::string pat =
-        std::string(w) + "+|[^" + std::string(w).substr(1, std::string(w).size() - 2) + "\\s]+";
-    ASSIGN_OR_RETURN(auto re, Regex::Compile(RewriteRegex(pat)));
-    return std::unique_ptr<PreTokenizer>(new RegexPre(re, SplitBehavior::kRemoved, true));
-  }
+  if (type == "Whitespace") return std::unique_ptr<PreTokenizer>(new WhitespacePre());
+  if (type == "UnicodeScripts") return std::unique_ptr<PreTokenizer>(new UnicodeScriptsPre());
   if (type == "CharDelimiterSplit") {
     auto d = ToCodePoints(JStr(j, "delimiter").value_or(" "));
     return std::unique_ptr<PreTokenizer>(new CharDelimiterPre(d.empty() ? U' ' : d[0]));

@@ -1,9 +1,14 @@
-// Unicode and UTF-8 helpers, backed by utf8proc and PCRE2.
+// Unicode and UTF-8 helpers. Character properties come from tables probed from HF tokenizers
+// (unicode_tables_hf.inc); utf8proc supplies decompositions, compositions and graphemes, PCRE2
+// the regexes.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
+#include <iterator>
 
 #include "tokenizer/internal.h"
 
@@ -109,83 +114,100 @@ std::string LossyUtf8(std::string_view s, std::vector<uint32_t>* byte_map) {
   return out;
 }
 
-bool IsWhitespace(char32_t c) {
-  switch (c) {
-    case 0x09:
-    case 0x0A:
-    case 0x0B:
-    case 0x0C:
-    case 0x0D:
-    case 0x20:
-    case 0x85:
-    case 0xA0:
-    case 0x1680:
-    case 0x2028:
-    case 0x2029:
-    case 0x202F:
-    case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
-  }
+namespace {
+
+struct CpRange {
+  char32_t lo, hi;
+};
+struct CpMap {
+  char32_t cp, v;
+};
+struct CpMulti {
+  char32_t cp;
+  char32_t v[3];
+};
+struct ScriptRun {
+  char32_t lo;
+  uint16_t script;
+};
+
+// The HF tables: what HF tokenizers itself answered for every code point (see the header).
+#include "tokenizer/unicode_tables_hf.inc"
+
+template <size_t N>
+bool InRanges(const CpRange (&t)[N], char32_t c) {
+  const CpRange* r = std::partition_point(t, t + N, [c](const CpRange& x) { return x.hi < c; });
+  return r != t + N && r->lo <= c;
 }
 
-static utf8proc_category_t Cat(char32_t c) {
-  if (c > 0x10FFFF) return UTF8PROC_CATEGORY_CN;
-  return utf8proc_category(static_cast<utf8proc_int32_t>(c));
+template <size_t N>
+const CpMap* FindCp(const CpMap (&t)[N], char32_t c) {
+  const CpMap* r =
+      std::lower_bound(t, t + N, c, [](const CpMap& x, char32_t v) { return x.cp < v; });
+  return r != t + N && r->cp == c ? r : nullptr;
+}
+
+// Latin-1 fast path: one bit per property.
+enum : uint8_t {
+  kBitWhitespace = 1,
+  kBitPunct = 2,
+  kBitBertRemoved = 4,
+  kBitNumeric = 8,
+  kBitWord = 16,
+};
+const std::array<uint8_t, 256> kLatin1 = [] {
+  std::array<uint8_t, 256> t{};
+  for (char32_t c = 0; c < 256; ++c) {
+    uint8_t b = 0;
+    if (InRanges(kHfWhitespace, c)) b |= kBitWhitespace;
+    if (InRanges(kHfPunctuation, c)) b |= kBitPunct;
+    if (InRanges(kHfBertRemoved, c)) b |= kBitBertRemoved;
+    if (InRanges(kHfNumeric, c)) b |= kBitNumeric;
+    if (InRanges(kHfWordChar, c)) b |= kBitWord;
+    t[c] = b;
+  }
+  return t;
+}();
+
+}  // namespace
+
+bool IsWhitespace(char32_t c) {
+  return c < 256 ? (kLatin1[c] & kBitWhitespace) != 0 : InRanges(kHfWhitespace, c);
 }
 
 bool IsPunctuation(char32_t c) {
-  if (c < 0x80) {
-    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-           (c >= 123 && c <= 126);
-  }
-  auto k = Cat(c);
-  return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+  return c < 256 ? (kLatin1[c] & kBitPunct) != 0 : InRanges(kHfPunctuation, c);
 }
 
-bool IsControlBert(char32_t c) {
-  if (c == '\t' || c == '\n' || c == '\r') return false;
-  if (c < 0x80) return c < 0x20 || c == 0x7F;
-  auto k = Cat(c);
-  // HF uses the unicode_categories crate (Unicode 9 tables, no Cn entries): unassigned code
-  // points are not control characters, nor are format characters added after Unicode 9.
-  if (c == 0x110CD || (c >= 0x13430 && c <= 0x1343F) || c == 0x0890 || c == 0x0891) return false;
-  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-         k == UTF8PROC_CATEGORY_CO;
+bool IsBertCleanRemoved(char32_t c) {
+  return c < 256 ? (kLatin1[c] & kBitBertRemoved) != 0 : InRanges(kHfBertRemoved, c);
 }
 
-bool IsChineseChar(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
-         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
-         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
-}
+bool IsChineseChar(char32_t c) { return c >= 0x3400 && InRanges(kHfChinese, c); }
 
-bool IsMarkNonspacing(char32_t c) { return c >= 0x300 && Cat(c) == UTF8PROC_CATEGORY_MN; }
+// No mark below U+0300 (checked by unicode_probe_test).
+bool IsMarkNonspacing(char32_t c) { return c >= 0x300 && InRanges(kHfBertMn, c); }
 
 bool IsNumeric(char32_t c) {
-  if (c < 0x80) return c >= '0' && c <= '9';
-  auto k = Cat(c);
-  return k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO;
+  return c < 256 ? (kLatin1[c] & kBitNumeric) != 0 : InRanges(kHfNumeric, c);
 }
 
-bool IsMark(char32_t c) {
-  if (c < 0x300) return false;
-  auto k = Cat(c);
-  return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
-}
+bool IsMark(char32_t c) { return c >= 0x300 && InRanges(kHfCombiningMark, c); }
 
-bool IsAlphanumeric(char32_t c) {
-  auto k = Cat(c);
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
-         (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+bool IsWordChar(char32_t c) {
+  return c < 256 ? (kLatin1[c] & kBitWord) != 0 : InRanges(kHfWordChar, c);
 }
 
 int CombiningClass(char32_t c) {
-  if (c < 0x300 || c > 0x10FFFF) return 0;
-  return utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class;
+  if (c < 0x300) return 0;
+  const CpMap* m = FindCp(kHfCccRank, c);
+  return m ? static_cast<int>(m->v) : 0;
+}
+
+int ScriptOf(char32_t c) {
+  const ScriptRun* r = std::partition_point(std::begin(kHfScripts), std::end(kHfScripts),
+                                            [c](const ScriptRun& x) { return x.lo <= c; });
+  return r == std::begin(kHfScripts) ? 0 : (r - 1)->script;
 }
 
 void ToLowercase(char32_t c, std::vector<char32_t>* out) {
@@ -193,20 +215,25 @@ void ToLowercase(char32_t c, std::vector<char32_t>* out) {
     out->push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
     return;
   }
-  if (c == 0x130) {
-    out->push_back('i');
-    out->push_back(0x307);
+  if (const CpMap* m = FindCp(kHfLower, c)) {
+    out->push_back(m->v);
     return;
   }
-  if (c > 0x10FFFF) {
-    out->push_back(c);
-    return;
+  for (const CpMulti& m : kHfLowerMulti) {
+    if (m.cp == c) {
+      for (char32_t x : m.v)
+        if (x) out->push_back(x);
+      return;
+    }
   }
-  out->push_back(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+  out->push_back(c);
 }
 
 void Decompose(char32_t c, bool compat, std::vector<char32_t>* out) {
-  if (c < 0xA0) {
+  // utf8proc (Unicode 13) decomposes code points HF's tables (Unicode 9) do not know: decompose
+  // only those HF decomposes; their decompositions are stable across Unicode versions.
+  if (c < 0xA0 ||
+      !(compat ? InRanges(kHfCompatDecomposable, c) : InRanges(kHfCanonicalDecomposable, c))) {
     out->push_back(c);
     return;
   }
@@ -241,6 +268,8 @@ char32_t Compose(char32_t a, char32_t b) {
   if (n != 1) return 0;
   // utf8proc_normalize_utf32 does not apply composition exclusions (e.g. U+2ADC): check them.
   if (utf8proc_get_property(buf[0])->comp_exclusion) return 0;
+  // Composites HF does not know (added after Unicode 9) do not compose.
+  if (!InRanges(kHfCanonicalDecomposable, static_cast<char32_t>(buf[0]))) return 0;
   return static_cast<char32_t>(buf[0]);
 }
 
@@ -287,6 +316,80 @@ int CharToByte(char32_t c) {
     return r;
   }();
   return c < 512 ? rev[c] : -1;
+}
+
+namespace {
+
+struct OnigClass {
+  const char* name;  // as in \p{NAME}; "w" for \w
+  const char* pcre;  // PCRE2 class items with the same meaning in its own tables
+  const CpRange* ranges;
+  size_t n;
+};
+#define SLUICE_ONIG(name, pcre, table) \
+  { name, pcre, table, std::size(table) }
+constexpr OnigClass kOnigClasses[] = {
+    SLUICE_ONIG("L", "\\p{L}", kOnigL),
+    SLUICE_ONIG("Lu", "\\p{Lu}", kOnigLu),
+    SLUICE_ONIG("Ll", "\\p{Ll}", kOnigLl),
+    SLUICE_ONIG("Lt", "\\p{Lt}", kOnigLt),
+    SLUICE_ONIG("Lm", "\\p{Lm}", kOnigLm),
+    SLUICE_ONIG("Lo", "\\p{Lo}", kOnigLo),
+    SLUICE_ONIG("M", "\\p{M}", kOnigM),
+    SLUICE_ONIG("N", "\\p{N}", kOnigN),
+    SLUICE_ONIG("Nd", "\\p{Nd}", kOnigNd),
+    SLUICE_ONIG("P", "\\p{P}", kOnigP),
+    SLUICE_ONIG("S", "\\p{S}", kOnigS),
+    SLUICE_ONIG("Z", "\\p{Z}", kOnigZ),
+    SLUICE_ONIG("w", "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}", kOnigWord),
+};
+#undef SLUICE_ONIG
+
+void AppendHex(std::string* out, char32_t c) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "\\x{%X}", static_cast<unsigned>(c));
+  *out += buf;
+}
+
+// PCRE2 class items for one Oniguruma class: PCRE2's own property plus the code points that
+// Oniguruma's newer tables put in the class and PCRE2's do not (found by matching every code
+// point of the class against PCRE2's property once).
+std::string ComputeOnigItems(const OnigClass& k) {
+  std::string items = k.pcre;
+  std::string all;
+  for (size_t r = 0; r < k.n; ++r)
+    for (char32_t c = k.ranges[r].lo; c <= k.ranges[r].hi; ++c) AppendUtf8(&all, c);
+  auto re = Regex::Compile("[^" + std::string(k.pcre) + "]");
+  if (!re.ok()) return items;
+  std::vector<char32_t> extra;
+  for (const auto& [b, e] : (*re)->FindAll(all)) {
+    size_t len;
+    extra.push_back(DecodeAt(all, b, &len));
+  }
+  for (size_t i = 0; i < extra.size();) {
+    size_t j = i;
+    while (j + 1 < extra.size() && extra[j + 1] == extra[j] + 1) ++j;
+    AppendHex(&items, extra[i]);
+    if (j > i) {
+      items += '-';
+      AppendHex(&items, extra[j]);
+    }
+    i = j + 1;
+  }
+  return items;
+}
+
+}  // namespace
+
+const std::string* OnigClassItems(std::string_view name) {
+  static const std::vector<std::string> items = [] {
+    std::vector<std::string> v;
+    for (const auto& k : kOnigClasses) v.push_back(ComputeOnigItems(k));
+    return v;
+  }();
+  for (size_t i = 0; i < std::size(kOnigClasses); ++i)
+    if (name == kOnigClasses[i].name) return &items[i];
+  return nullptr;
 }
 
 // ---- Regex ----
