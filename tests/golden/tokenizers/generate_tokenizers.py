@@ -9,7 +9,8 @@ Offsets are written as BYTE offsets into the UTF-8 encoding of the input (HF's P
 binding reports code-point offsets; they are converted here), delta-encoded as
 [start - prev_end, end - start, ...] to compress well.
 
-Usage: generate_tokenizers.py --out DIR [--corpus-only]
+Usage: generate_tokenizers.py --out DIR [--corpus-only] [--only NAME,NAME]
+(--only trains and writes just those tokenizers, and meta_only.json instead of meta.json)
 """
 import argparse
 import gzip
@@ -28,7 +29,7 @@ N_DECODE = 2000
 N_DECODE_KEEP = 500
 N_NOSPECIAL = 800
 # Tokenizers encoded on the whole corpus; the others use SUBSET (30% of it, all kinds).
-FULL = {"bert_uncased", "qwen2", "xlmr"}
+FULL = {"bert_uncased", "qwen2", "xlmr", "scripts_bpe", "scripts_only"}
 
 
 def subset_indices():
@@ -237,11 +238,14 @@ def record(enc, texts):
     return d
 
 
-def make_tokenizers(train):
+def make_tokenizers(train, only=()):
     from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
                             pre_tokenizers, processors, trainers)
     toks = {}
     notes = {}
+
+    def want(*names):
+        return not only or any(n in only for n in names)
 
     def wordpiece(lower, name, processing):
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
@@ -294,7 +298,8 @@ def make_tokenizers(train):
         wordpiece(False, "bert_cased", "bert")
 
     try:
-        _sec0()
+        if want("bert_uncased", "bert_cased"):
+            _sec0()
     except Exception:
         traceback.print_exc()
     def _sec1():
@@ -304,7 +309,8 @@ def make_tokenizers(train):
         toks["qwen2"] = t
 
     try:
-        _sec1()
+        if want("qwen2"):
+            _sec1()
     except Exception:
         traceback.print_exc()
     def _sec2():
@@ -318,7 +324,8 @@ def make_tokenizers(train):
         toks["llama3"] = t
 
     try:
-        _sec2()
+        if want("llama3"):
+            _sec2()
     except Exception:
         traceback.print_exc()
     def _sec3():
@@ -328,7 +335,8 @@ def make_tokenizers(train):
         toks["roberta"] = t
 
     try:
-        _sec3()
+        if want("roberta"):
+            _sec3()
     except Exception:
         traceback.print_exc()
     def _sec4():
@@ -340,7 +348,8 @@ def make_tokenizers(train):
         toks["modernbert"] = t
 
     try:
-        _sec4()
+        if want("modernbert"):
+            _sec4()
     except Exception:
         traceback.print_exc()
     def _sec5():
@@ -360,7 +369,8 @@ def make_tokenizers(train):
         toks["llama2_bytefallback"] = t
 
     try:
-        _sec5()
+        if want("llama2_bytefallback"):
+            _sec5()
     except Exception:
         traceback.print_exc()
     def _sec6():
@@ -378,7 +388,8 @@ def make_tokenizers(train):
         toks["misc_wordpiece"] = t
 
     try:
-        _sec6()
+        if want("misc_wordpiece"):
+            _sec6()
     except Exception:
         traceback.print_exc()
     def _sec7():
@@ -395,7 +406,8 @@ def make_tokenizers(train):
         toks["misc_bpe"] = t
 
     try:
-        _sec7()
+        if want("misc_bpe"):
+            _sec7()
     except Exception:
         traceback.print_exc()
     def _sec8():
@@ -404,7 +416,8 @@ def make_tokenizers(train):
         toks["xlmr"] = xlmr
 
     try:
-        _sec8()
+        if want("xlmr"):
+            _sec8()
     except Exception:
         traceback.print_exc()
     def _sec9():
@@ -420,9 +433,40 @@ def make_tokenizers(train):
         t.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
         toks["t5_unigram"] = t
     try:
-        _sec9()
+        if want("t5_unigram"):
+            _sec9()
     except Exception:
         traceback.print_exc()
+    def _sec10():
+        # UnicodeScripts (split where the script changes; Hiragana/Katakana count as Han, ' ' and
+        # unassigned code points as Any), then Whitespace (regex \w+|[^\w\s]+), on raw text.
+        t = Tokenizer(models.BPE(unk_token="<unk>"))
+        t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.UnicodeScripts(), pre_tokenizers.Whitespace()])
+        tr = trainers.BpeTrainer(vocab_size=4000, limit_alphabet=1000, special_tokens=["<unk>", "<s>", "</s>"],
+                                 show_progress=False)
+        t.train_from_iterator(train, tr)
+        t.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> $B:1 </s>:1",
+                                                         special_tokens=[("<s>", 1), ("</s>", 2)])
+        t.decoder = decoders.BPEDecoder()
+        toks["scripts_bpe"] = t
+
+    def _sec11():
+        # UnicodeScripts alone: spaces stay inside the pieces; no decoder (tokens joined by ' ').
+        t = Tokenizer(models.BPE(unk_token="<unk>"))
+        t.pre_tokenizer = pre_tokenizers.UnicodeScripts()
+        tr = trainers.BpeTrainer(vocab_size=4000, limit_alphabet=1000, special_tokens=["<unk>", "<cls>", "<sep>"],
+                                 show_progress=False)
+        t.train_from_iterator(train, tr)
+        t.post_processor = processors.TemplateProcessing(single="<cls> $A <sep>", pair="<cls> $A <sep> $B:1 <sep>:1",
+                                                         special_tokens=[("<cls>", 1), ("<sep>", 2)])
+        toks["scripts_only"] = t
+
+    for names, sec in ((("scripts_bpe",), _sec10), (("scripts_only",), _sec11)):
+        try:
+            if want(*names):
+                sec()
+        except Exception:
+            traceback.print_exc()
     return toks, notes
 
 
@@ -570,7 +614,8 @@ def main():
         meta["transformers_version"] = transformers.__version__
     except ImportError:
         pass
-    toks, notes = make_tokenizers(train_corpus(corpus))
+    only = [x for x in args.only.split(",") if x]
+    toks, notes = make_tokenizers(train_corpus(corpus), only)
     meta["notes"] = notes
     for name, tok in toks.items():
         if args.only and name not in args.only.split(","):
@@ -585,6 +630,11 @@ def main():
         except Exception:
             traceback.print_exc()
             meta.setdefault("failed", []).append(name)
+    if only and "bert_uncased" not in only:
+        with open(os.path.join(args.out, "meta_only.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        print(json.dumps(meta))
+        return
     # vocab.txt-only BERT directory (bert_uncased's vocabulary). The parity test checks it against
     # bert_uncased's expectations: transformers 5's BertTokenizerFast ignores `vocab_file`, so it
     # cannot be used to produce expectations for this directory.
