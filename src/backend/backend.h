@@ -81,10 +81,12 @@ class LinearWeight {
   bool has_bias = false;
 };
 
+// Activations are f32 on every backend; a backend may also accept the dtype its
+// ActivationDType() returns (CUDA: bf16/f16 next to bf16/f16 weights) for x, out and residual.
 struct LinearParams {
   const LinearWeight* weight = nullptr;
-  Tensor x;                            // [M, in_features], f32
-  Tensor out;                          // [M, out_features], f32; may alias residual
+  Tensor x;                            // [M, in_features]
+  Tensor out;                          // [M, out_features]; may alias residual
   Activation act = Activation::kNone;  // applied after bias
   const Tensor* residual = nullptr;    // optional [M, out_features]: out = act(xW^T+b) + residual
 };
@@ -99,8 +101,12 @@ struct RopeParams {
   int rotary_dim = 0;  // rotated leading dims of each head (== head_dim unless partial)
   double theta = 10000.0;
   RopeStyle style = RopeStyle::kNeox;
+  // Optional upper bound on positions (every position < max_position); lets a backend
+  // use a cached cos/sin table. 0 = unknown.
+  int max_position = 0;
 };
 
+// q, k, v and out share one dtype: f32 or the backend's ActivationDType().
 struct AttentionParams {
   Tensor q;                             // [tokens, num_heads * head_dim]
   Tensor k;                             // [tokens, num_kv_heads * head_dim]
@@ -136,6 +142,14 @@ class Backend {
   virtual DeviceKind kind() const = 0;
   virtual std::string Describe() const = 0;  // e.g. "cpu (2 threads, avx512_bf16)"
 
+  // The dtype in which models should keep per-token intermediate activations (GEMM
+  // inputs/outputs, attention q/k/v/out) when linear weights are in `weight_dtype`. The
+  // residual stream stays f32. CPU: always f32. CUDA: bf16/f16 next to bf16/f16 weights.
+  virtual DType ActivationDType(DType weight_dtype) const {
+    (void)weight_dtype;
+    return DType::kF32;
+  }
+
   // Memory. Allocated buffers are uninitialised.
   virtual Buffer Allocate(DType dtype, int64_t rows, int64_t cols) = 0;
   // Copies/converts a host tensor (checkpoint dtype) to a device buffer of `dtype`.
@@ -166,6 +180,12 @@ class Backend {
   virtual void RmsNorm(Tensor residual, const Tensor* delta, const Tensor& weight, float eps,
                        Tensor out, int group = 0) = 0;
   virtual void Rope(const RopeParams& p) = 0;
+  // Per-head RMSNorm (weight [1, head_dim]) of p.x, in place, then RoPE: what Qwen3's
+  // QK-norm followed by rotary embedding computes. Backends may fuse the two.
+  virtual void QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps) {
+    RmsNorm(p.x, nullptr, norm_weight, eps, p.x, p.head_dim);
+    Rope(p);
+  }
   virtual void Attention(const AttentionParams& p) = 0;
   // In-place element-wise activation.
   virtual void Activate(Tensor x, Activation act) = 0;

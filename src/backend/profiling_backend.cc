@@ -45,7 +45,11 @@ void ProfilingBackend::CopyToHostF32(const Tensor& src, float* dst) {
 }
 void ProfilingBackend::Linear(const LinearParams& p) {
   const double flops = 2.0 * p.x.rows * p.weight->in_features * p.weight->out_features;
-  Time("Linear", flops, [&] { inner_->Linear(p); });
+  // One row per weight shape (QKV, o-proj, MLP in, MLP out, ...).
+  const std::string name = "Linear " + std::to_string(p.weight->out_features) + "x" +
+                           std::to_string(p.weight->in_features) + " " +
+                           DTypeName(p.weight->dtype) + " (out " + DTypeName(p.out.dtype) + ")";
+  Time(name.c_str(), flops, [&] { inner_->Linear(p); });
 }
 void ProfilingBackend::EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n,
                                        Tensor out, bool accumulate) {
@@ -62,6 +66,9 @@ void ProfilingBackend::RmsNorm(Tensor residual, const Tensor* delta, const Tenso
 }
 void ProfilingBackend::Rope(const RopeParams& p) {
   Time("Rope", 0, [&] { inner_->Rope(p); });
+}
+void ProfilingBackend::QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps) {
+  Time("QkNormRope", 0, [&] { inner_->QkNormRope(p, norm_weight, eps); });
 }
 void ProfilingBackend::Attention(const AttentionParams& p) {
   // Useful FLOPs from the sequence lengths need host cu_seqlens; approximate with

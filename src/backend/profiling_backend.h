@@ -49,6 +49,10 @@ class ProfilingBackend final : public Backend {
   void RmsNorm(Tensor residual, const Tensor* delta, const Tensor& weight, float eps, Tensor out,
                int group) override;
   void Rope(const RopeParams& p) override;
+  void QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps) override;
+  DType ActivationDType(DType weight_dtype) const override {
+    return inner_->ActivationDType(weight_dtype);
+  }
   void Attention(const AttentionParams& p) override;
   void Activate(Tensor x, Activation act) override;
   void GatedActivate(const Tensor& gate_up, Activation act, Tensor out) override;

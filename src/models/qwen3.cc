@@ -21,15 +21,15 @@ enum Slot {
   kNormed,
   kQkv,
   kAttn,
-  kDelta,
   kGateUp,
   kAct,
+  kOut,
   kResidualRows,
   kNormedRows,
   kAttnRows,
-  kDeltaRows,
   kGateUpRows,
-  kActRows
+  kActRows,
+  kOutRows
 };
 
 class Qwen3Model final : public Model {
@@ -90,13 +90,15 @@ class Qwen3Model final : public Model {
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
     const int D = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
     const float eps = static_cast<float>(c.rms_norm_eps);
+    // The residual stream is f32; per-token intermediates (GEMM inputs and outputs,
+    // attention) are in the backend's activation dtype (f32 on CPU, bf16/f16 on CUDA).
+    const DType A = backend_->ActivationDType(dtype_);
     Tensor res = ws.Get(kResidual, DType::kF32, T, H);
-    Tensor x = ws.Get(kNormed, DType::kF32, T, H);
-    Tensor qkv = ws.Get(kQkv, DType::kF32, T, static_cast<int64_t>(Hq + 2 * Hkv) * D);
-    Tensor attn = ws.Get(kAttn, DType::kF32, T, static_cast<int64_t>(Hq) * D);
-    Tensor delta = ws.Get(kDelta, DType::kF32, T, H);
-    Tensor gu = ws.Get(kGateUp, DType::kF32, T, 2 * I);
-    Tensor act = ws.Get(kAct, DType::kF32, T, I);
+    Tensor x = ws.Get(kNormed, A, T, H);
+    Tensor qkv = ws.Get(kQkv, A, T, static_cast<int64_t>(Hq + 2 * Hkv) * D);
+    Tensor attn = ws.Get(kAttn, A, T, static_cast<int64_t>(Hq) * D);
+    Tensor gu = ws.Get(kGateUp, A, T, 2 * I);
+    Tensor act = ws.Get(kAct, A, T, I);
 
     backend_->EmbeddingGather(embed_.t(), b.ids.ptr<int32_t>(), T, res, false);
 
@@ -115,6 +117,7 @@ class Qwen3Model final : public Model {
     rp.rotary_dim = D;
     rp.theta = c.rope_theta;
     rp.style = RopeStyle::kNeox;
+    rp.max_position = b.max_seqlen;
 
     const bool prune = b.output_rows.data != nullptr;
     const int64_t S = b.num_output_rows;
@@ -126,14 +129,12 @@ class Qwen3Model final : public Model {
       Tensor q = qkv.ColSlice(0, static_cast<int64_t>(Hq) * D);
       Tensor k = qkv.ColSlice(static_cast<int64_t>(Hq) * D, static_cast<int64_t>(Hkv) * D);
       Tensor v = qkv.ColSlice(static_cast<int64_t>(Hq + Hkv) * D, static_cast<int64_t>(Hkv) * D);
-      backend_->RmsNorm(q, nullptr, L.q_norm.t(), eps, q, D);
-      backend_->RmsNorm(k, nullptr, L.k_norm.t(), eps, k, D);
       rp.x = q;
       rp.num_heads = Hq;
-      backend_->Rope(rp);
+      backend_->QkNormRope(rp, L.q_norm.t(), eps);
       rp.x = k;
       rp.num_heads = Hkv;
-      backend_->Rope(rp);
+      backend_->QkNormRope(rp, L.k_norm.t(), eps);
       ap.q = q;
       ap.k = k;
       ap.v = v;
@@ -142,32 +143,32 @@ class Qwen3Model final : public Model {
       if (prune && l + 1 == layers_.size()) {
         // Last layer: only the output rows need the o-proj, MLP and final norm.
         Tensor rs = ws.Get(kResidualRows, DType::kF32, S, H);
-        Tensor as = ws.Get(kAttnRows, DType::kF32, S, attn.cols);
+        Tensor as = ws.Get(kAttnRows, A, S, attn.cols);
         backend_->GatherRows(attn, rows, S, as);
         backend_->GatherRows(res, rows, S, rs);
-        Tensor xs = ws.Get(kNormedRows, DType::kF32, S, H);
-        PostAttention(L, as, rs, xs, ws.Get(kDeltaRows, DType::kF32, S, H),
-                      ws.Get(kGateUpRows, DType::kF32, S, 2 * I),
-                      ws.Get(kActRows, DType::kF32, S, I), eps);
-        backend_->RmsNorm(rs, nullptr, final_norm_.t(), eps, xs);
-        return xs;
+        PostAttention(L, as, rs, ws.Get(kNormedRows, A, S, H), ws.Get(kGateUpRows, A, S, 2 * I),
+                      ws.Get(kActRows, A, S, I), eps);
+        Tensor out = ws.Get(kOutRows, DType::kF32, S, H);
+        backend_->RmsNorm(rs, nullptr, final_norm_.t(), eps, out);
+        return out;
       }
-      PostAttention(L, attn, res, x, delta, gu, act, eps);
+      PostAttention(L, attn, res, x, gu, act, eps);
     }
-    backend_->RmsNorm(res, nullptr, final_norm_.t(), eps, x);
+    Tensor out = ws.Get(kOut, DType::kF32, T, H);
+    backend_->RmsNorm(res, nullptr, final_norm_.t(), eps, out);
     if (prune) {
-      Tensor xs = ws.Get(kNormedRows, DType::kF32, S, H);
-      backend_->GatherRows(x, rows, S, xs);
-      return xs;
+      Tensor outs = ws.Get(kOutRows, DType::kF32, S, H);
+      backend_->GatherRows(out, rows, S, outs);
+      return outs;
     }
-    return x;
+    return out;
   }
 
   // res += attn·Wo; x = RMSNorm(res); res += MLP(x), over the rows of attn/res.
-  void PostAttention(const Qwen3Layer& L, Tensor attn, Tensor res, Tensor x, Tensor delta,
-                     Tensor gu, Tensor act, float eps) {
-    backend_->Linear({L.o.get(), attn, delta});
-    backend_->RmsNorm(res, &delta, L.post_norm.t(), eps, x);
+  void PostAttention(const Qwen3Layer& L, Tensor attn, Tensor res, Tensor x, Tensor gu, Tensor act,
+                     float eps) {
+    backend_->Linear({L.o.get(), attn, res, Activation::kNone, &res});
+    backend_->RmsNorm(res, nullptr, L.post_norm.t(), eps, x);
     backend_->Linear({L.gate_up.get(), x, gu});
     backend_->GatedActivate(gu, Activation::kSilu, act);
     backend_->Linear({L.down.get(), act, res, Activation::kNone, &res});

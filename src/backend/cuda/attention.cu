@@ -8,26 +8,56 @@
 // else is in the batch (batch invariance) and duplicates are bit-identical.
 //
 // AttentionKernelRows (head_dim % 4 == 0) blocks kRows query rows per warp; AttentionKernel
-// (one row per warp) serves any other head_dim. Both run on CUDA cores in fp32; a
-// tensor-core kernel comes with the performance work of issue 5.
+// (one row per warp) serves any other head_dim. Both run on CUDA cores in fp32 for f32,
+// bf16 and f16 tensors (values converted to fp32 on load).
+//
+// AttentionTcKernel: bf16/f16 q/k/v with head_dim 32, 64 or 128 on tensor cores
+// (mma.sync m16n8k16, fp32 accumulation), FlashAttention-2 style: a block of 4 warps owns
+// 64 query rows of one (sequence, head), each warp 16 rows held as mma fragments in
+// registers; K/V tiles of 64 keys are staged in shared memory; S = QK^T and the online
+// softmax stay in registers, P is rounded to the input dtype for P·V (as FlashAttention
+// does), O is normalised once at the end and rounded once. Tiles start at the sequence's
+// first token and all reductions have a fixed order: batch invariant like the others.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/kernels.h"
 
 namespace sluice::cuda {
 namespace {
 
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
+template <typename T>
+__device__ __forceinline__ T FromF(float x);
+template <>
+__device__ __forceinline__ float FromF<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half FromF<__half>(float x) {
+  return __float2half_rn(x);
+}
+
 constexpr int kWarps = 8;  // query rows per block
 constexpr int kKeys = 32;  // keys per tile (one per lane)
 
-template <int NC>  // output columns per lane: head_dim <= 32 * NC
+template <typename T, int NC>  // output columns per lane: head_dim <= 32 * NC
 __global__ void __launch_bounds__(kWarps * 32)
-    AttentionKernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k,
-                    int64_t ldk, const float* __restrict__ v, int64_t ldv, float* __restrict__ out,
-                    int64_t ldo, const int32_t* __restrict__ cu, int group, int dim, float scale,
-                    bool causal, int window) {
+    AttentionKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
+                    const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
+                    const int32_t* __restrict__ cu, int group, int dim, float scale, bool causal,
+                    int window) {
   extern __shared__ float smem[];
   float* ks = smem;                    // [kKeys][dim + 1]
   float* vs = ks + kKeys * (dim + 1);  // [kKeys][dim]
@@ -41,8 +71,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool active = qi < len;
 
   if (active) {
-    const float* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
-    for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = qr[c];
+    const T* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
+    for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = ToF(qr[c]);
   }
   const int q_last = min(len, q0 + kWarps) - 1;
   int kv_end = causal ? q_last + 1 : len;
@@ -65,8 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float kv = 0.f, vv = 0.f;
       if (j < nk) {
         const int64_t row = base + t0 + j;
-        kv = k[row * ldk + static_cast<int64_t>(kvh) * dim + c];
-        vv = v[row * ldv + static_cast<int64_t>(kvh) * dim + c];
+        kv = ToF(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
+        vv = ToF(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
       }
       ks[j * (dim + 1) + c] = kv;
       vs[j * dim + c] = vv;
@@ -110,11 +140,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (!active) return;
   const float inv = l > 0.f ? 1.f / l : 0.f;
-  float* o = out + static_cast<int64_t>(base + qi) * ldo + static_cast<int64_t>(h) * dim;
+  T* o = out + static_cast<int64_t>(base + qi) * ldo + static_cast<int64_t>(h) * dim;
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
     const int c = lane + 32 * i;
-    if (c < dim) o[c] = acc[i] * inv;
+    if (c < dim) o[c] = FromF<T>(acc[i] * inv);
   }
 }
 
@@ -125,12 +155,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr int kRows = 4;                 // query rows per warp
 constexpr int kBlockQ = kRows * kWarps;  // query rows per block
 
-template <int NC>
+template <typename T, int NC>
 __global__ void __launch_bounds__(kWarps * 32)
-    AttentionKernelRows(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k,
-                        int64_t ldk, const float* __restrict__ v, int64_t ldv,
-                        float* __restrict__ out, int64_t ldo, const int32_t* __restrict__ cu,
-                        int group, int dim, float scale, bool causal, int window) {
+    AttentionKernelRows(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
+                        const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
+                        const int32_t* __restrict__ cu, int group, int dim, float scale,
+                        bool causal, int window) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int kst = dim + 4;       // padded K row: 16-byte aligned, conflict-free
@@ -145,9 +175,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int r0 = q0 + warp * kRows;  // this warp's first query row (in-sequence)
   for (int e = threadIdx.x; e < kBlockQ * dim; e += blockDim.x) {
     const int r = e / dim, c = e % dim;
-    qs[e] = q0 + r < len
-                ? q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c]
-                : 0.f;
+    qs[e] =
+        q0 + r < len
+            ? ToF(q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c])
+            : 0.f;
   }
   const int q_last = min(len, q0 + kBlockQ) - 1;
   int kv_end = causal ? q_last + 1 : len;
@@ -173,8 +204,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float kv = 0.f, vv = 0.f;
       if (j < nk) {
         const int64_t row = base + t0 + j;
-        kv = k[row * ldk + static_cast<int64_t>(kvh) * dim + c];
-        vv = v[row * ldv + static_cast<int64_t>(kvh) * dim + c];
+        kv = ToF(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
+        vv = ToF(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
       }
       ks[j * kst + c] = kv;
       vs[j * dim + c] = vv;
@@ -247,11 +278,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int qi = r0 + r;
     if (qi >= len) continue;
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    float* o = out + static_cast<int64_t>(base + qi) * ldo + static_cast<int64_t>(h) * dim;
+    T* o = out + static_cast<int64_t>(base + qi) * ldo + static_cast<int64_t>(h) * dim;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int c = lane + 32 * i;
-      if (c < dim) o[c] = acc[r][i] * inv;
+      if (c < dim) o[c] = FromF<T>(acc[r][i] * inv);
     }
   }
 }
@@ -266,16 +297,16 @@ size_t SmemBytes(int dim) {
                           static_cast<size_t>(kKeys) * dim + static_cast<size_t>(kWarps) * dim);
 }
 
-template <int NC>
+template <typename T, int NC>
 bool Launch(const AttentionParams& p, cudaStream_t stream) {
   // Above 48 KiB a kernel needs an explicit opt-in; raise it once per instantiation to what
   // its largest head_dim (32 * NC) needs.
   static const bool raised =
       (SmemBytes(32 * NC) <= 48 * 1024 ||
-       cudaFuncSetAttribute(AttentionKernel<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+       cudaFuncSetAttribute(AttentionKernel<T, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             static_cast<int>(SmemBytes(32 * NC))) == cudaSuccess) &&
       (SmemBytesRows(32 * NC) <= 48 * 1024 ||
-       cudaFuncSetAttribute(AttentionKernelRows<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+       cudaFuncSetAttribute(AttentionKernelRows<T, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             static_cast<int>(SmemBytesRows(32 * NC))) == cudaSuccess);
   if (!raised) return false;
   const int group = p.num_heads / p.num_kv_heads;
@@ -283,17 +314,17 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(p.num_seqs),
                     static_cast<unsigned>((p.max_seqlen + kBlockQ - 1) / kBlockQ),
                     static_cast<unsigned>(p.num_heads));
-    AttentionKernelRows<NC><<<grid, kWarps * 32, SmemBytesRows(p.head_dim), stream>>>(
-        p.q.ptr<float>(), p.q.row_stride(), p.k.ptr<float>(), p.k.row_stride(), p.v.ptr<float>(),
-        p.v.row_stride(), p.out.ptr<float>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
+    AttentionKernelRows<T, NC><<<grid, kWarps * 32, SmemBytesRows(p.head_dim), stream>>>(
+        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
+        p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
         p.scale, p.causal, p.window);
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_seqs),
                     static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
                     static_cast<unsigned>(p.num_heads));
-    AttentionKernel<NC><<<grid, kWarps * 32, SmemBytes(p.head_dim), stream>>>(
-        p.q.ptr<float>(), p.q.row_stride(), p.k.ptr<float>(), p.k.row_stride(), p.v.ptr<float>(),
-        p.v.row_stride(), p.out.ptr<float>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
+    AttentionKernel<T, NC><<<grid, kWarps * 32, SmemBytes(p.head_dim), stream>>>(
+        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
+        p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
         p.scale, p.causal, p.window);
   }
   const cudaError_t e = cudaGetLastError();
@@ -304,19 +335,331 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
   return true;
 }
 
+template <typename T>
+bool LaunchGeneric(const AttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim <= 32) return Launch<T, 1>(p, stream);
+  if (p.head_dim <= 64) return Launch<T, 2>(p, stream);
+  if (p.head_dim <= 128) return Launch<T, 4>(p, stream);
+  return Launch<T, 8>(p, stream);
+}
+
+// ---- Tensor-core kernel (bf16/f16) ----
+
+constexpr int kTcWarps = 4;
+constexpr int kTcQ = 16 * kTcWarps;  // query rows per block
+constexpr int kTcK = 64;             // keys per K/V tile
+
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats -> two 16-bit values in one register (first in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    r = *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    r = *reinterpret_cast<uint32_t*>(&v);
+  }
+  return r;
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: no global read, the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Two pipeline stages of one K tile and one V tile each; the Q tile is staged through
+// stage 1's K buffer before the loop (kTcQ == kTcK).
+static_assert(kTcQ == kTcK, "Q is staged in a K buffer");
+template <int D>
+constexpr size_t TcSmemBytes() {
+  return sizeof(uint16_t) * static_cast<size_t>(4 * kTcK) * (D + 8);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
+                      const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
+                      const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
+                      int window) {
+  constexpr int kSt = D + 8;      // padded shared-memory row (elements): conflict-free
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kKs = D / 16;     // k-steps of Q·K^T
+  constexpr int kDt = D / 8;      // 8-column output tiles
+  extern __shared__ uint4 tc_smem[];
+  T* const smem_t = reinterpret_cast<T*>(tc_smem);
+  // Stage st's K (kv = 0) or V (kv = 1) buffer, [kTcK][kSt].
+  auto buf = [smem_t](int st, int kv) { return smem_t + (2 * st + kv) * kTcK * kSt; };
+  const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
+  const int base = cu[seq], len = cu[seq + 1] - base;
+  const int q0 = blockIdx.y * kTcQ;
+  if (q0 >= len) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+
+  const int q_last = min(len, q0 + kTcQ) - 1;
+  int kv_end = causal ? q_last + 1 : len;
+  int kv_begin = 0;
+  if (window > 0) {
+    kv_begin = max(0, q0 - window + 1) / kTcK * kTcK;
+    kv_end = min(kv_end, q_last + window);
+  }
+  // Asynchronous copy of the K/V tile starting at key t0 into stage st (rows past the
+  // sequence's end are zero-filled).
+  auto load_kv = [&](int t0, int st) {
+    for (int e = threadIdx.x; e < kTcK * kChunks; e += blockDim.x) {
+      const int r = e / kChunks, c = (e % kChunks) * 8;
+      const bool ok = t0 + r < len;
+      const int64_t rw = base + (ok ? t0 + r : 0);
+      CpAsync16(buf(st, 0) + r * kSt + c, k + rw * ldk + static_cast<int64_t>(kvh) * D + c, ok);
+      CpAsync16(buf(st, 1) + r * kSt + c, v + rw * ldv + static_cast<int64_t>(kvh) * D + c, ok);
+    }
+  };
+  {  // Q tile -> stage 1's K buffer; the first K/V tile -> stage 0.
+    T* qs = buf(1, 0);
+    for (int e = threadIdx.x; e < kTcQ * kChunks; e += blockDim.x) {
+      const int r = e / kChunks, c = (e % kChunks) * 8;
+      const bool ok = q0 + r < len;
+      CpAsync16(qs + r * kSt + c,
+                q + static_cast<int64_t>(base + (ok ? q0 + r : 0)) * ldq +
+                    static_cast<int64_t>(h) * D + c,
+                ok);
+    }
+    CpAsyncCommit();
+    load_kv(kv_begin, 0);
+    CpAsyncCommit();
+    CpAsyncWait<1>();  // Q has landed
+    __syncthreads();
+  }
+  const int wq0 = q0 + warp * 16;  // this warp's first query row (in-sequence)
+  const bool active = wq0 < len;   // warp-uniform
+  uint32_t qf[kKs][4];
+  {
+    const T* qw = buf(1, 0) + warp * 16 * kSt;
+#pragma unroll
+    for (int kk = 0; kk < kKs; ++kk) {
+      qf[kk][0] = *reinterpret_cast<const uint32_t*>(qw + g * kSt + kk * 16 + 2 * t);
+      qf[kk][1] = *reinterpret_cast<const uint32_t*>(qw + (g + 8) * kSt + kk * 16 + 2 * t);
+      qf[kk][2] = *reinterpret_cast<const uint32_t*>(qw + g * kSt + kk * 16 + 8 + 2 * t);
+      qf[kk][3] = *reinterpret_cast<const uint32_t*>(qw + (g + 8) * kSt + kk * 16 + 8 + 2 * t);
+    }
+  }
+  __syncthreads();  // stage 1 is free for the next tile
+  float o[kDt][4];
+#pragma unroll
+  for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int row[2] = {wq0 + g, wq0 + g + 8};
+
+  int st = 0;
+  for (int t0 = kv_begin; t0 < kv_end; t0 += kTcK, st ^= 1) {
+    if (t0 + kTcK < kv_end) {  // prefetch the next tile into the other stage
+      load_kv(t0 + kTcK, st ^ 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // this tile is visible to every thread
+    const T* ks = buf(st, 0);
+    const T* vs = buf(st, 1);
+    do {  // this warp's work on the tile (break = nothing to do)
+      if (!active) break;
+      if (causal && t0 > wq0 + 15) break;  // every key of the tile is in this warp's future
+      if (window > 0 && (t0 + kTcK - 1 < wq0 - window + 1 || (!causal && t0 > wq0 + 15 + window))) {
+        break;  // the tile is outside every row's window
+      }
+      float s[kTcK / 8][4];
+#pragma unroll
+      for (int j = 0; j < kTcK / 8; ++j) {
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+        const T* kr = ks + (j * 8 + g) * kSt + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < kKs; ++kk) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + kk * 16);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + kk * 16 + 8);
+          Mma16816<T>(s[j], qf[kk], b0, b1);
+        }
+      }
+      // Mask and scale (log2 domain), row maxima over the tile.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kTcK / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t0 + j * 8 + 2 * t + (e & 1);
+          const int qi = row[e >> 1];
+          bool ok = key < len;
+          if (causal) ok = ok && key <= qi;
+          if (window > 0) ok = ok && abs(qi - key) < window;
+          s[j][e] = ok ? s[j][e] * scale_log2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+        }
+      }
+      float corr[2], msub[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m[r], mx[r]);
+        msub[r] = m_new == -INFINITY ? 0.f : m_new;
+        corr[r] = exp2f(m[r] - msub[r]);
+        m[r] = m_new;
+      }
+      float ps[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < kTcK / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(s[j][e] - msub[e >> 1]);
+          ps[e >> 1] += s[j][e];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + ps[r];
+#pragma unroll
+      for (int i = 0; i < kDt; ++i) {
+        o[i][0] *= corr[0];
+        o[i][1] *= corr[0];
+        o[i][2] *= corr[1];
+        o[i][3] *= corr[1];
+      }
+      // O += P·V, 16 keys per step; P comes straight from the S accumulators.
+#pragma unroll
+      for (int kk = 0; kk < kTcK / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = Pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = Pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = Pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = Pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        const int mi = lane >> 3, r8 = lane & 7;
+        const T* vrow = vs + (kk * 16 + r8 + (mi & 1) * 8) * kSt + (mi >> 1) * 8;
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, vrow + dp * 16);
+          Mma16816<T>(o[2 * dp], a, b[0], b[1]);
+          Mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+    } while (false);
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= len) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    T* orow = out + static_cast<int64_t>(base + row[r]) * ldo + static_cast<int64_t>(h) * D + 2 * t;
+#pragma unroll
+    for (int i = 0; i < kDt; ++i) {
+      *reinterpret_cast<uint32_t*>(orow + i * 8) =
+          Pack2<T>(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+    }
+  }
+}
+
+template <typename T, int D>
+bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
+  static const bool raised =
+      TcSmemBytes<D>() <= 48 * 1024 ||
+      cudaFuncSetAttribute(AttentionTcKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(TcSmemBytes<D>())) == cudaSuccess;
+  if (!raised) return false;
+  const dim3 grid(static_cast<unsigned>(p.num_seqs),
+                  static_cast<unsigned>((p.max_seqlen + kTcQ - 1) / kTcQ),
+                  static_cast<unsigned>(p.num_heads));
+  AttentionTcKernel<T, D><<<grid, kTcWarps * 32, TcSmemBytes<D>(), stream>>>(
+      p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
+      p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
+      p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "sluice cuda: attention launch failed: %s\n", cudaGetErrorString(e));
+    std::abort();
+  }
+  return true;
+}
+
+bool TcEligible(const AttentionParams& p) {
+  if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 128) return false;
+  const auto al16 = [](const Tensor& x) {
+    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.row_stride() % 8 == 0;
+  };
+  return al16(p.q) && al16(p.k) && al16(p.v) && reinterpret_cast<uintptr_t>(p.out.data) % 4 == 0 &&
+         p.out.row_stride() % 2 == 0;
+}
+
+template <typename T>
+bool LaunchHalf(const AttentionParams& p, cudaStream_t stream) {
+  if (TcEligible(p)) {
+    switch (p.head_dim) {
+      case 32:
+        return LaunchTc<T, 32>(p, stream);
+      case 64:
+        return LaunchTc<T, 64>(p, stream);
+      default:
+        return LaunchTc<T, 128>(p, stream);
+    }
+  }
+  return LaunchGeneric<T>(p, stream);
+}
+
 }  // namespace
 
 bool Attention(const AttentionParams& p, cudaStream_t stream) {
-  if (p.q.dtype != DType::kF32 || p.k.dtype != DType::kF32 || p.v.dtype != DType::kF32 ||
-      p.out.dtype != DType::kF32 || p.head_dim <= 0 || p.head_dim > kMaxHeadDim ||
-      p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
+  const DType dt = p.q.dtype;
+  if (p.k.dtype != dt || p.v.dtype != dt || p.out.dtype != dt || p.head_dim <= 0 ||
+      p.head_dim > kMaxHeadDim || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
     return false;
   }
   if (p.num_seqs == 0 || p.max_seqlen == 0 || p.num_heads == 0) return true;
-  if (p.head_dim <= 32) return Launch<1>(p, stream);
-  if (p.head_dim <= 64) return Launch<2>(p, stream);
-  if (p.head_dim <= 128) return Launch<4>(p, stream);
-  return Launch<8>(p, stream);
+  switch (dt) {
+    case DType::kF32:
+      return LaunchGeneric<float>(p, stream);
+    case DType::kBF16:
+      return LaunchHalf<__nv_bfloat16>(p, stream);
+    case DType::kF16:
+      return LaunchHalf<__half>(p, stream);
+    default:
+      return false;
+  }
 }
 
 }  // namespace sluice::cuda

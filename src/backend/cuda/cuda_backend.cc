@@ -2,8 +2,10 @@
 // kernels of kernels.cu / attention.cu, all queued on one stream per backend.
 //
 // Linear: y = act(x·W^T + b) (+ residual). W is stored [N, K] in the compute dtype (f32,
-// bf16 or f16); f32 activations are rounded to the weight dtype in a workspace before a
-// bf16/f16 GEMM; accumulation and output are f32. fp32 GEMMs use no TF32 unless
+// bf16 or f16). Activations in another dtype than the weights are converted in a workspace
+// first (models keep GEMM inputs in ActivationDType(), so this only happens for f32
+// residual-stream inputs such as BERT's LayerNorm output); accumulation is fp32 and the
+// output is written in the dtype of `out` (f32, or bf16/f16). fp32 GEMMs use no TF32 unless
 // BackendOptions::allow_tf32. The bias (and ReLU) run in cuBLASLt's epilogue, a residual
 // without activation through beta = 1; GELU/SiLU (cuBLASLt's GELU is the tanh form) and
 // residual-after-activation run in one fused element-wise kernel.
@@ -114,9 +116,9 @@ class Scratch {
 
 struct GemmKey {
   int64_t m, n, k, ldb, ldc, ldd;
-  int dtype, epilogue, beta, al_a, al_b, al_c, al_d;
+  int dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d;
   auto Tie() const {
-    return std::tie(m, n, k, ldb, ldc, ldd, dtype, epilogue, beta, al_a, al_b, al_c, al_d);
+    return std::tie(m, n, k, ldb, ldc, ldd, dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d);
   }
   bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
 };
@@ -156,6 +158,9 @@ class CudaBackend final : public Backend {
   }
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
+  DType ActivationDType(DType weight_dtype) const override {
+    return weight_dtype == DType::kBF16 || weight_dtype == DType::kF16 ? weight_dtype : DType::kF32;
+  }
   std::string Describe() const override { return describe_; }
 
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {
@@ -240,23 +245,25 @@ class CudaBackend final : public Backend {
     const auto& w = *static_cast<const CudaLinearWeight*>(p.weight);
     const int64_t m = p.x.rows, n = w.out_features, k = w.in_features;
     if (m == 0) return;
-    // B operand (activations): as is for f32, else rounded to the weight dtype.
+    // B operand (activations) in the weight dtype: as is, or converted (rounded).
     const void* xb = p.x.data;
     int64_t ldb = p.x.row_stride();
-    if (w.dtype != DType::kF32) {
+    if (p.x.dtype != w.dtype) {
       void* conv = xconv_ws_.Get(static_cast<size_t>(m * k) * DTypeSize(w.dtype));
-      cuda::ConvertF32(p.x, conv, w.dtype, stream_);
+      cuda::Convert(p.x, conv, w.dtype, stream_);
       xb = conv;
       ldb = k;
     }
     const bool act = p.act != Activation::kNone;
     const bool relu_epi = p.act == Activation::kRelu && !p.residual;
-    // Where the GEMM writes, and whether the residual rides on beta.
+    // Where the GEMM writes, and whether the residual rides on beta (C = residual needs the
+    // same dtype as D); otherwise the GEMM writes f32 scratch and one element-wise pass
+    // finishes act(.) + residual into `out`.
     Tensor d = p.out;
     const Tensor* c = nullptr;
-    if (p.residual && !act) {
+    if (p.residual && !act && p.residual->dtype == p.out.dtype) {
       c = p.residual;
-    } else if (p.residual && act) {
+    } else if (p.residual) {
       d = Tensor{yws_.Get(static_cast<size_t>(m * n) * sizeof(float)), DType::kF32, m, n, 0};
     }
     const void* bias = w.has_bias ? w.bias.t().data : nullptr;
@@ -274,6 +281,7 @@ class CudaBackend final : public Backend {
                 ldc,
                 d.row_stride(),
                 static_cast<int>(w.dtype),
+                static_cast<int>(d.dtype),
                 epi,
                 c != nullptr,
                 Alignment(w.w.t().data),
@@ -303,11 +311,12 @@ class CudaBackend final : public Backend {
                            stream_));
     const bool need_bias = bias && !epilogue_done;
     const bool need_act = act && !(relu_epi && epilogue_done);
-    if (need_bias || need_act || (p.residual && act)) {
-      // out = act(d + bias) + residual; the residual was not yet added iff act.
+    const bool need_res = p.residual && c == nullptr;
+    if (need_bias || need_act || need_res) {
+      // out = act(d + bias) + residual, for whatever the GEMM did not do.
       cuda::BiasActResidual(d, need_bias ? static_cast<const float*>(bias) : nullptr,
-                            need_act ? p.act : Activation::kNone, act ? p.residual : nullptr, p.out,
-                            stream_);
+                            need_act ? p.act : Activation::kNone, need_res ? p.residual : nullptr,
+                            p.out, stream_);
     }
   }
 
@@ -328,7 +337,13 @@ class CudaBackend final : public Backend {
   }
   void Rope(const RopeParams& p) override {
     Device();
-    cuda::Rope(p, InvFreq(p), stream_);
+    cuda::Rope(p, InvFreq(p), CosSinTable(p), stream_);
+  }
+  void QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps) override {
+    Device();
+    if (!cuda::QkNormRope(p, norm_weight, eps, InvFreq(p), CosSinTable(p), stream_)) {
+      Backend::QkNormRope(p, norm_weight, eps);
+    }
   }
   void Attention(const AttentionParams& p) override {
     Device();
@@ -389,6 +404,41 @@ class CudaBackend final : public Backend {
     return inv_freq_.emplace(key, std::move(b)).first->second.t().ptr<float>();
   }
 
+  // (cos, sin) of position * inv_freq[k] for positions [0, capacity), per (theta,
+  // rotary_dim): the same float32 angles and double-precision cos/sin as RopeKernel, so the
+  // table changes nothing numerically. Grown (to a power of two) when a batch needs more.
+  const float2* CosSinTable(const RopeParams& p) {
+    if (p.max_position <= 0) return nullptr;
+    const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
+    const int half = rot / 2;
+    if (half == 0) return nullptr;
+    const auto key = std::make_pair(p.theta, rot);
+    auto& entry = cos_sin_[key];
+    if (entry.second < p.max_position) {
+      int cap = 256;
+      while (cap < p.max_position) cap *= 2;
+      const float base = static_cast<float>(p.theta);
+      std::vector<float> inv(half), host(static_cast<size_t>(cap) * half * 2);
+      for (int i = 0; i < half; ++i) {
+        inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
+      }
+      for (int pos = 0; pos < cap; ++pos) {
+        for (int i = 0; i < half; ++i) {
+          const double ang = static_cast<double>(static_cast<float>(pos) * inv[i]);
+          host[(static_cast<size_t>(pos) * half + i) * 2] = static_cast<float>(std::cos(ang));
+          host[(static_cast<size_t>(pos) * half + i) * 2 + 1] = static_cast<float>(std::sin(ang));
+        }
+      }
+      CUDA_OK(cudaStreamSynchronize(stream_));  // the old table may still be in use
+      entry.first = Allocate(DType::kF32, 1, static_cast<int64_t>(host.size()));
+      CUDA_OK(cudaMemcpyAsync(entry.first.t().data, host.data(), host.size() * sizeof(float),
+                              cudaMemcpyHostToDevice, stream_));
+      CUDA_OK(cudaStreamSynchronize(stream_));
+      entry.second = cap;
+    }
+    return static_cast<const float2*>(entry.first.t().data);
+  }
+
   // Column-major view: D[N, M] = op(A)[N, K] · B[K, M] with A = W (stored [N, K] row-major,
   // i.e. K x N column-major, transposed) and B = X^T (K x M column-major, ld = x stride).
   const GemmPlan* Plan(const GemmKey& key, const void* bias) {
@@ -408,11 +458,15 @@ class CudaBackend final : public Backend {
     if (bias) {
       BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                              sizeof(bias)));
+      const cudaDataType_t bias_type = CUDA_R_32F;  // biases are kept in f32
+      BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                             &bias_type, sizeof(bias_type)));
     }
     BLAS_OK(cublasLtMatrixLayoutCreate(&p.a, CudaType(wdt), key.k, key.n, key.k));
     BLAS_OK(cublasLtMatrixLayoutCreate(&p.b, CudaType(wdt), key.k, key.m, key.ldb));
-    BLAS_OK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.n, key.m, key.ldc));
-    BLAS_OK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, key.n, key.m, key.ldd));
+    const DType odt = static_cast<DType>(key.odt);
+    BLAS_OK(cublasLtMatrixLayoutCreate(&p.c, CudaType(odt), key.n, key.m, key.ldc));
+    BLAS_OK(cublasLtMatrixLayoutCreate(&p.d, CudaType(odt), key.n, key.m, key.ldd));
     cublasLtMatmulPreference_t pref;
     BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kGemmWorkspace;
@@ -463,6 +517,7 @@ class CudaBackend final : public Backend {
   void* gemm_ws_ = nullptr;
   std::map<GemmKey, GemmPlan> plans_;
   std::map<std::pair<double, int>, Buffer> inv_freq_;
+  std::map<std::pair<double, int>, std::pair<Buffer, int>> cos_sin_;  // table, positions
 };
 
 }  // namespace

@@ -11,9 +11,12 @@
 
 namespace sluice::cuda {
 
-// dst[r, c] = convert(src[r, c]) for a [rows, cols] f32 (possibly strided) source into a
-// dense bf16/f16/f32 destination (round to nearest even).
-void ConvertF32(const Tensor& src, void* dst, DType dst_dtype, cudaStream_t stream);
+// Float tensors (f32/bf16/f16) may be in any of the three dtypes wherever a launcher takes
+// a Tensor; arithmetic is fp32 and results are rounded (nearest even) once when stored.
+
+// dst[r, c] = convert(src[r, c]) for a [rows, cols] (possibly strided) source into a dense
+// destination of dst_dtype.
+void Convert(const Tensor& src, void* dst, DType dst_dtype, cudaStream_t stream);
 // Any float dtype (strided) -> dense f32.
 void ToF32(const Tensor& src, float* dst, cudaStream_t stream);
 
@@ -29,7 +32,11 @@ void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, con
 void RmsNorm(const Tensor& residual, const Tensor* delta, const Tensor& weight, float eps,
              const Tensor& out, int group, cudaStream_t stream);
 // inv_freq: device array of rotary_dim / 2 floats (computed on the host as HF does).
-void Rope(const RopeParams& p, const float* inv_freq, cudaStream_t stream);
+// table: optional device [max_position, rotary_dim / 2] (cos, sin) pairs of the same angles.
+void Rope(const RopeParams& p, const float* inv_freq, const float2* table, cudaStream_t stream);
+// Per-head RMSNorm then RoPE, fused (one rounding). False if head_dim > kMaxHeadDim.
+bool QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps, const float* inv_freq,
+                const float2* table, cudaStream_t stream);
 void Activate(const Tensor& x, Activation act, cudaStream_t stream);
 void GatedActivate(const Tensor& gate_up, Activation act, const Tensor& out, cudaStream_t stream);
 void Add(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
@@ -37,8 +44,10 @@ void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, const Tensor& o
                 cudaStream_t stream);
 void Pool(const PoolParams& p, cudaStream_t stream);
 
-// Variable-length attention (attention.cu). Returns false for unsupported arguments
-// (head_dim > kMaxHeadDim, non-f32 tensors).
+// Variable-length attention (attention.cu). q/k/v/out share one float dtype. bf16/f16 with
+// head_dim 32, 64 or 128 (16-byte aligned rows) run on tensor cores; everything else on
+// the fp32 CUDA-core kernels. Returns false for unsupported arguments (head_dim >
+// kMaxHeadDim, mixed dtypes).
 constexpr int kMaxHeadDim = 256;
 bool Attention(const AttentionParams& p, cudaStream_t stream);
 

@@ -65,10 +65,13 @@ TEST(CudaLayerBench, Qwen3Layer) {
     for (int32_t i = cu[s]; i < cu[s + 1]; ++i) pos[i] = i - cu[s];
   }
   Tensor tcu = upload(cu), tpos = upload(pos);
-  Tensor res = alloc(DType::kF32, T, H), x = alloc(DType::kF32, T, H);
-  Tensor qkv = alloc(DType::kF32, T, QKV), attn = alloc(DType::kF32, T, Hq * D);
-  Tensor delta = alloc(DType::kF32, T, H), gu = alloc(DType::kF32, T, 2 * I);
-  Tensor act = alloc(DType::kF32, T, I);
+  // The model's dataflow (src/models/qwen3.cc): f32 residual stream, activations in the
+  // backend's activation dtype (bf16 next to bf16 weights).
+  const DType A = be.ActivationDType(DType::kBF16);
+  Tensor res = alloc(DType::kF32, T, H), x = alloc(A, T, H);
+  Tensor qkv = alloc(A, T, QKV), attn = alloc(A, T, Hq * D);
+  Tensor gu = alloc(A, T, 2 * I);
+  Tensor act = alloc(A, T, I);
   {
     std::vector<float> r(T * H);
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -94,6 +97,7 @@ TEST(CudaLayerBench, Qwen3Layer) {
   rp.positions = tpos.ptr<int32_t>();
   rp.head_dim = rp.rotary_dim = static_cast<int>(D);
   rp.theta = 1e6;
+  rp.max_position = maxlen;
 
   struct Op {
     const char* name;
@@ -111,26 +115,21 @@ TEST(CudaLayerBench, Qwen3Layer) {
        [&] {
          be.Linear({wqkv.get(), x, qkv});
        }},
-      {"qk-norm", 0,
-       [&] {
-         be.RmsNorm(q, nullptr, qn, 1e-6f, q, static_cast<int>(D));
-         be.RmsNorm(k, nullptr, qn, 1e-6f, k, static_cast<int>(D));
-       }},
-      {"rope", 0,
+      {"qk-norm+rope", 0,
        [&] {
          rp.x = q;
          rp.num_heads = static_cast<int>(Hq);
-         be.Rope(rp);
+         be.QkNormRope(rp, qn, 1e-6f);
          rp.x = k;
          rp.num_heads = static_cast<int>(Hkv);
-         be.Rope(rp);
+         be.QkNormRope(rp, qn, 1e-6f);
        }},
       {"attention", attn_flops, [&] { be.Attention(ap); }},
       {"linear o", 2.0 * T * Hq * D * H,
        [&] {
-         be.Linear({wo.get(), attn, delta});
+         be.Linear({wo.get(), attn, res, Activation::kNone, &res});
        }},
-      {"rmsnorm+res", 0, [&] { be.RmsNorm(res, &delta, norm, 1e-6f, x); }},
+      {"rmsnorm", 0, [&] { be.RmsNorm(res, nullptr, norm, 1e-6f, x); }},
       {"linear gate_up", 2.0 * T * H * 2 * I,
        [&] {
          be.Linear({wgu.get(), x, gu});
@@ -142,8 +141,10 @@ TEST(CudaLayerBench, Qwen3Layer) {
        }},
   };
   double layer_ms = 0;
-  std::printf("[ bench ] %ld sequences, %ld tokens (mean %.1f), one layer, bf16 weights\n",
-              static_cast<long>(S), static_cast<long>(T), double(T) / S);
+  std::printf(
+      "[ bench ] %ld sequences, %ld tokens (mean %.1f), one layer, bf16 weights, %s "
+      "activations\n",
+      static_cast<long>(S), static_cast<long>(T), double(T) / S, DTypeName(A));
   for (const auto& op : ops) {
     op.fn();  // warm-up (plans, lazy module loading)
     be.Synchronize();

@@ -1,0 +1,367 @@
+// CUDA ops on bf16/f16 activations (what models use on CUDA next to bf16/f16 weights, see
+// Backend::ActivationDType) against the CPU backend in f32 on the same rounded inputs.
+// Skipped without a CUDA device.
+//
+// Tolerances (max |gpu - cpu| <= atol + rtol * |cpu|): the GPU computes in fp32 and rounds
+// its output once to the activation dtype (bf16: 8 significant bits, f16: 11); attention
+// also rounds P to that dtype for the P·V tensor-core product, as FlashAttention does.
+//   bf16: element-wise/norms/RoPE atol 1e-2 rtol 8e-3; attention atol 2e-2 rtol 2e-2
+//   f16:  element-wise/norms/RoPE atol 2e-3 rtol 1e-3; attention atol 4e-3 rtol 4e-3
+//   Linear (fp32 accumulation, K <= 1024): bf16 out atol 2e-2 rtol 1e-2; f32 out 2e-4
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace sluice {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+std::vector<float> Rounded(const std::vector<float>& v, DType dt) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    r[i] = dt == DType::kBF16  ? BF16ToF32(F32ToBF16(v[i]))
+           : dt == DType::kF16 ? F16ToF32(F32ToF16(v[i]))
+                               : v[i];
+  }
+  return r;
+}
+
+double ErrRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
+                double rtol) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(double(a[i]) - b[i]) / (atol + rtol * std::fabs(b[i]));
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
+double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  }
+  return m;
+}
+#define EXPECT_NEAR_ALL(a, b, atol, rtol) \
+  EXPECT_LE(ErrRatio((a), (b), (atol), (rtol)), 1.0) << "max |diff| " << MaxAbs((a), (b))
+
+struct Tol {
+  double atol, rtol;
+};
+Tol ElemTol(DType dt) { return dt == DType::kBF16 ? Tol{1e-2, 8e-3} : Tol{2e-3, 1e-3}; }
+Tol AttnTol(DType dt) { return dt == DType::kBF16 ? Tol{2e-2, 2e-2} : Tol{4e-3, 4e-3}; }
+
+class CudaHalfOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto g = CreateBackend(BackendOptions{DeviceKind::kCuda, 0, 0});
+    if (!g.ok()) GTEST_SKIP() << "no CUDA backend: " << g.status().ToString();
+    gpu_ = std::move(g).value();
+    auto c = CreateBackend(BackendOptions{DeviceKind::kCpu, 0, 2});
+    ASSERT_TRUE(c.ok());
+    cpu_ = std::move(c).value();
+  }
+  // A device tensor of dtype dt holding v (rounded).
+  Tensor Make(Backend* be, const std::vector<float>& v, int64_t rows, int64_t cols, DType dt) {
+    HostTensor h{v.data(), DType::kF32, {rows, cols}, "t"};
+    auto b = be->Upload(h, dt);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    keep_.push_back(std::move(b).value());
+    return keep_.back().t();
+  }
+  Tensor I32(Backend* be, const std::vector<int32_t>& v) {
+    keep_.push_back(be->Allocate(DType::kI32, 1, static_cast<int64_t>(v.size())));
+    be->CopyFromHost(v.data(), keep_.back().t());
+    return keep_.back().t();
+  }
+  std::vector<float> Get(Backend* be, const Tensor& t) {
+    std::vector<float> out(t.numel());
+    be->CopyToHostF32(t, out.data());
+    return out;
+  }
+  std::unique_ptr<Backend> gpu_, cpu_;
+  std::vector<Buffer> keep_;
+};
+
+constexpr DType kHalf[] = {DType::kBF16, DType::kF16};
+
+TEST_F(CudaHalfOps, ActivationDType) {
+  EXPECT_EQ(gpu_->ActivationDType(DType::kBF16), DType::kBF16);
+  EXPECT_EQ(gpu_->ActivationDType(DType::kF16), DType::kF16);
+  EXPECT_EQ(gpu_->ActivationDType(DType::kF32), DType::kF32);
+  EXPECT_EQ(cpu_->ActivationDType(DType::kBF16), DType::kF32);
+}
+
+TEST_F(CudaHalfOps, GatedAndElementWise) {
+  for (DType dt : kHalf) {
+    const Tol tol = ElemTol(dt);
+    for (int64_t rows : {1, 5, 130}) {
+      for (int64_t cols : {7, 64, 100, 3072}) {  // 64, 3072: the 16-byte bf16 path
+        for (auto act : {Activation::kSilu, Activation::kGeluErf, Activation::kGeluTanh}) {
+          auto gu = Rounded(Random(rows * 2 * cols, 4, -6.f, 6.f), dt);
+          Tensor in = Make(gpu_.get(), gu, rows, 2 * cols, dt);
+          Tensor out = Make(gpu_.get(), std::vector<float>(rows * cols), rows, cols, dt);
+          gpu_->GatedActivate(in, act, out);
+          Tensor cin = Make(cpu_.get(), gu, rows, 2 * cols, DType::kF32);
+          Tensor cout = Make(cpu_.get(), std::vector<float>(rows * cols), rows, cols, DType::kF32);
+          cpu_->GatedActivate(cin, act, cout);
+          EXPECT_NEAR_ALL(Get(gpu_.get(), out), Get(cpu_.get(), cout), tol.atol, tol.rtol)
+              << DTypeName(dt) << " gated " << rows << "x" << cols << " act " << int(act);
+          // In-place activation and Add on the same dtype.
+          gpu_->Activate(out, act);
+          cpu_->Activate(cout, act);
+          EXPECT_NEAR_ALL(Get(gpu_.get(), out), Get(cpu_.get(), cout), 2 * tol.atol, 2 * tol.rtol)
+              << DTypeName(dt) << " activate";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaHalfOps, NormsIntoHalf) {
+  for (DType dt : kHalf) {
+    const Tol tol = ElemTol(dt);
+    for (int64_t rows : {1, 17, 130}) {
+      for (int64_t cols : {64, 1024, 4099, 5000}) {  // 5000 > 16 registers per thread
+        auto x = Random(rows * cols, 7, -3.f, 3.f), w = Random(cols, 9, 0.5f, 1.5f);
+        auto b = Random(cols, 10);
+        // RMSNorm: f32 residual stream -> half output.
+        Tensor gx = Make(gpu_.get(), x, rows, cols, DType::kF32);
+        Tensor gw = Make(gpu_.get(), w, 1, cols, DType::kF32);
+        Tensor gout = Make(gpu_.get(), std::vector<float>(rows * cols), rows, cols, dt);
+        gpu_->RmsNorm(gx, nullptr, gw, 1e-6f, gout);
+        Tensor cx = Make(cpu_.get(), x, rows, cols, DType::kF32);
+        Tensor cw = Make(cpu_.get(), w, 1, cols, DType::kF32);
+        Tensor cout = Make(cpu_.get(), std::vector<float>(rows * cols), rows, cols, DType::kF32);
+        cpu_->RmsNorm(cx, nullptr, cw, 1e-6f, cout);
+        EXPECT_NEAR_ALL(Get(gpu_.get(), gout), Get(cpu_.get(), cout), tol.atol, tol.rtol)
+            << DTypeName(dt) << " rmsnorm " << rows << "x" << cols;
+        // LayerNorm of a half input into a half output.
+        auto xr = Rounded(x, dt);
+        Tensor hx = Make(gpu_.get(), xr, rows, cols, dt);
+        Tensor gb = Make(gpu_.get(), b, 1, cols, DType::kF32);
+        gpu_->LayerNorm(hx, nullptr, gw, &gb, 1e-5f, hx);
+        Tensor cxr = Make(cpu_.get(), xr, rows, cols, DType::kF32);
+        Tensor cb = Make(cpu_.get(), b, 1, cols, DType::kF32);
+        cpu_->LayerNorm(cxr, nullptr, cw, &cb, 1e-5f, cxr);
+        EXPECT_NEAR_ALL(Get(gpu_.get(), hx), Get(cpu_.get(), cxr), tol.atol, tol.rtol)
+            << DTypeName(dt) << " layernorm " << rows << "x" << cols;
+      }
+    }
+  }
+}
+
+// QkNormRope (fused on CUDA) against the CPU's RmsNorm(group) + Rope, in f32 and half.
+TEST_F(CudaHalfOps, QkNormRope) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const Tol tol = dt == DType::kF32 ? Tol{1e-5, 1e-5} : ElemTol(dt);
+    for (auto style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
+      for (int dim : {64, 128}) {
+        for (int rot : {dim, dim / 2}) {
+          for (int max_position : {0, 5000}) {  // computed angles and the cached table
+            const int heads = 3, T = 41, width = heads * dim + 2 * dim;
+            auto x = Rounded(Random(T * width, 13, -2.f, 2.f), dt);
+            auto w = Random(dim, 14, 0.5f, 1.5f);
+            std::vector<int32_t> pos(T);
+            for (int t = 0; t < T; ++t) pos[t] = (t * 97) % 5000;
+            auto run = [&](Backend* be, DType t_dt) {
+              Tensor tx = Make(be, x, T, width, t_dt), tp = I32(be, pos);
+              Tensor tw = Make(be, w, 1, dim, DType::kF32);
+              RopeParams p;
+              p.x = tx.ColSlice(dim, heads * dim);
+              p.positions = tp.ptr<int32_t>();
+              p.num_heads = heads;
+              p.head_dim = dim;
+              p.rotary_dim = rot;
+              p.theta = 1000000.0;
+              p.style = style;
+              p.max_position = max_position;
+              be->QkNormRope(p, tw, 1e-6f);
+              return Get(be, tx);
+            };
+            EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), tol.atol, tol.rtol)
+                << DTypeName(dt) << " style " << int(style) << " dim " << dim << " rot " << rot
+                << " table " << max_position;
+          }
+        }
+      }
+    }
+  }
+}
+
+struct AttnCase {
+  int heads, kv_heads, dim;
+  bool causal;
+  int window;
+};
+
+AttentionParams AttnParams(Tensor t, Tensor out, const int32_t* cu, int num_seqs, int max_len,
+                           const AttnCase& ac) {
+  const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim;
+  AttentionParams p;
+  p.q = t.ColSlice(0, qw);
+  p.k = t.ColSlice(qw, kw);
+  p.v = t.ColSlice(qw + kw, kw);
+  p.out = out;
+  p.cu_seqlens = cu;
+  p.num_seqs = num_seqs;
+  p.max_seqlen = max_len;
+  p.num_heads = ac.heads;
+  p.num_kv_heads = ac.kv_heads;
+  p.head_dim = ac.dim;
+  p.scale = 1.f / std::sqrt(static_cast<float>(ac.dim));
+  p.causal = ac.causal;
+  p.window = ac.window;
+  return p;
+}
+
+// dims 32/64/128 take the tensor-core kernel; 48 and 80 the CUDA-core kernels on half data.
+TEST_F(CudaHalfOps, Attention) {
+  const std::vector<int32_t> lens = {1, 7, 33, 64, 65, 100, 257, 2};
+  std::vector<int32_t> cu = {0};
+  for (int l : lens) cu.push_back(cu.back() + l);
+  const int T = cu.back();
+  const AttnCase cases[] = {{4, 4, 64, false, 0},  {4, 4, 64, true, 0},   {16, 8, 128, true, 0},
+                            {8, 2, 128, false, 0}, {6, 3, 32, false, 0},  {6, 6, 32, true, 0},
+                            {4, 2, 64, false, 16}, {4, 4, 128, true, 40}, {2, 1, 80, true, 0},
+                            {3, 1, 48, false, 0}};
+  for (DType dt : kHalf) {
+    const Tol tol = AttnTol(dt);
+    for (const auto& ac : cases) {
+      const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim, width = qw + 2 * kw;
+      auto qkv = Rounded(Random(static_cast<size_t>(T) * width, 17 + ac.dim, -2.f, 2.f), dt);
+      auto run = [&](Backend* be, DType t_dt) {
+        Tensor t = Make(be, qkv, T, width, t_dt);
+        Tensor out = Make(be, std::vector<float>(static_cast<size_t>(T) * qw), T, qw, t_dt);
+        be->Attention(
+            AttnParams(t, out, I32(be, cu).ptr<int32_t>(), static_cast<int>(lens.size()), 257, ac));
+        return Get(be, out);
+      };
+      EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), tol.atol, tol.rtol)
+          << DTypeName(dt) << " heads " << ac.heads << "/" << ac.kv_heads << " dim " << ac.dim
+          << " causal " << ac.causal << " window " << ac.window;
+    }
+  }
+}
+
+// The tensor-core kernel is batch invariant: a sequence's output is bit-identical alone,
+// in a batch and duplicated.
+TEST_F(CudaHalfOps, AttentionBatchInvariant) {
+  const AttnCase ac{16, 8, 128, true, 0};
+  const int qw = ac.heads * ac.dim, width = qw + 2 * ac.kv_heads * ac.dim, L = 141;
+  auto seq = Random(static_cast<size_t>(L) * width, 30, -2.f, 2.f);
+  for (bool causal : {false, true}) {
+    AttnCase c = ac;
+    c.causal = causal;
+    auto run = [&](const std::vector<std::vector<float>>& seqs) {
+      std::vector<int32_t> cu = {0};
+      std::vector<float> all;
+      int maxlen = 0;
+      for (const auto& s : seqs) {
+        const int len = static_cast<int>(s.size() / width);
+        cu.push_back(cu.back() + len);
+        maxlen = std::max(maxlen, len);
+        all.insert(all.end(), s.begin(), s.end());
+      }
+      Tensor t = Make(gpu_.get(), all, cu.back(), width, DType::kBF16);
+      Tensor out = Make(gpu_.get(), std::vector<float>(static_cast<size_t>(cu.back()) * qw),
+                        cu.back(), qw, DType::kBF16);
+      gpu_->Attention(AttnParams(t, out, I32(gpu_.get(), cu).ptr<int32_t>(),
+                                 static_cast<int>(seqs.size()), maxlen, c));
+      auto o = Get(gpu_.get(), out);
+      std::vector<std::vector<float>> per;
+      for (size_t s = 0; s < seqs.size(); ++s) {
+        per.emplace_back(o.begin() + static_cast<int64_t>(cu[s]) * qw,
+                         o.begin() + static_cast<int64_t>(cu[s + 1]) * qw);
+      }
+      return per;
+    };
+    auto alone = run({seq})[0];
+    auto batch = run({Random(13 * width, 31), seq, Random(300 * width, 32), seq});
+    EXPECT_EQ(batch[1], alone) << "causal " << causal;
+    EXPECT_EQ(batch[3], alone) << "causal " << causal;
+  }
+}
+
+// Linear with half activations: x and out in bf16/f16 (bias, activation), out f32 with an
+// f32 residual (beta = 1), and half out with an f32 residual (scratch path).
+TEST_F(CudaHalfOps, Linear) {
+  struct LinCase {
+    int64_t m, k, n;
+  };
+  const LinCase cases[] = {{1, 64, 8}, {37, 64, 96}, {130, 256, 136}, {256, 1024, 1152}};
+  for (DType dt : kHalf) {
+    for (const auto& lc : cases) {
+      auto w = Random(lc.n * lc.k, 40, -0.5f, 0.5f), b = Random(lc.n, 41);
+      auto x = Rounded(Random(lc.m * lc.k, 42, -1.f, 1.f), dt);
+      auto r = Random(lc.m * lc.n, 43);
+      HostTensor hw{w.data(), DType::kF32, {lc.n, lc.k}, "w"};
+      HostTensor hb{b.data(), DType::kF32, {lc.n}, "b"};
+      auto hwr = Rounded(w, dt);
+      HostTensor hwc{hwr.data(), DType::kF32, {lc.n, lc.k}, "w"};
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool bias = variant == 1 || variant == 2;
+        const Activation act = variant == 2 ? Activation::kGeluErf : Activation::kNone;
+        const bool residual = variant == 3;
+        for (DType out_dt : {dt, DType::kF32}) {
+          auto glw = gpu_->PrepareLinear(hw, bias ? &hb : nullptr, dt);
+          ASSERT_TRUE(glw.ok());
+          Tensor gx = Make(gpu_.get(), x, lc.m, lc.k, dt);
+          Tensor gout = Make(gpu_.get(), r, lc.m, lc.n, out_dt);
+          Tensor gres = Make(gpu_.get(), r, lc.m, lc.n, DType::kF32);
+          gpu_->Linear({glw->get(), gx, gout, act, residual ? &gres : nullptr});
+          auto clw = cpu_->PrepareLinear(hwc, bias ? &hb : nullptr, DType::kF32);
+          ASSERT_TRUE(clw.ok());
+          Tensor cx = Make(cpu_.get(), x, lc.m, lc.k, DType::kF32);
+          Tensor cout = Make(cpu_.get(), r, lc.m, lc.n, DType::kF32);
+          Tensor cres = Make(cpu_.get(), r, lc.m, lc.n, DType::kF32);
+          cpu_->Linear({clw->get(), cx, cout, act, residual ? &cres : nullptr});
+          const Tol tol = out_dt == DType::kF32
+                              ? Tol{2e-4, 2e-4}
+                              : (dt == DType::kBF16 ? Tol{2e-2, 1e-2} : Tol{4e-3, 2e-3});
+          EXPECT_NEAR_ALL(Get(gpu_.get(), gout), Get(cpu_.get(), cout), tol.atol, tol.rtol)
+              << DTypeName(dt) << " out " << DTypeName(out_dt) << " " << lc.m << "x" << lc.k << "x"
+              << lc.n << " variant " << variant;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaHalfOps, PoolAndGatherHalf) {
+  const int64_t H = 67;
+  const std::vector<int32_t> cu = {0, 1, 8, 41, 191};
+  for (DType dt : kHalf) {
+    auto hidden = Rounded(Random(cu.back() * H, 16, -5.f, 5.f), dt);
+    for (auto mode : {PoolMode::kCls, PoolMode::kMean, PoolMode::kLast, PoolMode::kMax}) {
+      auto run = [&](Backend* be, DType t_dt) {
+        PoolParams p;
+        p.hidden = Make(be, hidden, cu.back(), H, t_dt);
+        p.out = Make(be, std::vector<float>(4 * H), 4, H, DType::kF32);
+        p.cu_seqlens = I32(be, cu).ptr<int32_t>();
+        p.num_seqs = 4;
+        p.mode = mode;
+        be->Pool(p);
+        return Get(be, p.out);
+      };
+      EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), 1e-5, 1e-5)
+          << DTypeName(dt) << " pool " << int(mode);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice
