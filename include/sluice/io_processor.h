@@ -48,6 +48,10 @@ struct ModelContext {
   int output_dim = 0;        // values per row
   bool normalized = false;   // embeddings are L2-normalised by the model
   bool token_level = false;  // pooling keeps several rows per sequence (all/step)
+  // Matryoshka embeddings: `dimensions` is accepted only when set; a non-empty list holds
+  // the only values accepted (config.json or sluice.json "matryoshka_dimensions").
+  bool matryoshka = false;
+  std::vector<int> matryoshka_dimensions;
   std::vector<std::string> labels;
   std::vector<float> thresholds;
   bool uses_token_types = false;
@@ -64,10 +68,15 @@ struct ModelContext {
   //   prompt_prefix + tokens("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}")
   //   + prompt_suffix
   // with the request's `instruction` or default_instruction (sluice.json, else Qwen's).
-  // Truncation shortens the middle part and keeps the suffix.
+  // Truncation shortens the middle part and keeps the suffix. Pre-tokenised pairs (q, d)
+  // get the same template around the given ids:
+  //   prompt_prefix + tokens("<Instruct>: {instruction}\n<Query>: ") + q
+  //   + tokens("\n<Document>: ") + d + prompt_suffix
+  // (prompt_query_head holds the first tokens for default_instruction).
   bool causal_reranker = false;
   std::string default_instruction;
   std::vector<int32_t> prompt_prefix, prompt_suffix;
+  std::vector<int32_t> prompt_query_head, prompt_document_head;
 };
 
 struct IoRequest {

@@ -25,6 +25,7 @@
 #include "cli/common.h"
 #include "core/thread_pool.h"
 #include "tokenizer/tokenizer.h"
+#include "weights/config.h"
 
 namespace sluice::cli {
 namespace {
@@ -257,6 +258,22 @@ void AppendJsonString(std::string* out, const std::string& s) {
   out->push_back('"');
 }
 
+// --dimensions follows the server's rule for `dimensions`: Matryoshka embedding models only
+// (config.json or sluice.json), one of their matryoshka_dimensions when listed.
+Status CheckDimensions(const Engine& engine, int dims) {
+  const HeadSpec& head = engine.head();
+  if (engine.info().task != Task::kEmbed || head.pooling == PoolingKind::kAll ||
+      head.pooling == PoolingKind::kStep) {
+    return InvalidArgument("--dimensions applies to embedding models (one vector per input) only");
+  }
+  ASSIGN_OR_RETURN(SluiceOverrides overrides, LoadSluiceOverrides(engine.info().dir));
+  const Matryoshka m = ResolveMatryoshka(engine.model().config(), overrides);
+  if (std::string why = MatryoshkaDimensionsError(m, dims, head.output_dim); !why.empty()) {
+    return InvalidArgument("--dimensions " + why);
+  }
+  return Status::Ok();
+}
+
 int RunOffline(const OfflineFlags& f, Task task) {
   ModelFlags mf = f.model;
   if (mf.task.empty()) mf.task = TaskName(task);
@@ -272,10 +289,8 @@ int RunOffline(const OfflineFlags& f, Task task) {
     return ReportError(s);
   }
   const auto& inputs = parsed_or->seqs;
-  if (f.dimensions < 0) return ReportError(InvalidArgument("--dimensions must be positive"));
-  if (f.dimensions > 0 && (task != Task::kEmbed || f.dimensions > engine.head().output_dim)) {
-    return ReportError(InvalidArgument("--dimensions applies to embeddings, at most " +
-                                       std::to_string(engine.head().output_dim)));
+  if (f.dimensions != 0) {
+    if (Status s = CheckDimensions(engine, f.dimensions); !s.ok()) return ReportError(s);
   }
   ProgressBar bar("sequences", inputs.size());
   int64_t total_tokens = 0;

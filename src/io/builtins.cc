@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "io/json.h"
+
 namespace sluice::io {
 
 ProcessorRegistry::ProcessorRegistry() {
@@ -38,6 +40,29 @@ std::string NewResponseId(const char* prefix) {
 int64_t UnixSeconds() {
   using namespace std::chrono;
   return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+}
+
+void BeginResponse(JsonWriter& w, Envelope kind, const char* id_prefix, const std::string& model) {
+  w.BeginObject();
+  w.KeyString("id", NewResponseId(id_prefix));
+  if (kind != Envelope::kRerank) {
+    w.KeyString("object", "list");
+    w.KeyInt("created", UnixSeconds());
+  }
+  w.KeyString("model", model);
+  w.Key(kind == Envelope::kRerank ? "results" : "data");
+  w.BeginArray();
+}
+
+void EndResponse(JsonWriter& w, Envelope kind, int64_t prompt_tokens) {
+  w.EndArray();
+  w.Key("usage");
+  w.BeginObject();
+  if (kind != Envelope::kRerank) w.KeyInt("prompt_tokens", prompt_tokens);
+  w.KeyInt("total_tokens", prompt_tokens);
+  if (kind == Envelope::kListWithCompletion) w.KeyInt("completion_tokens", 0);
+  w.EndObject();
+  w.EndObject();
 }
 
 }  // namespace sluice::io

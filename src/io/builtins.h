@@ -38,4 +38,16 @@ class ProcessorRegistry {
 std::string NewResponseId(const char* prefix);  // "embd-1f3a..."
 int64_t UnixSeconds();
 
+class JsonWriter;
+
+// The response envelope of the OpenAI/vLLM-style routes, written in two halves around the
+// caller's items:
+//   {"id": "<prefix>-...", "object": "list", "created": <unix s>, "model": "<name>", "data": [
+//   ... ], "usage": {"prompt_tokens": n, "total_tokens": n}}
+// Cohere/Jina rerank has no object/created, its items under "results" and only
+// "total_tokens" in usage.
+enum class Envelope { kList, kListWithCompletion, kRerank };
+void BeginResponse(JsonWriter& w, Envelope kind, const char* id_prefix, const std::string& model);
+void EndResponse(JsonWriter& w, Envelope kind, int64_t prompt_tokens);
+
 }  // namespace sluice::io

@@ -133,10 +133,8 @@ class ClassifyProcessor : public IoProcessor {
         w.BeginArray();
         for (size_t k : order) {
           w.BeginObject();
-          w.Key("score");
-          w.Float(v[k]);
-          w.Key("label");
-          w.String(LabelOf(m, k));
+          w.KeyFloat("score", v[k]);
+          w.KeyString("label", LabelOf(m, k));
           w.EndObject();
         }
         w.EndArray();
@@ -144,17 +142,7 @@ class ClassifyProcessor : public IoProcessor {
       if (st.batch) w.EndArray();
       return IoResponse{w.Take()};
     }
-    w.BeginObject();
-    w.Key("id");
-    w.String(NewResponseId("classify"));
-    w.Key("object");
-    w.String("list");
-    w.Key("created");
-    w.Int(UnixSeconds());
-    w.Key("model");
-    w.String(m.name);
-    w.Key("data");
-    w.BeginArray();
+    BeginResponse(w, Envelope::kListWithCompletion, "classify", m.name);
     for (size_t i = 0; i < outs.size(); ++i) {
       const auto& o = outs[i];
       size_t best = 0;
@@ -162,16 +150,13 @@ class ClassifyProcessor : public IoProcessor {
         if (o.values[k] > o.values[best]) best = k;
       }
       w.BeginObject();
-      w.Key("index");
-      w.Int(static_cast<int64_t>(i));
-      w.Key("label");
-      w.String(LabelOf(m, best));
+      w.KeyInt("index", static_cast<int64_t>(i));
+      w.KeyString("label", LabelOf(m, best));
       w.Key("probs");
       w.Floats(o.values.data(), o.values.size());
       w.Key("logits");
       w.Floats(o.raw.data(), o.raw.size());
-      w.Key("num_classes");
-      w.Int(static_cast<int64_t>(o.values.size()));
+      w.KeyInt("num_classes", static_cast<int64_t>(o.values.size()));
       if (!m.thresholds.empty()) {
         w.Key("labels");
         w.BeginArray();
@@ -182,17 +167,7 @@ class ClassifyProcessor : public IoProcessor {
       }
       w.EndObject();
     }
-    w.EndArray();
-    w.Key("usage");
-    w.BeginObject();
-    w.Key("prompt_tokens");
-    w.Int(st.prompt_tokens);
-    w.Key("total_tokens");
-    w.Int(st.prompt_tokens);
-    w.Key("completion_tokens");
-    w.Int(0);
-    w.EndObject();
-    w.EndObject();
+    EndResponse(w, Envelope::kListWithCompletion, st.prompt_tokens);
     return IoResponse{w.Take()};
   }
 

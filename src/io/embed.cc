@@ -3,6 +3,7 @@
 
 #include "io/builtins.h"
 #include "io/inputs.h"
+#include "weights/config.h"
 
 namespace sluice::io {
 namespace {
@@ -56,7 +57,7 @@ class EmbedProcessor : public IoProcessor {
     if (!f.Get(input_field, &e)) return FieldError(input_field, "is required");
     ASSIGN_OR_RETURN(st->items, ReadItems(e, input_field));
     RETURN_IF_ERROR(CheckCount(m, st->items.size(), input_field));
-    int64_t dims = 0;
+    int64_t dims = INT64_MIN;  // absent
     RETURN_IF_ERROR(f.GetInt("dimensions", &dims));
     if (flavor_ == EmbedFlavor::kTei) {
       st->normalize = true;
@@ -90,10 +91,13 @@ class EmbedProcessor : public IoProcessor {
     if (flavor_ != EmbedFlavor::kPooling && m.token_level) {
       return FailedPrecondition("this model pools every token (token-level output); use /pooling");
     }
-    if (dims != 0) {
-      if (m.task != "embed" || m.token_level || dims < 1 || dims > m.output_dim) {
-        return FieldError("dimensions", "must be between 1 and " + std::to_string(m.output_dim) +
-                                            " (Matryoshka truncation of embeddings)");
+    if (dims != INT64_MIN) {
+      if (m.task != "embed" || m.token_level) {
+        return FieldError("dimensions", "applies to embedding models (one vector per input) only");
+      }
+      Matryoshka mat{m.matryoshka, m.matryoshka_dimensions};
+      if (std::string why = MatryoshkaDimensionsError(mat, dims, m.output_dim); !why.empty()) {
+        return FieldError("dimensions", why);
       }
       st->dimensions = static_cast<int>(dims);
     }
@@ -129,24 +133,12 @@ class EmbedProcessor : public IoProcessor {
       return IoResponse{w.Take()};
     }
     const bool openai = flavor_ == EmbedFlavor::kOpenAI;
-    w.BeginObject();
-    w.Key("id");
-    w.String(NewResponseId(openai ? "embd" : "pool"));
-    w.Key("object");
-    w.String("list");
-    w.Key("created");
-    w.Int(UnixSeconds());
-    w.Key("model");
-    w.String(m.name);
-    w.Key("data");
-    w.BeginArray();
+    BeginResponse(w, Envelope::kList, openai ? "embd" : "pool", m.name);
     for (size_t i = 0; i < outs.size(); ++i) {
       const PooledOutput& o = outs[i];
       w.BeginObject();
-      w.Key("index");
-      w.Int(static_cast<int64_t>(i));
-      w.Key("object");
-      w.String(openai ? "embedding" : "pooling");
+      w.KeyInt("index", static_cast<int64_t>(i));
+      w.KeyString("object", openai ? "embedding" : "pooling");
       w.Key(openai ? "embedding" : "data");
       if (st.base64) {
         w.String(Base64(o.values.data(), o.values.size() * sizeof(float)));
@@ -164,15 +156,7 @@ class EmbedProcessor : public IoProcessor {
       }
       w.EndObject();
     }
-    w.EndArray();
-    w.Key("usage");
-    w.BeginObject();
-    w.Key("prompt_tokens");
-    w.Int(st.prompt_tokens);
-    w.Key("total_tokens");
-    w.Int(st.prompt_tokens);
-    w.EndObject();
-    w.EndObject();
+    EndResponse(w, Envelope::kList, st.prompt_tokens);
     return IoResponse{w.Take()};
   }
 

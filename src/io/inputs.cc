@@ -1,7 +1,9 @@
 #include "io/inputs.h"
 
 #include <algorithm>
+#include <initializer_list>
 
+#include "io/model_context.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::io {
@@ -139,18 +141,14 @@ StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, c
 
 namespace {
 
-// prompt_prefix + tokens(instruct/query/document) + prompt_suffix; truncation cuts the
-// middle from its end so that the suffix (where the yes/no logits are read) stays.
-StatusOr<TokenSequence> EncodeCausalPair(const ModelContext& model, const Item& a, const Item& b,
-                                         int limit, bool truncating, const std::string& path,
-                                         const std::string& instruction) {
-  const std::string body =
-      "<Instruct>: " + (instruction.empty() ? model.default_instruction : instruction) +
-      "\n<Query>: " + a.text + "\n<Document>: " + b.text;
-  auto enc = model.tokenizer->Encode(body, /*add_special_tokens=*/false);
-  if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+// prompt_prefix + the middle parts + prompt_suffix; truncation cuts the middle from its
+// end so that the suffix (where the yes/no logits are read) stays.
+StatusOr<TokenSequence> AssembleCausal(const ModelContext& model,
+                                       std::initializer_list<const std::vector<int32_t>*> middle,
+                                       int limit, bool truncating, const std::string& path) {
   const size_t fixed = model.prompt_prefix.size() + model.prompt_suffix.size();
-  size_t n = enc->ids.size();
+  size_t n = 0;
+  for (const auto* part : middle) n += part->size();
   if (fixed + n > static_cast<size_t>(limit)) {
     if (!truncating || fixed >= static_cast<size_t>(limit)) {
       return TooLong(path, fixed + n, limit, model);
@@ -160,9 +158,39 @@ StatusOr<TokenSequence> EncodeCausalPair(const ModelContext& model, const Item& 
   TokenSequence s;
   s.ids.reserve(fixed + n);
   s.ids = model.prompt_prefix;
-  s.ids.insert(s.ids.end(), enc->ids.begin(), enc->ids.begin() + static_cast<long>(n));
+  for (const auto* part : middle) {  // the parts in order until n of their tokens are in
+    const size_t k = std::min(n, part->size());
+    s.ids.insert(s.ids.end(), part->begin(), part->begin() + static_cast<long>(k));
+    n -= k;
+  }
   s.ids.insert(s.ids.end(), model.prompt_suffix.begin(), model.prompt_suffix.end());
   return s;
+}
+
+// Text: the tokens of "<Instruct>: {instruction}\n<Query>: {a}\n<Document>: {b}" in the
+// middle. Token ids: tokens("<Instruct>: {instruction}\n<Query>: ") + a +
+// tokens("\n<Document>: ") + b.
+StatusOr<TokenSequence> EncodeCausalPair(const ModelContext& model, const Item& a, const Item& b,
+                                         int limit, bool truncating, const std::string& path,
+                                         const std::string& instruction) {
+  if (!a.is_ids) {
+    const std::string body =
+        "<Instruct>: " + (instruction.empty() ? model.default_instruction : instruction) +
+        "\n<Query>: " + a.text + "\n<Document>: " + b.text;
+    auto enc = model.tokenizer->Encode(body, /*add_special_tokens=*/false);
+    if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+    return AssembleCausal(model, {&enc->ids}, limit, truncating, path);
+  }
+  std::vector<int32_t> custom_head;
+  if (!instruction.empty()) {
+    auto h = CausalQueryHead(*model.tokenizer, instruction);
+    if (!h.ok())
+      return FieldError("instruction", "could not be tokenised: " + h.status().message());
+    custom_head = std::move(h).value();
+  }
+  const std::vector<int32_t>& head = instruction.empty() ? model.prompt_query_head : custom_head;
+  return AssembleCausal(model, {&head, &a.ids, &model.prompt_document_head, &b.ids}, limit,
+                        truncating, path);
 }
 
 }  // namespace
@@ -176,7 +204,7 @@ StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, con
     return FieldError("instruction", "applies to causal-LM rerankers (with a tokenizer) only");
   }
   TokenSequence s;
-  if (!a.is_ids && !b.is_ids && model.causal_reranker) {
+  if (a.is_ids == b.is_ids && model.causal_reranker) {
     return EncodeCausalPair(model, a, b, limit, truncating, path, instruction);
   }
   if (!a.is_ids && !b.is_ids) {

@@ -43,7 +43,8 @@ StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, c
 // A (query, document) pair for cross-encoders: the tokenizer's pair template for texts,
 // prefix + a + separator + b + suffix for token ids. Truncation shortens the document.
 // Causal-LM rerankers render text pairs with the prompt template and `instruction`
-// (empty = the model's default).
+// (empty = the model's default), and put token-id pairs into the same template (see
+// ModelContext); truncation keeps the template's suffix.
 StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, const Item& b,
                                    const Truncate& t, const std::string& path,
                                    const std::string& instruction = {});

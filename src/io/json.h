@@ -28,6 +28,19 @@ class JsonWriter {
   void Null();
   void Floats(const float* v, size_t n);
   void Ints(const std::vector<int32_t>& v);
+  // "key": value.
+  void KeyString(std::string_view k, std::string_view v) {
+    Key(k);
+    String(v);
+  }
+  void KeyInt(std::string_view k, int64_t v) {
+    Key(k);
+    Int(v);
+  }
+  void KeyFloat(std::string_view k, float v) {
+    Key(k);
+    Float(v);
+  }
   // Convenience: "key": value.
   template <typename F>
   void Field(std::string_view k, F&& write) {

@@ -18,7 +18,16 @@ constexpr const char* kCausalSuffix = "<|im_end|>\n<|im_start|>assistant\n<think
 constexpr const char* kDefaultInstruction =
     "Given a web search query, retrieve relevant passages that answer the query";
 
+constexpr const char* kCausalDocumentHead = "\n<Document>: ";
+
 }  // namespace
+
+StatusOr<std::vector<int32_t>> CausalQueryHead(const Tokenizer& tokenizer,
+                                               const std::string& instruction) {
+  ASSIGN_OR_RETURN(Encoding e,
+                   tokenizer.Encode("<Instruct>: " + instruction + "\n<Query>: ", false));
+  return std::move(e.ids);
+}
 
 StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* tokenizer,
                                          const ContextOptions& options) {
@@ -31,6 +40,10 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   m.output_dim = head.output_dim;
   m.normalized = head.normalize;
   m.token_level = head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep;
+  ASSIGN_OR_RETURN(SluiceOverrides overrides, LoadSluiceOverrides(info.dir));
+  const Matryoshka mat = ResolveMatryoshka(engine.model().config(), overrides);
+  m.matryoshka = mat.enabled && info.task == Task::kEmbed && !m.token_level;
+  if (m.matryoshka) m.matryoshka_dimensions = mat.dimensions;
   m.labels = head.labels;
   m.thresholds = head.thresholds;
   if (m.thresholds.size() == 1 && m.output_dim > 1)
@@ -63,13 +76,15 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
     }
   }
   if (tokenizer && head.yes_no) {
-    ASSIGN_OR_RETURN(SluiceOverrides o, LoadSluiceOverrides(info.dir));
     m.causal_reranker = true;
-    m.default_instruction = o.instruction.value_or(kDefaultInstruction);
+    m.default_instruction = overrides.instruction.value_or(kDefaultInstruction);
     ASSIGN_OR_RETURN(Encoding pre, tokenizer->Encode(kCausalPrefix, false));
     ASSIGN_OR_RETURN(Encoding suf, tokenizer->Encode(kCausalSuffix, false));
     m.prompt_prefix = std::move(pre.ids);
     m.prompt_suffix = std::move(suf.ids);
+    ASSIGN_OR_RETURN(m.prompt_query_head, CausalQueryHead(*tokenizer, m.default_instruction));
+    ASSIGN_OR_RETURN(Encoding doc, tokenizer->Encode(kCausalDocumentHead, false));
+    m.prompt_document_head = std::move(doc.ids);
   }
   return m;
 }

@@ -148,36 +148,15 @@ class ScoreProcessor : public IoProcessor {
       }
     };
     if (flavor_ == ScoreFlavor::kScore) {
-      w.BeginObject();
-      w.Key("id");
-      w.String(NewResponseId("score"));
-      w.Key("object");
-      w.String("list");
-      w.Key("created");
-      w.Int(UnixSeconds());
-      w.Key("model");
-      w.String(m.name);
-      w.Key("data");
-      w.BeginArray();
+      BeginResponse(w, Envelope::kList, "score", m.name);
       for (size_t i = 0; i < scores.size(); ++i) {
         w.BeginObject();
-        w.Key("index");
-        w.Int(static_cast<int64_t>(i));
-        w.Key("object");
-        w.String("score");
-        w.Key("score");
-        w.Float(scores[i]);
+        w.KeyInt("index", static_cast<int64_t>(i));
+        w.KeyString("object", "score");
+        w.KeyFloat("score", scores[i]);
         w.EndObject();
       }
-      w.EndArray();
-      w.Key("usage");
-      w.BeginObject();
-      w.Key("prompt_tokens");
-      w.Int(st.prompt_tokens);
-      w.Key("total_tokens");
-      w.Int(st.prompt_tokens);
-      w.EndObject();
-      w.EndObject();
+      EndResponse(w, Envelope::kList, st.prompt_tokens);
       return IoResponse{w.Take()};
     }
     std::vector<size_t> order(scores.size());
@@ -190,10 +169,8 @@ class ScoreProcessor : public IoProcessor {
       w.BeginArray();
       for (size_t k = 0; k < n; ++k) {
         w.BeginObject();
-        w.Key("index");
-        w.Int(static_cast<int64_t>(order[k]));
-        w.Key("score");
-        w.Float(scores[order[k]]);
+        w.KeyInt("index", static_cast<int64_t>(order[k]));
+        w.KeyFloat("score", scores[order[k]]);
         if (st.return_documents) {
           w.Key("text");
           write_doc_text(order[k]);
@@ -203,19 +180,11 @@ class ScoreProcessor : public IoProcessor {
       w.EndArray();
       return IoResponse{w.Take()};
     }
-    w.BeginObject();
-    w.Key("id");
-    w.String(NewResponseId("rerank"));
-    w.Key("model");
-    w.String(m.name);
-    w.Key("results");
-    w.BeginArray();
+    BeginResponse(w, Envelope::kRerank, "rerank", m.name);
     for (size_t k = 0; k < n; ++k) {
       w.BeginObject();
-      w.Key("index");
-      w.Int(static_cast<int64_t>(order[k]));
-      w.Key("relevance_score");
-      w.Float(scores[order[k]]);
+      w.KeyInt("index", static_cast<int64_t>(order[k]));
+      w.KeyFloat("relevance_score", scores[order[k]]);
       if (st.return_documents) {
         w.Key("document");
         w.BeginObject();
@@ -225,13 +194,7 @@ class ScoreProcessor : public IoProcessor {
       }
       w.EndObject();
     }
-    w.EndArray();
-    w.Key("usage");
-    w.BeginObject();
-    w.Key("total_tokens");
-    w.Int(st.prompt_tokens);
-    w.EndObject();
-    w.EndObject();
+    EndResponse(w, Envelope::kRerank, st.prompt_tokens);
     return IoResponse{w.Take()};
   }
 

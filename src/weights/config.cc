@@ -68,6 +68,20 @@ class Fields {
     *out = v;
     return Status::Ok();
   }
+  // A list of positive integers.
+  Status Ints(const char* key, std::vector<int>* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    simdjson::dom::array arr;
+    if (e.get(arr)) return Bad(key, "a list of positive integers");
+    out->clear();
+    for (auto x : arr) {
+      int64_t v;
+      if (x.get(v) || v < 1 || v > INT32_MAX) return Bad(key, "a list of positive integers");
+      out->push_back(static_cast<int>(v));
+    }
+    return Status::Ok();
+  }
   Status String(const char* key, std::string* out) const {
     element e;
     if (!Get(key, &e)) return Status::Ok();
@@ -205,6 +219,8 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
       RETURN_IF_ERROR(Fields(so, origin).String("activation_fn", &c.classifier_activation));
   }
   RETURN_IF_ERROR(f.String("sbert_ce_default_activation_function", &c.classifier_activation));
+  RETURN_IF_ERROR(f.Bool("is_matryoshka", &c.is_matryoshka));
+  RETURN_IF_ERROR(f.Ints("matryoshka_dimensions", &c.matryoshka_dimensions));
 
   if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
   if (c.head_dim == 0 && c.num_attention_heads > 0) {
@@ -348,9 +364,10 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   }
   const std::string origin = path.string();
   Fields f(obj, origin);
-  static const char* kKnown[] = {"task",         "pooling",     "activation",  "calibration",
-                                 "labels",       "thresholds",  "yes_token",   "no_token",
-                                 "yes_token_id", "no_token_id", "instruction", "step_token_id"};
+  static const char* kKnown[] = {
+      "task",        "pooling",       "activation",    "calibration",          "labels",
+      "thresholds",  "yes_token",     "no_token",      "yes_token_id",         "no_token_id",
+      "instruction", "step_token_id", "is_matryoshka", "matryoshka_dimensions"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;
@@ -373,6 +390,13 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   RETURN_IF_ERROR(f.OptInt("yes_token_id", &o.yes_token_id));
   RETURN_IF_ERROR(f.OptInt("no_token_id", &o.no_token_id));
   RETURN_IF_ERROR(f.OptInt("step_token_id", &o.step_token_id));
+  bool matryoshka = false;
+  element e_matryoshka;
+  if (f.Get("is_matryoshka", &e_matryoshka)) {
+    RETURN_IF_ERROR(f.Bool("is_matryoshka", &matryoshka));
+    o.is_matryoshka = matryoshka;
+  }
+  RETURN_IF_ERROR(f.Ints("matryoshka_dimensions", &o.matryoshka_dimensions));
   auto floats = [&](element e, const std::string& what, std::vector<float>* out) -> Status {
     simdjson::dom::array a;
     double dv;
@@ -415,6 +439,41 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
     }
   }
   return o;
+}
+
+Matryoshka ResolveMatryoshka(const ModelConfig& config, const SluiceOverrides& overrides) {
+  Matryoshka m;
+  m.dimensions = config.matryoshka_dimensions;
+  m.enabled = config.is_matryoshka || !m.dimensions.empty();
+  if (!overrides.matryoshka_dimensions.empty()) {
+    m.dimensions = overrides.matryoshka_dimensions;
+    m.enabled = true;
+  }
+  if (overrides.is_matryoshka) {
+    m.enabled = *overrides.is_matryoshka;
+    if (!m.enabled) m.dimensions.clear();
+  }
+  return m;
+}
+
+std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim) {
+  if (!m.enabled) {
+    return "is supported only for Matryoshka models, and this model is not marked as one "
+           "(\"is_matryoshka\": true or \"matryoshka_dimensions\" in its config.json or "
+           "sluice.json); truncating its embeddings would give poor results";
+  }
+  if (!m.dimensions.empty()) {
+    for (int d : m.dimensions) {
+      if (d == dimensions && d <= output_dim) return "";
+    }
+    std::string list;
+    for (int d : m.dimensions) list += (list.empty() ? "" : ", ") + std::to_string(d);
+    return "must be one of this model's matryoshka_dimensions [" + list + "]";
+  }
+  if (dimensions < 1 || dimensions > output_dim) {
+    return "must be between 1 and " + std::to_string(output_dim);
+  }
+  return "";
 }
 
 }  // namespace sluice

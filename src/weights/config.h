@@ -47,6 +47,11 @@ struct ModelConfig {
   std::string problem_type;           // "", single_label_classification, ...
   std::string classifier_activation;  // sentence-transformers CrossEncoder activation_fn
 
+  // Matryoshka embeddings (vLLM's rule): "is_matryoshka": true, or "matryoshka_dimensions"
+  // (the dimensions the model was trained for; a list marks the model Matryoshka too).
+  bool is_matryoshka = false;
+  std::vector<int> matryoshka_dimensions;
+
   // Token ids a causal-LM reranker reads at the last position ("yes" and "no").
   // Resolved from sluice.json or the tokenizer by the engine; unset otherwise.
 };
@@ -94,7 +99,22 @@ struct SluiceOverrides {
   std::optional<int> no_token_id;
   std::optional<std::string> instruction;  // default instruction for causal rerankers
   std::optional<int> step_token_id;        // STEP pooling
+  // Matryoshka, as in config.json (set here for models whose config.json lacks it).
+  std::optional<bool> is_matryoshka;
+  std::vector<int> matryoshka_dimensions;
 };
+
+// Whether `dimensions` (truncated embeddings) may be asked of a model: config.json's
+// is_matryoshka / matryoshka_dimensions, overridden by sluice.json's. `dimensions` empty =
+// any number of dimensions up to the output.
+struct Matryoshka {
+  bool enabled = false;
+  std::vector<int> dimensions;
+};
+Matryoshka ResolveMatryoshka(const ModelConfig& config, const SluiceOverrides& overrides);
+// Why `dimensions` cannot be asked of a model with `output_dim` values per embedding
+// ("must be ..." / "is ..."), or "" when it can.
+std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim);
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& origin);

@@ -3,6 +3,7 @@ have no tokenizer), usage, health, models, metrics counts, auth."""
 import base64
 import json
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -124,6 +125,30 @@ def embedder(name):
         st, _, e = s.post("/v1/embeddings", {"input": ids[0], "dimensions": 100000}, conn=conn)
         c.error_shape(st, e, 400, f"{name} dimensions too large")
         c.check("dimensions" in e["error"]["message"], f"{name} names the field")
+        if not g.get("dimensions"):  # not a Matryoshka model: `dimensions` is refused
+            st, _, e = s.post("/v1/embeddings", {"input": ids[0], "dimensions": 8}, conn=conn)
+            c.error_shape(st, e, 400, f"{name} dimensions on a non-Matryoshka model")
+            c.check("Matryoshka" in e["error"]["message"], f"{name} says why: {e}")
+
+
+def matryoshka_dimensions_list():
+    """sluice.json "matryoshka_dimensions": only the listed values are accepted."""
+    g = golden("qwen3_st_last")
+    ids = [x["ids"] for x in g["inputs"][:4]]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "m")
+        shutil.copytree(harness.model_dir("qwen3_st_last"), model)
+        with open(os.path.join(model, "sluice.json"), "w") as f:
+            json.dump({"matryoshka_dimensions": [8, g["dimensions"]]}, f)
+        with Server(model) as s:
+            st, _, ok = s.post("/v1/embeddings", {"input": ids, "dimensions": g["dimensions"]})
+            c.check(st == 200, f"listed dimensions {st}")
+            for i, item in enumerate(ok["data"]):
+                c.close(item["embedding"], g["outputs_truncated"][i], g["tolerance"],
+                        f"listed dimensions {i}")
+            st, _, e = s.post("/v1/embeddings", {"input": ids, "dimensions": 12})
+            c.error_shape(st, e, 400, "dimensions not in matryoshka_dimensions")
+            c.check(f"[8, {g['dimensions']}]" in e["error"]["message"], f"lists them: {e}")
 
 
 def classifier(name):
@@ -223,6 +248,7 @@ cross_encoder("bert_cross_encoder")
 cross_encoder("qwen3_reranker")
 embedder("bert_st_mean_dense")
 embedder("qwen3_st_last")
+matryoshka_dimensions_list()
 classifier("bert_classifier3")
 token_level("bert_pool_all")
 service_routes()

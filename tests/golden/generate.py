@@ -247,6 +247,8 @@ def embed_case(out, name, model_cls, config, seed, pooling_mode, dense_out=None,
                normalize=True, dtype=torch.float32, pairs=False, dims=None, vocab_lo=3,
                legacy=False):
     from sentence_transformers import models as stm
+    if dims:
+        config.is_matryoshka = True  # vLLM's marker: `dimensions` is accepted only then
     seeded(seed)
     model = model_cls(config).eval()
     init_weights(model, seed)

@@ -297,6 +297,37 @@ TEST(Cli, EmbedWithDimensionsAndClassify) {
   EXPECT_EQ(std::string_view(c0["label"]), names[best]);
 }
 
+TEST(Cli, DimensionsOnlyForMatryoshkaModels) {
+  // bert_st_mean_dense is not marked Matryoshka: --dimensions is refused, as the server's
+  // `dimensions` is.
+  const std::string in = TempPath("dims.jsonl"), out = TempPath("dims.out");
+  WriteInputs("bert_st_mean_dense", in);
+  auto r = RunSluice("embed --model " + kFixtures + "/models/bert_st_mean_dense --input " + in +
+                     " --output " + out + " --dimensions 8");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--dimensions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Matryoshka"), std::string::npos) << r.out;
+  // A copy of qwen3_st_last whose sluice.json lists the only dimensions allowed.
+  const std::string dir = TempPath("matryoshka_model");
+  fs::remove_all(dir);
+  fs::copy(kFixtures + "/models/qwen3_st_last", dir, fs::copy_options::recursive);
+  std::ofstream(dir + "/sluice.json") << R"({"matryoshka_dimensions": [8, 32]})";
+  const std::string qin = TempPath("dims_q.jsonl");
+  WriteInputs("qwen3_st_last", qin);
+  r = RunSluice("embed --model " + dir + " --input " + qin + " --output " + out +
+                " --dimensions 16");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("[8, 32]"), std::string::npos) << r.out;
+  r = RunSluice("embed --model " + dir + " --input " + qin + " --output " + out +
+                " --dimensions 8");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  simdjson::dom::parser parser;
+  auto lines = Lines(out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(parser.parse(lines[0])["embedding"].get_array().size(), 8u);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, PairsWithTemplateHeader) {
   const std::string in = TempPath("pairs.jsonl");
   std::ofstream(in) << "{\"prefix\":[2],\"separator\":[3],\"suffix\":[3]}\n"

@@ -170,5 +170,73 @@ TEST(Processors, RefuseWrongTaskAndModel) {
   EXPECT_EQ(k.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(Processors, DimensionsOnlyForMatryoshkaModels) {
+  ModelContext m = Ctx();
+  m.task = "embed";
+  m.output_dim = 16;
+  ProcessorRegistry reg;
+  auto parse = [&](const std::string& body) {
+    return reg.Find("/v1/embeddings")->Parse(IoRequest{"/v1/embeddings", body, &m});
+  };
+  EXPECT_TRUE(parse(R"({"input": [1]})").ok());
+  auto no = parse(R"({"input": [1], "dimensions": 8})");
+  EXPECT_EQ(no.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no.status().message().find("dimensions"), std::string::npos);
+  EXPECT_NE(no.status().message().find("Matryoshka"), std::string::npos);
+  m.matryoshka = true;
+  EXPECT_TRUE(parse(R"({"input": [1], "dimensions": 8})").ok());
+  EXPECT_FALSE(parse(R"({"input": [1], "dimensions": 0})").ok());
+  EXPECT_FALSE(parse(R"({"input": [1], "dimensions": 17})").ok());
+  m.matryoshka_dimensions = {4, 12};
+  EXPECT_TRUE(parse(R"({"input": [1], "dimensions": 12})").ok());
+  auto other = parse(R"({"input": [1], "dimensions": 8})");
+  EXPECT_NE(other.status().message().find("[4, 12]"), std::string::npos)
+      << other.status().message();
+  // Truncated and renormalised output (the model normalises).
+  m.normalized = true;
+  auto st = parse(R"({"input": [1], "dimensions": 4})");
+  ASSERT_TRUE(st.ok());
+  std::vector<PooledOutput> outs(1);
+  outs[0].values.assign(16, 0.25f);
+  auto r = reg.Find("/v1/embeddings")->PostProcess(m, **st, outs);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->body.find(R"("embedding":[0.5,0.5,0.5,0.5])"), std::string::npos) << r->body;
+}
+
+TEST(Processors, ResponseEnvelopes) {
+  ModelContext m = Ctx();
+  ProcessorRegistry reg;
+  auto run = [&](const char* route, const std::string& body, std::vector<float> score) {
+    const IoProcessor* p = reg.Find(route);
+    auto st = p->Parse(IoRequest{route, body, &m});
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    std::vector<TokenSequence> seqs;
+    EXPECT_TRUE(p->PreProcess(m, **st, &seqs).ok());
+    std::vector<PooledOutput> outs(seqs.size());
+    for (auto& o : outs) o.values = o.raw = score;
+    return p->PostProcess(m, **st, outs)->body;
+  };
+  const std::string score = run("/score", R"({"text_1": [7], "text_2": [1]})", {0.5f});
+  EXPECT_EQ(score.rfind(R"({"id":"score-)", 0), 0u) << score;
+  EXPECT_NE(score.find(R"("object":"list","created":)"), std::string::npos);
+  EXPECT_NE(
+      score.find(
+          R"("data":[{"index":0,"object":"score","score":0.5}],"usage":{"prompt_tokens":5,"total_tokens":5}})"),
+      std::string::npos)
+      << score;
+  const std::string rr = run("/v1/rerank", R"({"query": [7], "documents": [[1]]})", {0.5f});
+  EXPECT_NE(rr.find(R"("model":"m","results":[)"), std::string::npos) << rr;
+  EXPECT_NE(rr.find(R"(],"usage":{"total_tokens":5}})"), std::string::npos) << rr;
+  EXPECT_EQ(rr.find("created"), std::string::npos);
+  m.task = "classify";
+  const std::string cl = run("/classify", R"({"input": [[7, 8]]})", {0.25f, 0.75f});
+  EXPECT_NE(cl.find(R"("data":[{"index":0,"label":"LABEL_1","probs":[0.25,0.75])"),
+            std::string::npos)
+      << cl;
+  EXPECT_NE(cl.find(R"("usage":{"prompt_tokens":2,"total_tokens":2,"completion_tokens":0}})"),
+            std::string::npos)
+      << cl;
+}
+
 }  // namespace
 }  // namespace sluice::io

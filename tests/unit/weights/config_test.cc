@@ -82,6 +82,46 @@ TEST(ModelConfig, CrossEncoderActivation) {
   EXPECT_EQ(c->classifier_activation, "torch.nn.modules.linear.Identity");
 }
 
+TEST(ModelConfig, Matryoshka) {
+  auto plain = ParseModelConfig(R"({"hidden_size": 8})", "c");
+  ASSERT_TRUE(plain.ok());
+  const SluiceOverrides none;
+  EXPECT_FALSE(ResolveMatryoshka(*plain, none).enabled);
+  auto flag = ParseModelConfig(R"({"is_matryoshka": true})", "c");
+  ASSERT_TRUE(flag.ok());
+  Matryoshka m = ResolveMatryoshka(*flag, none);
+  EXPECT_TRUE(m.enabled);
+  EXPECT_TRUE(m.dimensions.empty());
+  auto list = ParseModelConfig(R"({"matryoshka_dimensions": [64, 128]})", "c");
+  ASSERT_TRUE(list.ok());
+  m = ResolveMatryoshka(*list, none);
+  EXPECT_TRUE(m.enabled);
+  EXPECT_EQ(m.dimensions, (std::vector<int>{64, 128}));
+  auto bad = ParseModelConfig(R"({"matryoshka_dimensions": [0]})", "c");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("matryoshka_dimensions"), std::string::npos);
+  // sluice.json wins over config.json.
+  SluiceOverrides on;
+  on.matryoshka_dimensions = {32};
+  EXPECT_EQ(ResolveMatryoshka(*plain, on).dimensions, std::vector<int>{32});
+  SluiceOverrides off;
+  off.is_matryoshka = false;
+  EXPECT_FALSE(ResolveMatryoshka(*list, off).enabled);
+}
+
+TEST(ModelConfig, MatryoshkaDimensionsRule) {
+  Matryoshka no;
+  EXPECT_NE(MatryoshkaDimensionsError(no, 8, 16).find("Matryoshka"), std::string::npos);
+  Matryoshka any{true, {}};
+  EXPECT_EQ(MatryoshkaDimensionsError(any, 8, 16), "");
+  EXPECT_EQ(MatryoshkaDimensionsError(any, 16, 16), "");
+  EXPECT_NE(MatryoshkaDimensionsError(any, 17, 16), "");
+  EXPECT_NE(MatryoshkaDimensionsError(any, 0, 16), "");
+  Matryoshka listed{true, {4, 8}};
+  EXPECT_EQ(MatryoshkaDimensionsError(listed, 8, 16), "");
+  EXPECT_NE(MatryoshkaDimensionsError(listed, 6, 16).find("[4, 8]"), std::string::npos);
+}
+
 class DirTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -149,6 +189,11 @@ TEST_F(DirTest, SluiceJson) {
   EXPECT_EQ(o->thresholds, std::vector<float>{0.3f});
   EXPECT_EQ(*o->instruction, "Judge");
   EXPECT_EQ(*o->yes_token_id, 5);
+  Write("sluice.json", R"({"matryoshka_dimensions": [8, 16], "is_matryoshka": true})");
+  auto mat = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(mat.ok()) << mat.status().ToString();
+  EXPECT_EQ(mat->matryoshka_dimensions, (std::vector<int>{8, 16}));
+  EXPECT_TRUE(mat->is_matryoshka.value_or(false));
   Write("sluice.json", R"({"calibraton":{}})");
   auto bad = LoadSluiceOverrides(dir_.string());
   ASSERT_FALSE(bad.ok());
