@@ -1,6 +1,8 @@
 // `sluice bench`: an HTTP load generator for a running `sluice serve` (or any server with
-// the same routes): C concurrent keep-alive clients send synthetic token-id requests for
-// a number of requests or a duration; prints throughput, latency percentiles and errors.
+// the same routes): C concurrent keep-alive clients send synthetic token-id requests, or
+// the request bodies of a JSONL file (--input, one body per line, sent in file order and
+// cycled), for a number of requests or a duration; prints throughput, latency
+// percentiles and errors.
 #include <algorithm>
 #include <atomic>
 // GCC 12 at -O2 reports a false -Wmaybe-uninitialized inside Beast's parser (boost::optional).
@@ -11,6 +13,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #pragma GCC diagnostic pop
+#include <simdjson.h>
+
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -40,7 +45,49 @@ struct BenchFlags {
   int vocab = 200;  // token ids drawn from [5, vocab)
   std::string api_key;
   unsigned seed = 1;
+  std::string input;  // JSONL of request bodies (instead of synthetic ones)
 };
+
+// Request bodies from --input, with the number of inputs (documents) each carries.
+struct Bodies {
+  std::vector<std::string> bodies;
+  std::vector<int> inputs;
+};
+
+// Counts a body's inputs: the length of its documents/texts/text_2/input/inputs list.
+int CountInputs(simdjson::dom::element doc) {
+  for (const char* k : {"documents", "texts", "text_2", "input", "inputs"}) {
+    simdjson::dom::array a;
+    if (!doc[k].get(a)) {
+      if (a.size() > 0 && (a.at(0).is_int64() || a.at(0).is_uint64())) return 1;  // one id list
+      return static_cast<int>(a.size());
+    }
+    simdjson::dom::element e;
+    if (!doc[k].get(e)) return 1;
+  }
+  return 1;
+}
+
+StatusOr<Bodies> ReadBodies(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open --input " + path);
+  simdjson::dom::parser parser;
+  Bodies b;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    simdjson::dom::element doc;
+    if (parser.parse(line).get(doc) || !doc.is_object()) {
+      return InvalidArgument(path + ":" + std::to_string(lineno) + ": not a JSON object");
+    }
+    b.inputs.push_back(CountInputs(doc));
+    b.bodies.push_back(std::move(line));
+  }
+  if (b.bodies.empty()) return InvalidArgument("--input " + path + " holds no request bodies");
+  return b;
+}
 
 std::string Ids(std::mt19937& rng, int n, int vocab) {
   std::uniform_int_distribution<int> d(5, std::max(6, vocab) - 1);
@@ -75,6 +122,9 @@ struct Shared {
   std::vector<double> latencies;
   std::map<std::string, int> errors;
   std::atomic<int> issued{0}, done{0};
+  std::atomic<int64_t> inputs_ok{0};
+  const Bodies* bodies = nullptr;  // --input
+  std::atomic<size_t> next_body{0};
 };
 
 void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
@@ -88,7 +138,15 @@ void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
   };
   for (;;) {
     if (f.duration_s > 0 ? NowSeconds() >= deadline : sh->issued++ >= f.requests) break;
-    auto body = MakeBody(f, rng);
+    int inputs = f.documents;
+    StatusOr<std::string> body = std::string();
+    if (sh->bodies) {
+      const size_t k = sh->next_body++ % sh->bodies->bodies.size();
+      body = sh->bodies->bodies[k];
+      inputs = sh->bodies->inputs[k];
+    } else {
+      body = MakeBody(f, rng);
+    }
     if (!body.ok()) return fail(body.status().message());
     http::request<http::string_body> req{http::verb::post, f.endpoint, 11};
     req.set(http::field::host, f.host);
@@ -126,6 +184,7 @@ void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
     if (res.result_int() != 200) {
       fail("HTTP " + std::to_string(res.result_int()));
     } else {
+      sh->inputs_ok += inputs;
       std::lock_guard<std::mutex> lock(sh->mu);
       sh->latencies.push_back(t1 - t0);
     }
@@ -147,9 +206,17 @@ int RunBench(const BenchFlags& f) {
         "--concurrency, --documents, --query-tokens, --doc-tokens and --requests (or "
         "--duration) must be positive"));
   }
-  std::mt19937 probe(0);
-  if (auto b = MakeBody(f, probe); !b.ok()) return ReportError(b.status());
   Shared sh;
+  Bodies bodies;
+  if (!f.input.empty()) {
+    auto b = ReadBodies(f.input);
+    if (!b.ok()) return ReportError(b.status());
+    bodies = std::move(b).value();
+    sh.bodies = &bodies;
+  } else {
+    std::mt19937 probe(0);
+    if (auto b = MakeBody(f, probe); !b.ok()) return ReportError(b.status());
+  }
   const double start = NowSeconds();
   const double deadline = start + f.duration_s;
   std::vector<std::thread> threads;
@@ -170,10 +237,15 @@ int RunBench(const BenchFlags& f) {
   const double el = std::max(NowSeconds() - start, 1e-9);
   std::vector<double> lat = sh.latencies;
   const size_t ok = lat.size();
-  std::printf("%s, concurrency %d, %d documents x %d tokens (+ query %d tokens)\n",
-              f.endpoint.c_str(), f.concurrency, f.documents, f.doc_tokens, f.query_tokens);
+  if (sh.bodies) {
+    std::printf("%s, concurrency %d, %zu request bodies from %s\n", f.endpoint.c_str(),
+                f.concurrency, bodies.bodies.size(), f.input.c_str());
+  } else {
+    std::printf("%s, concurrency %d, %d documents x %d tokens (+ query %d tokens)\n",
+                f.endpoint.c_str(), f.concurrency, f.documents, f.doc_tokens, f.query_tokens);
+  }
   std::printf("requests: %zu ok, %d total in %.2f s: %.1f req/s, %.1f documents/s\n", ok,
-              sh.done.load(), el, ok / el, ok * f.documents / el);
+              sh.done.load(), el, ok / el, static_cast<double>(sh.inputs_ok.load()) / el);
   std::printf("latency: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n", 1e3 * Percentile(lat, 0.50),
               1e3 * Percentile(lat, 0.95), 1e3 * Percentile(lat, 0.99));
   int errors = 0;
@@ -186,7 +258,7 @@ int RunBench(const BenchFlags& f) {
 }
 
 Registrar bench_cmd(Command{
-    "bench", "HTTP load generator for a running sluice serve (synthetic token-id requests)",
+    "bench", "HTTP load generator for a running sluice serve (synthetic or --input requests)",
     [](CLI::App* sub) {
       auto f = std::make_shared<BenchFlags>();
       sub->add_option("--host", f->host)->capture_default_str();
@@ -207,6 +279,9 @@ Registrar bench_cmd(Command{
           ->capture_default_str();
       sub->add_option("--api-key", f->api_key);
       sub->add_option("--seed", f->seed)->capture_default_str();
+      sub->add_option("--input", f->input,
+                      "JSONL file of request bodies for --endpoint (one per line, sent in "
+                      "order, cycled) instead of synthetic ones");
       return std::function<int()>([f] { return RunBench(*f); });
     }});
 

@@ -99,7 +99,9 @@ int RunServe(const ServeFlags& f) {
   lo.limits.max_batch_tokens = f.model.max_batch_tokens;
   lo.limits.max_num_seqs = f.model.max_num_seqs;
   lo.max_queue_depth = f.max_queue_depth;
-  lo.on_batch = [&metrics](const BatchStats& b) { metrics.RecordBatch(b.num_seqs, b.num_tokens); };
+  lo.on_batch = [&metrics](const BatchStats& b) {
+    metrics.RecordBatch(b.num_seqs, b.num_tokens, b.compute_seconds);
+  };
   EngineLoop loop(std::move(engine_or).value(), lo);
 
   // Declared before the service so that it is destroyed after it: the service's workers

@@ -7,6 +7,10 @@ namespace {
 
 const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                             0.25,  0.5,    1,     2.5,  5,     10,   30};
+// Stages can take microseconds (parse, respond): finer buckets below 1 ms.
+const std::vector<double> kStageBounds = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
+    0.1,     0.15,   0.2,     0.3,    0.5,   0.75,   1,     2.5,  5,     10,   30};
 
 std::string Num(double v) {
   char buf[32];
@@ -65,8 +69,8 @@ const char* StageName(Stage s) {
       return "queue";
     case Stage::kCompute:
       return "compute";
-    case Stage::kPostprocess:
-      return "postprocess";
+    case Stage::kRespond:
+      return "respond";
   }
   return "?";
 }
@@ -74,7 +78,7 @@ const char* StageName(Stage s) {
 Metrics::Metrics()
     : batch_seqs_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
       batch_tokens_({64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {
-  for (int i = 0; i < kNumStages; ++i) stages_.emplace_back(kLatencyBounds);
+  for (int i = 0; i < kNumStages; ++i) stages_.emplace_back(kStageBounds);
 }
 
 void Metrics::RecordResponse(const std::string& route, int status, double seconds) {
@@ -89,10 +93,11 @@ void Metrics::RecordStage(Stage stage, double seconds) {
   stages_[static_cast<int>(stage)].Observe(seconds);
 }
 
-void Metrics::RecordBatch(int num_seqs, int64_t num_tokens) {
+void Metrics::RecordBatch(int num_seqs, int64_t num_tokens, double seconds) {
   batch_seqs_.Observe(num_seqs);
   batch_tokens_.Observe(static_cast<double>(num_tokens));
   batches_++;
+  busy_ns_ += static_cast<uint64_t>(seconds * 1e9);
 }
 
 void Metrics::AddTokens(int64_t n) { tokens_ += static_cast<uint64_t>(n); }
@@ -115,9 +120,10 @@ std::string Metrics::Render(const GaugeValues& g) const {
     }
   }
   Header(&out, "sluice_stage_seconds", "histogram",
-         "Per-request time by stage: parse (JSON, validation), tokenize (inputs to engine "
-         "sequences), queue (engine queue wait), compute (first batch start to last batch end), "
-         "postprocess (outputs to response body).");
+         "Per-request time by stage (the stages tile the end-to-end latency): parse (request "
+         "read to body validated, incl. the wait for a worker), tokenize (inputs to engine "
+         "sequences), queue (engine queue wait), compute (first batch start to last batch "
+         "end), respond (engine done to response handed to the connection).");
   for (int i = 0; i < kNumStages; ++i) {
     stages_[i].Render(&out, "sluice_stage_seconds",
                       std::string("stage=\"") + StageName(static_cast<Stage>(i)) + "\"");
@@ -128,6 +134,9 @@ std::string Metrics::Render(const GaugeValues& g) const {
   batch_tokens_.Render(&out, "sluice_batch_tokens", "");
   Header(&out, "sluice_batches_total", "counter", "Packed forward passes run.");
   out += "sluice_batches_total " + std::to_string(batches_.load()) + "\n";
+  Header(&out, "sluice_engine_busy_seconds_total", "counter",
+         "Time the engine spent in packed forwards (busy / wall time = engine utilisation).");
+  out += "sluice_engine_busy_seconds_total " + Num(busy_ns_.load() * 1e-9) + "\n";
   Header(&out, "sluice_tokens_total", "counter", "Tokens processed by the engine.");
   out += "sluice_tokens_total " + std::to_string(tokens_.load()) + "\n";
   Header(&out, "sluice_requests_cancelled_total", "counter",

@@ -34,8 +34,15 @@ struct GaugeValues {
   int ready = 0;
 };
 
-// Stages of a request on the server (latency split).
-enum class Stage { kParse, kTokenize, kQueue, kCompute, kPostprocess };
+// Stages of a request on the server; together they tile its end-to-end latency:
+//   parse     request read -> body parsed and validated (includes the hop onto the worker
+//             pool)
+//   tokenize  inputs -> engine sequences
+//   queue     submitted -> its first batch starts
+//   compute   first batch start -> last batch end
+//   respond   engine done -> response handed to the connection (the hop back to the worker
+//             pool, post-processing, JSON)
+enum class Stage { kParse, kTokenize, kQueue, kCompute, kRespond };
 constexpr int kNumStages = 5;
 const char* StageName(Stage s);
 
@@ -45,7 +52,8 @@ class Metrics {
   // One per response sent (or attempted: a client that went away counts under 499).
   void RecordResponse(const std::string& route, int status, double seconds);
   void RecordStage(Stage stage, double seconds);
-  void RecordBatch(int num_seqs, int64_t num_tokens);
+  // One packed forward: its sequences, tokens and seconds (the engine's busy time).
+  void RecordBatch(int num_seqs, int64_t num_tokens, double seconds = 0);
   void AddTokens(int64_t n);
   void AddCancelled();
   std::string Render(const GaugeValues& gauges) const;
@@ -57,6 +65,7 @@ class Metrics {
   std::deque<Histogram> stages_;  // by Stage (deque: Histogram is not movable)
   Histogram batch_seqs_, batch_tokens_;
   std::atomic<uint64_t> tokens_{0}, cancelled_{0}, batches_{0};
+  std::atomic<uint64_t> busy_ns_{0};
 };
 
 }  // namespace sluice::server

@@ -157,7 +157,7 @@ void Service::RunProcessor(std::shared_ptr<Call> call) {
     return Respond(call, StatusResponse(Status(StatusCode::kUnavailable, "client went away")));
   }
   IoRequest io{call->route, call->req.body, model_};
-  const auto t0 = SteadyClock::now();
+  const auto t0 = call->ex->start;  // the parse stage includes the wait for a worker
   auto state = call->proc->Parse(io);
   if (!state.ok()) return Respond(call, StatusResponse(state.status()));
   call->state = std::move(state).value();
@@ -197,11 +197,11 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
     if (call->ex->disconnected()) metrics_.AddCancelled();
     return Respond(call, StatusResponse(status));
   }
+  const auto t0 = er->finished;  // the respond stage includes the hop back to a worker
   if (!er->inputs.empty()) {
     metrics_.RecordStage(Stage::kQueue, Seconds(er->enqueued, er->started));
     metrics_.RecordStage(Stage::kCompute, Seconds(er->started, er->finished));
   }
-  const auto t0 = SteadyClock::now();
   metrics_.AddTokens(call->state->prompt_tokens);
   std::vector<PooledOutput> outs(er->outputs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -214,10 +214,11 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
   er.reset();
   auto resp = call->proc->PostProcess(*model_, *call->state, outs);
   if (!resp.ok()) return Respond(call, StatusResponse(resp.status()));
-  metrics_.RecordStage(Stage::kPostprocess, Seconds(t0, SteadyClock::now()));
   HttpResponse r;
   r.body = std::move(resp->body);
   r.content_type = std::move(resp->content_type);
+  // Recorded before the response leaves, so that a client sees it in /metrics at once.
+  metrics_.RecordStage(Stage::kRespond, Seconds(t0, SteadyClock::now()));
   Respond(call, std::move(r));
 }
 

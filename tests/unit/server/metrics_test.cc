@@ -32,7 +32,9 @@ TEST(Metrics, RendersEveryFamilyWithHelpAndType) {
   m.RecordResponse("/score", 429, 0.001);
   m.RecordStage(Stage::kQueue, 0.001);
   m.RecordStage(Stage::kCompute, 0.005);
-  m.RecordBatch(3, 120);
+  m.RecordBatch(3, 120, 0.25);
+  m.RecordBatch(1, 200, 0.5);
+  m.RecordStage(Stage::kRespond, 0.00007);
   m.AddTokens(120);
   m.AddCancelled();
   GaugeValues g;
@@ -50,6 +52,10 @@ TEST(Metrics, RendersEveryFamilyWithHelpAndType) {
   EXPECT_NE(out.find("sluice_tokens_total 120\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_stage_seconds_count{stage=\"queue\"} 1\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_stage_seconds_count{stage=\"parse\"} 0\n"), std::string::npos);
+  EXPECT_NE(out.find("sluice_stage_seconds_bucket{stage=\"respond\",le=\"0.0001\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("sluice_engine_busy_seconds_total 0.75\n"), std::string::npos);
+  EXPECT_NE(out.find("sluice_batches_total 2\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_requests_cancelled_total 1\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_queue_depth 2\n"), std::string::npos);
   EXPECT_NE(out.find("sluice_requests_in_flight 5\n"), std::string::npos);
