@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "backend/profiling_backend.h"
 #include "core/log.h"
@@ -89,7 +90,29 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   info.weights = w.description();
   info.backend = e->backend_->Describe();
   info.st_modules = st.module_types;
+  if (e->backend_->kind() == DeviceKind::kCuda) RETURN_IF_ERROR(e->WarmUp());
   return e;
+}
+
+Status Engine::WarmUp() {
+  // One forward over a full token budget: allocates the largest workspaces and prepares
+  // the GEMM plans of that size once, so the first real batch runs at full speed.
+  const int64_t budget = options_.max_batch_tokens;
+  const int max_len = info_.max_sequence_length > 0 ? info_.max_sequence_length : 512;
+  int64_t len = std::max<int64_t>((budget + options_.max_num_seqs - 1) / options_.max_num_seqs,
+                                  std::min(128, max_len));
+  len = std::min<int64_t>(len, max_len);
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(budget / len, options_.max_num_seqs));
+  ForwardBatch batch;
+  std::vector<int32_t> ids(static_cast<size_t>(std::min(len, budget)), 0);
+  for (int64_t i = 0; i < n; ++i) batch.Add(ids);
+  std::vector<SequenceOutput> outputs(static_cast<size_t>(n));
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(RunPacked(batch, outputs.data()).WithContext("warm-up forward"));
+  SLUICE_LOG_INFO("warmed up: one forward of {} x {} tokens in {:.2f} s", n, ids.size(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ResetProfile();
+  return Status::Ok();
 }
 
 std::string Engine::ProfileReport() const {

@@ -73,6 +73,8 @@ class Engine {
 
  private:
   Engine() = default;
+  // CUDA: runs one forward over a full token budget at load time (workspaces, GEMM plans).
+  Status WarmUp();
 
   EngineOptions options_;
   ModelInfo info_;

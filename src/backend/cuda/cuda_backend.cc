@@ -147,12 +147,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
-    for (auto& [key, plan] : plans_) {
-      if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-      for (auto* l : {plan.a, plan.b, plan.c, plan.d}) {
-        if (l) cublasLtMatrixLayoutDestroy(l);
-      }
-    }
+    for (auto& [key, plan] : plans_) DestroyPlan(plan);
     cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
   }
@@ -439,12 +434,21 @@ class CudaBackend final : public Backend {
     return static_cast<const float2*>(entry.first.t().data);
   }
 
+  // Rows M of a GEMM -> the M whose algorithm it uses: batches of similar size share one
+  // cuBLASLt heuristic query (and one algorithm, so their rows are computed alike).
+  static int64_t BucketM(int64_t m) {
+    if (m <= 256) {
+      int64_t b = 1;
+      while (b < m) b <<= 1;
+      return b;
+    }
+    if (m <= 8192) return (m + 255) / 256 * 256;
+    return (m + 2047) / 2048 * 2048;
+  }
+
   // Column-major view: D[N, M] = op(A)[N, K] · B[K, M] with A = W (stored [N, K] row-major,
   // i.e. K x N column-major, transposed) and B = X^T (K x M column-major, ld = x stride).
-  const GemmPlan* Plan(const GemmKey& key, const void* bias) {
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return &it->second;
-    GemmPlan& p = plans_[key];
+  void CreatePlan(const GemmKey& key, const void* bias, GemmPlan& p) {
     const DType wdt = static_cast<DType>(key.dtype);
     const cublasComputeType_t compute =
         wdt == DType::kF32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -467,6 +471,19 @@ class CudaBackend final : public Backend {
     const DType odt = static_cast<DType>(key.odt);
     BLAS_OK(cublasLtMatrixLayoutCreate(&p.c, CudaType(odt), key.n, key.m, key.ldc));
     BLAS_OK(cublasLtMatrixLayoutCreate(&p.d, CudaType(odt), key.n, key.m, key.ldd));
+  }
+
+  static void DestroyPlan(GemmPlan& p) {
+    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    for (auto* l : {p.a, p.b, p.c, p.d}) {
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    }
+    p = GemmPlan{};
+  }
+
+  // cuBLASLt's heuristic for a plan's shape; prefers an algorithm without split-K (its
+  // reduction order along K is fixed). Sets p.algo / p.ok.
+  void Heuristic(const GemmKey& key, GemmPlan& p) {
     cublasLtMatmulPreference_t pref;
     BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kGemmWorkspace;
@@ -488,8 +505,8 @@ class CudaBackend final : public Backend {
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.d, pref, kWant, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return &p;
-    // Prefer an algorithm without split-K: its reduction order along K is fixed.
+    p.ok = false;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return;
     int pick = -1;
     for (int i = 0; i < found && pick < 0; ++i) {
       if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -505,6 +522,42 @@ class CudaBackend final : public Backend {
     if (pick < 0) pick = 0;
     p.algo = res[pick].algo;
     p.ok = res[pick].state == CUBLAS_STATUS_SUCCESS;
+  }
+
+  // The plan (descriptor, layouts, algorithm) of one exact GEMM. The algorithm comes from
+  // the heuristic for the M bucket (checked against the exact shape with
+  // cublasLtMatmulAlgoCheck), so a new batch size costs no heuristic query. The cache of
+  // exact plans is bounded (cleared past kMaxPlans; bucket algorithms are kept).
+  const GemmPlan* Plan(const GemmKey& key, const void* bias) {
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return &it->second;
+    if (plans_.size() >= kMaxPlans) {
+      for (auto& [k, plan] : plans_) DestroyPlan(plan);
+      plans_.clear();
+    }
+    GemmPlan& p = plans_[key];
+    CreatePlan(key, bias, p);
+    GemmKey bk = key;
+    bk.m = BucketM(key.m);
+    auto ait = bucket_algos_.find(bk);
+    if (ait == bucket_algos_.end()) {
+      GemmPlan tmp;
+      CreatePlan(bk, bias, tmp);
+      Heuristic(bk, tmp);
+      ait = bucket_algos_.emplace(bk, std::make_pair(tmp.algo, tmp.ok)).first;
+      DestroyPlan(tmp);
+    }
+    if (ait->second.second) {
+      cublasLtMatmulHeuristicResult_t chk{};
+      if (cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.d, &ait->second.first, &chk) ==
+              CUBLAS_STATUS_SUCCESS &&
+          chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= kGemmWorkspace) {
+        p.algo = ait->second.first;
+        p.ok = true;
+        return &p;
+      }
+    }
+    Heuristic(key, p);  // the bucket's algorithm does not fit this exact shape
     return &p;
   }
 
@@ -515,7 +568,9 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
   void* gemm_ws_ = nullptr;
+  static constexpr size_t kMaxPlans = 4096;
   std::map<GemmKey, GemmPlan> plans_;
+  std::map<GemmKey, std::pair<cublasLtMatmulAlgo_t, bool>> bucket_algos_;
   std::map<std::pair<double, int>, Buffer> inv_freq_;
   std::map<std::pair<double, int>, std::pair<Buffer, int>> cos_sin_;  // table, positions
 };
