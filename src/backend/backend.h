@@ -124,6 +124,12 @@ struct AttentionParams {
   // (Mistral/Qwen convention). Bidirectional: keys with |i - j| < window (ModernBERT's
   // local_attention of w corresponds to window = w / 2 + 1).
   int window = 0;
+  // Shared-prefix reuse (causal models): when > 0, sequence 0 of the batch is a prefix of
+  // exactly prefix_len tokens that every other sequence continues. Sequences s >= 1 then
+  // hold only their own tokens, at logical positions prefix_len, prefix_len + 1, ..., and
+  // attend to the prefix's keys/values (sequence 0's rows) followed by their own; the
+  // result equals running each full sequence (prefix + own tokens) on its own.
+  int prefix_len = 0;
 };
 
 enum class PoolMode { kCls, kMean, kLast, kMax };

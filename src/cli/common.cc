@@ -21,6 +21,10 @@ void AddModelFlags(CLI::App* app, ModelFlags* f) {
       ->capture_default_str();
   app->add_option("--max-num-seqs", f->max_num_seqs, "sequences per batch at most")
       ->capture_default_str();
+  app->add_option("--prefix-reuse", f->prefix_reuse,
+                  "auto | on | off: compute a prefix shared by every sequence of a batch once "
+                  "(causal models with last-token pooling; auto = on for CUDA)")
+      ->capture_default_str();
   app->add_flag("--profile", f->profile,
                 "time every backend op (synchronising) and print a breakdown at the end");
 }
@@ -57,6 +61,16 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   o.max_batch_tokens = f.max_batch_tokens;
   o.max_num_seqs = f.max_num_seqs;
   o.profile = f.profile;
+  if (f.prefix_reuse == "auto") {
+    o.prefix_reuse = PrefixReuse::kAuto;
+  } else if (f.prefix_reuse == "on") {
+    o.prefix_reuse = PrefixReuse::kOn;
+  } else if (f.prefix_reuse == "off") {
+    o.prefix_reuse = PrefixReuse::kOff;
+  } else {
+    return InvalidArgument("--prefix-reuse: expected auto, on or off, got \"" + f.prefix_reuse +
+                           "\"");
+  }
   return o;
 }
 
@@ -72,6 +86,7 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {
   SLUICE_LOG_INFO("head: {}", i.head);
   SLUICE_LOG_INFO("limits: max_batch_tokens {}, max_num_seqs {}, max tokens per input {}",
                   o.max_batch_tokens, o.max_num_seqs, i.max_sequence_length);
+  SLUICE_LOG_INFO("shared-prefix reuse: {}", engine->prefix_reuse() ? "on" : "off");
   SLUICE_LOG_INFO("loaded in {:.2f} s", NowSeconds() - t0);
   return engine;
 }

@@ -17,6 +17,7 @@ struct ModelFlags {
   int64_t max_batch_tokens = 8192;
   int max_num_seqs = 256;
   bool profile = false;
+  std::string prefix_reuse = "auto";
 };
 
 void AddModelFlags(CLI::App* app, ModelFlags* f);

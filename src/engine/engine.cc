@@ -90,6 +90,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   info.weights = w.description();
   info.backend = e->backend_->Describe();
   info.st_modules = st.module_types;
+  const bool causal_last =
+      e->model_->SupportsPrefixReuse() && e->head_.pooling == PoolingKind::kLast;
+  e->prefix_reuse_ =
+      causal_last &&
+      (options.prefix_reuse == PrefixReuse::kOn ||
+       (options.prefix_reuse == PrefixReuse::kAuto && e->backend_->kind() == DeviceKind::kCuda));
   if (e->backend_->kind() == DeviceKind::kCuda) RETURN_IF_ERROR(e->WarmUp());
   return e;
 }
@@ -130,7 +136,54 @@ Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, Sequenc
   return RunPacked(batch_, outputs);
 }
 
+// A shared prefix shorter than this is not worth a separate sequence.
+constexpr int kMinSharedPrefix = 4;
+
+int Engine::SharedPrefix(const ForwardBatch& batch) const {
+  const int S = batch.num_seqs();
+  if (!prefix_reuse_ || batch.prefix_len > 0 || S < 2 || !batch.token_type_ids.empty()) return 0;
+  const auto& cu = batch.cu_seqlens;
+  const int32_t* first = batch.token_ids.data();
+  // Every sequence keeps at least one token of its own (its last token is pooled).
+  int p = cu[1] - cu[0] - 1;
+  for (int s = 1; s < S && p >= kMinSharedPrefix; ++s) {
+    const int32_t* ids = batch.token_ids.data() + cu[s];
+    const int len = cu[s + 1] - cu[s];
+    p = std::min(p, len - 1);
+    int i = 0;
+    while (i < p && ids[i] == first[i]) ++i;
+    p = i;
+  }
+  return p >= kMinSharedPrefix ? p : 0;
+}
+
 Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
+  const int p = SharedPrefix(batch);
+  if (p == 0) return RunForward(batch, outputs);
+  // Sequence 0: the shared prefix; then each sequence's own tokens.
+  const int S = batch.num_seqs();
+  ForwardBatch& pb = prefix_batch_;
+  pb.Clear();
+  pb.token_ids.assign(batch.token_ids.begin(), batch.token_ids.begin() + p);
+  pb.cu_seqlens = {0, p};
+  pb.max_seqlen = p;
+  for (int s = 0; s < S; ++s) {
+    const int b = batch.cu_seqlens[s] + p, e = batch.cu_seqlens[s + 1];
+    pb.token_ids.insert(pb.token_ids.end(), batch.token_ids.begin() + b,
+                        batch.token_ids.begin() + e);
+    pb.cu_seqlens.push_back(static_cast<int32_t>(pb.token_ids.size()));
+    pb.max_seqlen = std::max(pb.max_seqlen, e - b);
+  }
+  pb.prefix_len = p;
+  prefix_outputs_.resize(static_cast<size_t>(S) + 1);
+  RETURN_IF_ERROR(RunForward(pb, prefix_outputs_.data()));
+  for (int s = 0; s < S; ++s) outputs[s] = std::move(prefix_outputs_[s + 1]);
+  prefix_stats_.batches += 1;
+  prefix_stats_.tokens_saved += static_cast<int64_t>(S - 1) * p;
+  return Status::Ok();
+}
+
+Status Engine::RunForward(const ForwardBatch& batch, SequenceOutput* outputs) {
   RETURN_IF_ERROR(model_->Validate(batch));
   DeviceBatch db = model_->PrepareBatch(batch, *workspace_);
   // CLS/LAST pooling needs one row per sequence: the model skips the last layer's

@@ -14,6 +14,12 @@
 
 namespace sluice {
 
+// Shared-prefix reuse: when every sequence of a packed batch starts with the same tokens
+// (e.g. a causal reranker's prompt template), the prefix is computed once and each
+// sequence attends to its keys/values (AttentionParams::prefix_len). Applies to causal
+// models with last-token pooling; auto = on for CUDA, off for CPU.
+enum class PrefixReuse { kAuto, kOn, kOff };
+
 struct EngineOptions {
   std::string model_dir;
   std::optional<DType> dtype;  // nullopt = "auto": the checkpoint's dtype
@@ -22,6 +28,13 @@ struct EngineOptions {
   int64_t max_batch_tokens = 8192;
   int max_num_seqs = 256;
   bool profile = false;  // time every backend call (synchronising); see ProfileReport()
+  PrefixReuse prefix_reuse = PrefixReuse::kAuto;
+};
+
+// Counters of shared-prefix reuse since load.
+struct PrefixReuseStats {
+  int64_t batches = 0;       // batches that ran with a shared prefix
+  int64_t tokens_saved = 0;  // prefix tokens not recomputed ((sequences - 1) x prefix length)
 };
 
 struct SequenceInput {
@@ -56,6 +69,8 @@ class Engine {
 
   const ModelInfo& info() const { return info_; }
   const HeadSpec& head() const { return head_; }
+  bool prefix_reuse() const { return prefix_reuse_; }
+  const PrefixReuseStats& prefix_reuse_stats() const { return prefix_stats_; }
   const Model& model() const { return *model_; }
   // Per-op time breakdown since load (markdown table); empty unless options.profile.
   std::string ProfileReport() const;
@@ -75,6 +90,10 @@ class Engine {
   Engine() = default;
   // CUDA: runs one forward over a full token budget at load time (workspaces, GEMM plans).
   Status WarmUp();
+  // One forward of `batch` as packed (no prefix detection).
+  Status RunForward(const ForwardBatch& batch, SequenceOutput* outputs);
+  // Length of the prefix shared by every sequence of `batch` worth reusing, else 0.
+  int SharedPrefix(const ForwardBatch& batch) const;
 
   EngineOptions options_;
   ModelInfo info_;
@@ -83,8 +102,11 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Workspace> workspace_;
   HeadSpec head_;
-  ForwardBatch batch_;
+  ForwardBatch batch_, prefix_batch_;
   std::vector<float> host_pooled_;
+  std::vector<SequenceOutput> prefix_outputs_;
+  bool prefix_reuse_ = false;
+  PrefixReuseStats prefix_stats_;
 };
 
 }  // namespace sluice

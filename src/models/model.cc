@@ -9,6 +9,7 @@ void ForwardBatch::Clear() {
   token_type_ids.clear();
   cu_seqlens.clear();
   max_seqlen = 0;
+  prefix_len = 0;
 }
 
 void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids) {
@@ -53,14 +54,16 @@ DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
   DeviceBatch d;
   d.num_seqs = batch.num_seqs();
   d.max_seqlen = batch.max_seqlen;
+  d.prefix_len = batch.prefix_len;
   d.num_tokens = batch.num_tokens();
   d.host_cu_seqlens = batch.cu_seqlens;
   const int64_t T = d.num_tokens;
   std::vector<int32_t>& positions = scratch_positions_;
   positions.resize(T);
   for (int s = 0; s < d.num_seqs; ++s) {
+    const int32_t start = batch.cu_seqlens[s] - (s > 0 ? batch.prefix_len : 0);
     for (int32_t i = batch.cu_seqlens[s]; i < batch.cu_seqlens[s + 1]; ++i) {
-      positions[i] = i - batch.cu_seqlens[s] + position_offset();
+      positions[i] = i - start + position_offset();
     }
   }
   std::vector<int32_t>& types = scratch_types_;
@@ -93,8 +96,14 @@ void Model::SelectOutputRows(DeviceBatch& d, Workspace& ws, bool first) {
 
 Status Model::Validate(const ForwardBatch& batch) const {
   if (batch.num_seqs() == 0) return InvalidArgument("empty batch");
+  if (batch.prefix_len > 0) {
+    if (!SupportsPrefixReuse()) return Internal("this model does not support prefix reuse");
+    if (batch.num_seqs() < 2 || batch.cu_seqlens[1] - batch.cu_seqlens[0] != batch.prefix_len) {
+      return Internal("prefix_len must equal the length of sequence 0");
+    }
+  }
   for (int s = 0; s < batch.num_seqs(); ++s) {
-    const int len = batch.cu_seqlens[s + 1] - batch.cu_seqlens[s];
+    const int len = batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + (s > 0 ? batch.prefix_len : 0);
     if (len <= 0) return InvalidArgument("sequence " + std::to_string(s) + " is empty");
     if (max_sequence_length() > 0 && len > max_sequence_length()) {
       return OutOfRange("sequence of " + std::to_string(len) + " tokens exceeds the model's " +

@@ -21,6 +21,11 @@ struct ForwardBatch {
   std::vector<int32_t> token_type_ids;  // [T] or empty (all zero)
   std::vector<int32_t> cu_seqlens;      // [S + 1], cu_seqlens[0] == 0
   int max_seqlen = 0;
+  // Shared-prefix reuse: when > 0, sequence 0 is a prefix of exactly prefix_len tokens that
+  // every other sequence continues; those hold only their own tokens, whose positions
+  // start at prefix_len (see AttentionParams::prefix_len). Models that
+  // SupportsPrefixReuse() only.
+  int prefix_len = 0;
 
   int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
@@ -50,6 +55,7 @@ struct DeviceBatch {
   Tensor cu_seqlens;  // i32 [S + 1]
   int num_seqs = 0;
   int max_seqlen = 0;
+  int prefix_len = 0;  // ForwardBatch::prefix_len
   int64_t num_tokens = 0;
   std::vector<int32_t> host_cu_seqlens;
   // Optional: when set (data != nullptr), Forward returns only these token rows
@@ -67,6 +73,8 @@ class Model {
   DType compute_dtype() const { return dtype_; }
   // Longest sequence the model accepts (position embeddings / config limit).
   virtual int max_sequence_length() const { return config_.max_position_embeddings; }
+  // Causal models whose Forward accepts ForwardBatch::prefix_len > 0.
+  virtual bool SupportsPrefixReuse() const { return false; }
 
   // Runs the stack; returns packed final hidden states [T, hidden] (f32), or the rows of
   // batch.output_rows when set, valid until the next Forward. `batch` must be uploaded by

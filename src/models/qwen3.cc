@@ -84,6 +84,7 @@ class Qwen3Model final : public Model {
   }
 
   int max_sequence_length() const override { return config_.max_position_embeddings; }
+  bool SupportsPrefixReuse() const override { return true; }
 
   StatusOr<Tensor> Forward(const DeviceBatch& b, Workspace& ws) override {
     const auto& c = config_;
@@ -111,13 +112,14 @@ class Qwen3Model final : public Model {
     ap.head_dim = D;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
     ap.causal = true;
+    ap.prefix_len = b.prefix_len;
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();
     rp.head_dim = D;
     rp.rotary_dim = D;
     rp.theta = c.rope_theta;
     rp.style = RopeStyle::kNeox;
-    rp.max_position = b.max_seqlen;
+    rp.max_position = b.max_seqlen + b.prefix_len;
 
     const bool prune = b.output_rows.data != nullptr;
     const int64_t S = b.num_output_rows;

@@ -107,8 +107,10 @@ DeviceKind TestDevice() {
 }
 
 std::unique_ptr<Engine> LoadEngine(const Case& c, std::optional<DType> dtype = std::nullopt,
-                                   int64_t max_batch_tokens = 8192) {
+                                   int64_t max_batch_tokens = 8192,
+                                   PrefixReuse prefix_reuse = PrefixReuse::kAuto) {
   EngineOptions o;
+  o.prefix_reuse = prefix_reuse;
   o.model_dir = (fs::path(kFixtures) / "models" / c.name).string();
   o.dtype = dtype;
   o.max_batch_tokens = max_batch_tokens;
@@ -223,6 +225,59 @@ TEST_P(GoldenTest, BatchInvariance) {
       }
     }
   }
+}
+
+// Shared-prefix reuse: inputs that all start with the same tokens give the same outputs
+// with the prefix computed once (on) as computed in full (off), within 1e-5 in fp32, with
+// duplicates bit-identical; causal last-token models report the reuse.
+TEST_P(GoldenTest, SharedPrefixReuse) {
+  const Case c = LoadCase(fs::path(kFixtures) / "golden" / (GetParam() + ".json"));
+  auto off = LoadEngine(c, DType::kF32, 8192, PrefixReuse::kOff);
+  auto on = LoadEngine(c, DType::kF32, 8192, PrefixReuse::kOn);
+  ASSERT_NE(off, nullptr);
+  ASSERT_NE(on, nullptr);
+  EXPECT_FALSE(off->prefix_reuse());
+  size_t longest = 0;
+  for (const auto& in : c.inputs) longest = std::max(longest, in.ids.size());
+  const int limit = off->info().max_sequence_length;
+  const int P = std::min<int>(12, limit - static_cast<int>(longest) - 1);
+  if (P < 5) GTEST_SKIP() << "no room for a prefix under the model's length limit";
+  std::vector<int32_t> prefix;
+  for (int i = 0; i < P; ++i) prefix.push_back(c.inputs[0].ids[i % c.inputs[0].ids.size()]);
+  std::vector<SequenceInput> inputs;
+  for (const auto& in : c.inputs) {
+    SequenceInput x;
+    x.ids = prefix;
+    x.ids.insert(x.ids.end(), in.ids.begin(), in.ids.end());
+    if (!in.type_ids.empty()) {
+      x.type_ids.assign(prefix.size(), 0);
+      x.type_ids.insert(x.type_ids.end(), in.type_ids.begin(), in.type_ids.end());
+    }
+    inputs.push_back(std::move(x));
+  }
+  inputs.push_back(inputs[0]);  // a duplicate
+  SequenceInput shortest;       // the prefix plus one token
+  shortest.ids = prefix;
+  shortest.ids.push_back(c.inputs[0].ids[0]);
+  if (!inputs[0].type_ids.empty()) shortest.type_ids.assign(shortest.ids.size(), 0);
+  inputs.push_back(shortest);
+  auto a = off->Run(inputs);
+  auto b = on->Run(inputs);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  double worst = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const double d = MaxAbsDiff((*a)[i].values, (*b)[i].values);
+    EXPECT_LE(d, 1e-5) << c.name << " input " << i;
+    worst = std::max(worst, d);
+  }
+  EXPECT_EQ((*b)[0].values, (*b)[inputs.size() - 2].values) << "duplicates differ";
+  if (on->prefix_reuse()) {
+    EXPECT_GT(on->prefix_reuse_stats().batches, 0);
+    EXPECT_GE(on->prefix_reuse_stats().tokens_saved, static_cast<int64_t>(P) * (inputs.size() - 1));
+  }
+  std::printf("[ prefix ] %-28s reuse %-3s max |diff| vs full %.3g\n", c.name.c_str(),
+              on->prefix_reuse() ? "on" : "off", worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CaseNames()),

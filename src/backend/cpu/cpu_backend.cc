@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -141,7 +142,55 @@ class CpuBackend final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     omp_set_num_threads(threads_);
+    if (p.prefix_len > 0) return AttentionWithPrefix(p);
     cpu::AttentionKernel(p);
+  }
+
+  // Shared-prefix attention by expansion: each sequence s >= 1 is copied as prefix rows +
+  // own rows, the regular kernel runs over the expanded batch, and the own rows' outputs
+  // are copied back. Exactly the full-sequence computation (the kernel is batch
+  // invariant); the CPU gains nothing from it, but runs the same batches as CUDA.
+  void AttentionWithPrefix(const AttentionParams& p) {
+    const int S = p.num_seqs, P = p.prefix_len;
+    const int32_t* cu = p.cu_seqlens;
+    std::vector<int32_t> ecu = {0};
+    int max_len = 0;
+    for (int s = 0; s < S; ++s) {
+      const int len = cu[s + 1] - cu[s] + (s > 0 ? P : 0);
+      ecu.push_back(ecu.back() + len);
+      max_len = std::max(max_len, len);
+    }
+    const int64_t T = ecu.back();
+    auto expand = [&](const Tensor& x, std::vector<float>& buf) {
+      buf.resize(static_cast<size_t>(T * x.cols));
+      for (int s = 0; s < S; ++s) {
+        const int pre = s > 0 ? P : 0;
+        for (int j = 0; j < ecu[s + 1] - ecu[s]; ++j) {
+          const int64_t src = j < pre ? cu[0] + j : cu[s] + (j - pre);
+          std::memcpy(buf.data() + (ecu[s] + j) * x.cols, x.ptr<float>() + src * x.row_stride(),
+                      static_cast<size_t>(x.cols) * sizeof(float));
+        }
+      }
+      return Tensor{buf.data(), DType::kF32, T, x.cols, 0};
+    };
+    AttentionParams e = p;
+    e.q = expand(p.q, eq_);
+    e.k = expand(p.k, ek_);
+    e.v = expand(p.v, ev_);
+    eo_.resize(static_cast<size_t>(T * p.out.cols));
+    e.out = Tensor{eo_.data(), DType::kF32, T, p.out.cols, 0};
+    e.cu_seqlens = ecu.data();
+    e.max_seqlen = max_len;
+    e.prefix_len = 0;
+    cpu::AttentionKernel(e);
+    for (int s = 0; s < S; ++s) {
+      const int pre = s > 0 ? P : 0;
+      for (int i = 0; i < cu[s + 1] - cu[s]; ++i) {
+        std::memcpy(p.out.ptr<float>() + (cu[s] + i) * p.out.row_stride(),
+                    eo_.data() + (ecu[s] + pre + i) * p.out.cols,
+                    static_cast<size_t>(p.out.cols) * sizeof(float));
+      }
+    }
   }
   void Activate(Tensor x, Activation act) override {
     omp_set_num_threads(threads_);
@@ -167,6 +216,7 @@ class CpuBackend final : public Backend {
 
  private:
   int threads_;
+  std::vector<float> eq_, ek_, ev_, eo_;  // AttentionWithPrefix scratch
   cpu::LinearRunner linear_;
 };
 

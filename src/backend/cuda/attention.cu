@@ -18,6 +18,11 @@
 // softmax stay in registers, P is rounded to the input dtype for P·V (as FlashAttention
 // does), O is normalised once at the end and rounded once. Tiles start at the sequence's
 // first token and all reductions have a fixed order: batch invariant like the others.
+//
+// Shared-prefix reuse (AttentionParams::prefix_len): a sequence s >= 1 sees the keys of
+// sequence 0 (the shared prefix) before its own, in logical order, so key tiles still
+// start at logical position 0 and the per-row arithmetic is the same as for the full
+// sequence.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,28 +62,32 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                     const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                     const int32_t* __restrict__ cu, int group, int dim, float scale, bool causal,
-                    int window) {
+                    int window, int prefix) {
   extern __shared__ float smem[];
   float* ks = smem;                    // [kKeys][dim + 1]
   float* vs = ks + kKeys * (dim + 1);  // [kKeys][dim]
   float* qs = vs + kKeys * dim;        // [kWarps][dim]
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
+  // Keys in logical order: the shared prefix's rows (sequence 0), then the sequence's own.
+  const int pre = seq > 0 ? prefix : 0, klen = pre + len;
+  const int64_t pbase = cu[0];
   const int q0 = blockIdx.y * kWarps;
   if (q0 >= len) return;  // whole block past this sequence's end
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int qi = q0 + warp;  // query row within the sequence
+  const int qL = pre + qi;   // its logical position
   const bool active = qi < len;
 
   if (active) {
     const T* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
     for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = ToF(qr[c]);
   }
-  const int q_last = min(len, q0 + kWarps) - 1;
-  int kv_end = causal ? q_last + 1 : len;
+  const int q_last = pre + min(len, q0 + kWarps) - 1;
+  int kv_end = causal ? q_last + 1 : klen;
   int kv_begin = 0;
   if (window > 0) {
-    kv_begin = max(0, q0 - window + 1) / kKeys * kKeys;
+    kv_begin = max(0, pre + q0 - window + 1) / kKeys * kKeys;
     kv_end = min(kv_end, q_last + window);
   }
 
@@ -89,12 +98,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int t0 = kv_begin; t0 < kv_end; t0 += kKeys) {
     __syncthreads();  // previous tile fully consumed (and qs written, on the first pass)
-    const int nk = min(kKeys, len - t0);
+    const int nk = min(kKeys, klen - t0);
     for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
       const int j = e / dim, c = e % dim;
       float kv = 0.f, vv = 0.f;
       if (j < nk) {
-        const int64_t row = base + t0 + j;
+        const int kl = t0 + j;
+        const int64_t row = kl < pre ? pbase + kl : base + (kl - pre);
         kv = ToF(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
         vv = ToF(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
       }
@@ -106,8 +116,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     // Score of key t0 + lane.
     const int kj = t0 + lane;
     bool ok = lane < nk;
-    if (causal) ok = ok && kj <= qi;
-    if (window > 0) ok = ok && abs(qi - kj) < window;
+    if (causal) ok = ok && kj <= qL;
+    if (window > 0) ok = ok && abs(qL - kj) < window;
     float s = -INFINITY;
     if (ok) {
       const float* kr = ks + lane * (dim + 1);
@@ -160,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernelRows(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                         const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                         const int32_t* __restrict__ cu, int group, int dim, float scale,
-                        bool causal, int window) {
+                        bool causal, int window, int prefix) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int kst = dim + 4;       // padded K row: 16-byte aligned, conflict-free
@@ -169,6 +179,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* qs = vs + kKeys * dim;  // [kBlockQ][dim]
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
+  const int pre = seq > 0 ? prefix : 0, klen = pre + len;  // logical keys: prefix, own
+  const int64_t pbase = cu[0];
   const int q0 = blockIdx.y * kBlockQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -180,11 +192,11 @@ __global__ void __launch_bounds__(kWarps * 32)
             ? ToF(q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c])
             : 0.f;
   }
-  const int q_last = min(len, q0 + kBlockQ) - 1;
-  int kv_end = causal ? q_last + 1 : len;
+  const int q_last = pre + min(len, q0 + kBlockQ) - 1;
+  int kv_end = causal ? q_last + 1 : klen;
   int kv_begin = 0;
   if (window > 0) {
-    kv_begin = max(0, q0 - window + 1) / kKeys * kKeys;
+    kv_begin = max(0, pre + q0 - window + 1) / kKeys * kKeys;
     kv_end = min(kv_end, q_last + window);
   }
   float m[kRows], l[kRows], acc[kRows][NC];
@@ -198,12 +210,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int d4 = dim / 4;
   for (int t0 = kv_begin; t0 < kv_end; t0 += kKeys) {
     __syncthreads();
-    const int nk = min(kKeys, len - t0);
+    const int nk = min(kKeys, klen - t0);
     for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
       const int j = e / dim, c = e % dim;
       float kv = 0.f, vv = 0.f;
       if (j < nk) {
-        const int64_t row = base + t0 + j;
+        const int kl = t0 + j;
+        const int64_t row = kl < pre ? pbase + kl : base + (kl - pre);
         kv = ToF(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
         vv = ToF(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
       }
@@ -232,10 +245,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     float p[kRows], corr[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int qi = r0 + r;
+      const int qi = r0 + r, qL = pre + qi;
       bool ok = lane < nk && qi < len;
-      if (causal) ok = ok && kj <= qi;
-      if (window > 0) ok = ok && abs(qi - kj) < window;
+      if (causal) ok = ok && kj <= qL;
+      if (window > 0) ok = ok && abs(qL - kj) < window;
       const float s = ok ? dot[r] * scale : -INFINITY;
       float tmax = s;
       for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
@@ -317,7 +330,7 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     AttentionKernelRows<T, NC><<<grid, kWarps * 32, SmemBytesRows(p.head_dim), stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
-        p.scale, p.causal, p.window);
+        p.scale, p.causal, p.window, p.prefix_len);
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_seqs),
                     static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
@@ -325,7 +338,7 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     AttentionKernel<T, NC><<<grid, kWarps * 32, SmemBytes(p.head_dim), stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
-        p.scale, p.causal, p.window);
+        p.scale, p.causal, p.window, p.prefix_len);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -412,7 +425,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                       const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                       const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
-                      int window) {
+                      int window, int prefix) {
   constexpr int kSt = D + 8;      // padded shared-memory row (elements): conflict-free
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kKs = D / 16;     // k-steps of Q·K^T
@@ -423,16 +436,20 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   auto buf = [smem_t](int st, int kv) { return smem_t + (2 * st + kv) * kTcK * kSt; };
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
+  // Keys in logical order: the shared prefix's rows (sequence 0), then the sequence's own;
+  // query rows are local (0..len) and sit at logical positions pre + local.
+  const int pre = seq > 0 ? prefix : 0, klen = pre + len;
+  const int64_t pbase = cu[0];
   const int q0 = blockIdx.y * kTcQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
 
-  const int q_last = min(len, q0 + kTcQ) - 1;
-  int kv_end = causal ? q_last + 1 : len;
+  const int q_last = pre + min(len, q0 + kTcQ) - 1;
+  int kv_end = causal ? q_last + 1 : klen;
   int kv_begin = 0;
   if (window > 0) {
-    kv_begin = max(0, q0 - window + 1) / kTcK * kTcK;
+    kv_begin = max(0, pre + q0 - window + 1) / kTcK * kTcK;
     kv_end = min(kv_end, q_last + window);
   }
   // Asynchronous copy of the K/V tile starting at key t0 into stage st (rows past the
@@ -440,8 +457,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   auto load_kv = [&](int t0, int st) {
     for (int e = threadIdx.x; e < kTcK * kChunks; e += blockDim.x) {
       const int r = e / kChunks, c = (e % kChunks) * 8;
-      const bool ok = t0 + r < len;
-      const int64_t rw = base + (ok ? t0 + r : 0);
+      const int kl = t0 + r;
+      const bool ok = kl < klen;
+      const int64_t rw = !ok ? base : kl < pre ? pbase + kl : base + (kl - pre);
       CpAsync16(buf(st, 0) + r * kSt + c, k + rw * ldk + static_cast<int64_t>(kvh) * D + c, ok);
       CpAsync16(buf(st, 1) + r * kSt + c, v + rw * ldv + static_cast<int64_t>(kvh) * D + c, ok);
     }
@@ -480,7 +498,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 #pragma unroll
   for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int row[2] = {wq0 + g, wq0 + g + 8};
+  const int row[2] = {pre + wq0 + g, pre + wq0 + g + 8};  // logical query positions
 
   int st = 0;
   for (int t0 = kv_begin; t0 < kv_end; t0 += kTcK, st ^= 1) {
@@ -496,8 +514,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     const T* vs = buf(st, 1);
     do {  // this warp's work on the tile (break = nothing to do)
       if (!active) break;
-      if (causal && t0 > wq0 + 15) break;  // every key of the tile is in this warp's future
-      if (window > 0 && (t0 + kTcK - 1 < wq0 - window + 1 || (!causal && t0 > wq0 + 15 + window))) {
+      const int wl = pre + wq0;           // the warp's first logical query position
+      if (causal && t0 > wl + 15) break;  // every key of the tile is in this warp's future
+      if (window > 0 && (t0 + kTcK - 1 < wl - window + 1 || (!causal && t0 > wl + 15 + window))) {
         break;  // the tile is outside every row's window
       }
       float s[kTcK / 8][4];
@@ -520,7 +539,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         for (int e = 0; e < 4; ++e) {
           const int key = t0 + j * 8 + 2 * t + (e & 1);
           const int qi = row[e >> 1];
-          bool ok = key < len;
+          bool ok = key < klen;
           if (causal) ok = ok && key <= qi;
           if (window > 0) ok = ok && abs(qi - key) < window;
           s[j][e] = ok ? s[j][e] * scale_log2 : -INFINITY;
@@ -584,9 +603,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (row[r] >= len) continue;
+    const int local = row[r] - pre;
+    if (local >= len) continue;
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    T* orow = out + static_cast<int64_t>(base + row[r]) * ldo + static_cast<int64_t>(h) * D + 2 * t;
+    T* orow = out + static_cast<int64_t>(base + local) * ldo + static_cast<int64_t>(h) * D + 2 * t;
 #pragma unroll
     for (int i = 0; i < kDt; ++i) {
       *reinterpret_cast<uint32_t*>(orow + i * 8) =
@@ -608,7 +628,8 @@ bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
   AttentionTcKernel<T, D><<<grid, kTcWarps * 32, TcSmemBytes<D>(), stream>>>(
       p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
       p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
-      p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window);
+      p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window,
+      p.prefix_len);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     std::fprintf(stderr, "sluice cuda: attention launch failed: %s\n", cudaGetErrorString(e));

@@ -296,6 +296,71 @@ TEST_F(CudaHalfOps, AttentionBatchInvariant) {
   }
 }
 
+// Shared-prefix attention (AttentionParams::prefix_len) equals attention over the expanded
+// sequences (prefix rows + own rows), bit for bit: tensor-core and CUDA-core kernels, with
+// GQA, tails shorter and longer than a tile.
+TEST_F(CudaHalfOps, AttentionSharedPrefix) {
+  const AttnCase cases[] = {
+      {16, 8, 128, true, 0}, {4, 4, 64, true, 0}, {4, 2, 80, true, 0}, {4, 2, 64, true, 0}};
+  const int P = 40;
+  const std::vector<int> tails = {1, 13, 64, 101, 200};
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    for (const auto& ac : cases) {
+      const int qw = ac.heads * ac.dim, width = qw + 2 * ac.kv_heads * ac.dim;
+      auto pre = Random(static_cast<size_t>(P) * width, 60, -2.f, 2.f);
+      std::vector<std::vector<float>> own;
+      for (size_t i = 0; i < tails.size(); ++i) {
+        own.push_back(Random(static_cast<size_t>(tails[i]) * width, 61 + i, -2.f, 2.f));
+      }
+      // Packed with the prefix once: [prefix][tail 1][tail 2]...
+      std::vector<float> packed = pre;
+      std::vector<int32_t> cu = {0, P};
+      int max_tail = P;
+      for (const auto& o : own) {
+        packed.insert(packed.end(), o.begin(), o.end());
+        cu.push_back(cu.back() + static_cast<int>(o.size() / width));
+        max_tail = std::max(max_tail, static_cast<int>(o.size() / width));
+      }
+      // Expanded: each tail as a full sequence prefix + tail.
+      std::vector<float> full;
+      std::vector<int32_t> fcu = {0};
+      int max_full = 0;
+      for (const auto& o : own) {
+        full.insert(full.end(), pre.begin(), pre.end());
+        full.insert(full.end(), o.begin(), o.end());
+        const int len = P + static_cast<int>(o.size() / width);
+        fcu.push_back(fcu.back() + len);
+        max_full = std::max(max_full, len);
+      }
+      auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& c, int maxlen,
+                     int prefix) {
+        const int T = c.back();
+        Tensor t = Make(gpu_.get(), x, T, width, dt);
+        Tensor out = Make(gpu_.get(), std::vector<float>(static_cast<size_t>(T) * qw), T, qw, dt);
+        AttentionParams p = AttnParams(t, out, I32(gpu_.get(), c).ptr<int32_t>(),
+                                       static_cast<int>(c.size()) - 1, maxlen, ac);
+        p.prefix_len = prefix;
+        gpu_->Attention(p);
+        return Get(gpu_.get(), out);
+      };
+      auto a = run(packed, cu, max_tail, P);
+      auto b = run(full, fcu, max_full, 0);
+      for (size_t i = 0; i < own.size(); ++i) {
+        const int len = cu[i + 2] - cu[i + 1];
+        std::vector<float> ga(a.begin() + static_cast<int64_t>(cu[i + 1]) * qw,
+                              a.begin() + static_cast<int64_t>(cu[i + 2]) * qw);
+        std::vector<float> gb(b.begin() + static_cast<int64_t>(fcu[i] + P) * qw,
+                              b.begin() + static_cast<int64_t>(fcu[i] + P + len) * qw);
+        EXPECT_EQ(ga, gb) << DTypeName(dt) << " dim " << ac.dim << " tail " << len;
+      }
+      // The prefix sequence itself is plain causal attention over its own rows.
+      std::vector<float> pa(a.begin(), a.begin() + static_cast<int64_t>(P) * qw);
+      std::vector<float> pb(b.begin(), b.begin() + static_cast<int64_t>(P) * qw);
+      EXPECT_EQ(pa, pb) << DTypeName(dt) << " dim " << ac.dim << " prefix rows";
+    }
+  }
+}
+
 // Linear with half activations: x and out in bf16/f16 (bias, activation), out f32 with an
 // f32 residual (beta = 1), and half out with an f32 residual (scratch path).
 TEST_F(CudaHalfOps, Linear) {
