@@ -135,7 +135,7 @@ struct ScriptRun {
 #include "tokenizer/unicode_tables_hf.inc"
 
 template <size_t N>
-bool InRanges(const CpRange (&t)[N], char32_t c) {
+constexpr bool InRanges(const CpRange (&t)[N], char32_t c) {
   const CpRange* r = std::partition_point(t, t + N, [c](const CpRange& x) { return x.hi < c; });
   return r != t + N && r->lo <= c;
 }
@@ -147,7 +147,7 @@ const CpMap* FindCp(const CpMap (&t)[N], char32_t c) {
   return r != t + N && r->cp == c ? r : nullptr;
 }
 
-// Latin-1 fast path: one bit per property.
+// Latin-1 fast path: one bit per property (built at compile time).
 enum : uint8_t {
   kBitWhitespace = 1,
   kBitPunct = 2,
@@ -155,7 +155,7 @@ enum : uint8_t {
   kBitNumeric = 8,
   kBitWord = 16,
 };
-const std::array<uint8_t, 256> kLatin1 = [] {
+constexpr std::array<uint8_t, 256> kLatin1 = [] {
   std::array<uint8_t, 256> t{};
   for (char32_t c = 0; c < 256; ++c) {
     uint8_t b = 0;

@@ -178,7 +178,7 @@ class Prober:
 
     # ---- steps ----
     def pretokenizers(self):
-        P, R = self.P, self.Regex
+        P = self.P
         bert = self.split_classes(P.BertPreTokenizer(), "x")
         self.put_set("bert_pre_ws", [c for c, v in bert.items() if v == "r"])
         self.put_set("bert_pre_punct", [c for c, v in bert.items() if v == "i"])
