@@ -1,6 +1,12 @@
-"""The embedded demo model of `make serve` (models/demo-reranker): the README's rerank
-example ranks the relevant document first, and a few more queries of the same kind."""
+"""The embedded demo model of `make serve` (models/demo-reranker, trained by
+scripts/train_demo_reranker.py): the README's rerank example ranks the relevant document
+first with the README's scores, a few more queries of the same kind, and `sluice bench
+--input` against it."""
+import json
 import os
+import re
+import subprocess
+import tempfile
 
 import harness
 from harness import Server
@@ -26,6 +32,10 @@ with Server(MODEL) as s:
     c.check(len(res) == 2 and res[0]["index"] == 1, f"README example: {res}")
     c.check(len(res) == 2 and res[0]["relevance_score"] > 0.5 > res[1]["relevance_score"],
             f"README example scores: {res}")
+    # The README shows 0.99998975 for the relevant document and ~1.03e-05 for the others
+    # (transformers gave 0.9999897480 and 1.0243e-05..1.0258e-05 in training).
+    c.check(len(res) == 2 and abs(res[0]["relevance_score"] - 0.99998975) < 1e-6
+            and res[1]["relevance_score"] < 1.1e-5, f"README example values: {res}")
     c.check(len(res) >= 1 and res[0].get("document", {}).get("text") == DOCS[1],
             "returned document text")
     c.check(r.get("model") == "demo-reranker", f"model name {r.get('model')}")
@@ -45,4 +55,21 @@ with Server(MODEL) as s:
     c.check(st == 200 and t.get("token_strs") == ["[CLS]", "how", "do", "salmon", "swim",
                                                   "up", "the", "river", "?", "[SEP]"],
             f"/tokenize {t}")
+    # `sluice bench --input`: the bodies of a JSONL file, in order, cycled.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "requests.jsonl")
+        with open(path, "w") as f:
+            for q, docs, _ in cases:
+                f.write(json.dumps({"query": q, "documents": docs}) + "\n")
+            f.write(json.dumps({"query": QUERY, "documents": DOCS}) + "\n")
+        out = subprocess.run([harness.ARGS.sluice, "bench", "--port", str(s.port), "--input", path,
+                              "--requests", "6", "--concurrency", "2"],
+                             capture_output=True, text=True)
+        c.check(out.returncode == 0 and "errors: none" in out.stdout, f"bench: {out.stdout}")
+        m = re.search(r"requests: (\d+) ok, 6 total in [\d.]+ s: ([\d.]+) req/s, "
+                      r"([\d.]+) documents/s", out.stdout)
+        # 6 requests cycle the 3 bodies twice: (3 + 3 + 4) x 2 = 20 documents, 20/6 a request.
+        c.check(m is not None and m.group(1) == "6" and
+                abs(float(m.group(3)) / float(m.group(2)) - 20 / 6) < 0.01,
+                f"bench counts: {out.stdout}")
 c.finish("demo")
