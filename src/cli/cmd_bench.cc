@@ -15,7 +15,6 @@
 #pragma GCC diagnostic pop
 #include <simdjson.h>
 
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -69,22 +68,17 @@ int CountInputs(simdjson::dom::element doc) {
 }
 
 StatusOr<Bodies> ReadBodies(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open --input " + path);
-  simdjson::dom::parser parser;
   Bodies b;
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    simdjson::dom::element doc;
-    if (parser.parse(line).get(doc) || !doc.is_object()) {
-      return InvalidArgument(path + ":" + std::to_string(lineno) + ": not a JSON object");
-    }
-    b.inputs.push_back(CountInputs(doc));
-    b.bodies.push_back(std::move(line));
-  }
+  RETURN_IF_ERROR(ForEachJsonLine(
+      path, "--input",
+      [&](size_t lineno, const std::string& line, simdjson::dom::element doc) -> Status {
+        if (!doc.is_object()) {
+          return InvalidArgument(path + ":" + std::to_string(lineno) + ": not a JSON object");
+        }
+        b.inputs.push_back(CountInputs(doc));
+        b.bodies.push_back(line);
+        return Status::Ok();
+      }));
   if (b.bodies.empty()) return InvalidArgument("--input " + path + " holds no request bodies");
   return b;
 }

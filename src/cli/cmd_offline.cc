@@ -78,22 +78,10 @@ Status ReadIds(simdjson::dom::element e, const char* field, size_t line,
 }
 
 StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open input file " + path);
-  simdjson::dom::parser parser;
   ParsedInputs parsed;
   std::vector<SequenceInput>& seqs = parsed.seqs;
   std::vector<int32_t> prefix, separator, suffix;
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    simdjson::dom::element doc;
-    if (auto err = parser.parse(line).get(doc)) {
-      return InvalidArgument(path + ":" + std::to_string(lineno) + ": invalid JSON (" +
-                             simdjson::error_message(err) + ")");
-    }
+  auto read_line = [&](size_t lineno, const std::string&, simdjson::dom::element doc) -> Status {
     simdjson::dom::element f;
     SequenceInput s;
     if (!doc["input_ids"].get(f) || !doc["ids"].get(f)) {
@@ -126,7 +114,7 @@ StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
       if (!doc["prefix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "prefix", lineno, &prefix));
       if (!doc["separator"].get(f)) RETURN_IF_ERROR(ReadIds(f, "separator", lineno, &separator));
       if (!doc["suffix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "suffix", lineno, &suffix));
-      continue;
+      return Status::Ok();
     } else if (!doc["text"].get(f) || !doc["query"].get(f)) {
       const std::string where = path + ":" + std::to_string(lineno);
       TextInput t;
@@ -153,7 +141,9 @@ StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
                              "\"query\" and \"document\"");
     }
     seqs.push_back(std::move(s));
-  }
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(ForEachJsonLine(path, "input file", read_line));
   return parsed;
 }
 

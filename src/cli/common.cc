@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include "core/log.h"
 
@@ -129,6 +130,27 @@ void ProgressBar::Finish(size_t done, int64_t tokens) {
   std::fprintf(stderr, "done: %zu %s, %lld tokens in %.3f s: %.1f %s/s, %.0f tokens/s\n", done,
                what_.c_str(), static_cast<long long>(tokens), el, done / el, what_.c_str(),
                tokens / el);
+}
+
+Status ForEachJsonLine(
+    const std::string& path, const std::string& what,
+    const std::function<Status(size_t, const std::string&, simdjson::dom::element)>& fn) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open " + what + " " + path);
+  simdjson::dom::parser parser;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    simdjson::dom::element doc;
+    if (auto err = parser.parse(line).get(doc)) {
+      return InvalidArgument(path + ":" + std::to_string(lineno) + ": invalid JSON (" +
+                             simdjson::error_message(err) + ")");
+    }
+    RETURN_IF_ERROR(fn(lineno, line, doc));
+  }
+  return Status::Ok();
 }
 
 }  // namespace sluice::cli

@@ -1,7 +1,10 @@
 // Options and helpers shared by the sub-commands that load a model.
 #pragma once
 
+#include <simdjson.h>
+
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 
 #include "engine/engine.h"
@@ -45,5 +48,12 @@ class ProgressBar {
 };
 
 double NowSeconds();
+
+// Reads a JSONL file: fn(line number, line text, parsed line) for every non-blank line.
+// Stops at fn's first error; a line that is not JSON is InvalidArgument "path:N: invalid
+// JSON (...)", a missing file NotFound "cannot open <what> <path>".
+Status ForEachJsonLine(
+    const std::string& path, const std::string& what,
+    const std::function<Status(size_t, const std::string&, simdjson::dom::element)>& fn);
 
 }  // namespace sluice::cli
