@@ -92,6 +92,8 @@ class Engine {
   Status WarmUp();
   // One forward of `batch` as packed (no prefix detection).
   Status RunForward(const ForwardBatch& batch, SequenceOutput* outputs);
+  // Pooled rows [S, hidden] (device) -> head -> outputs.
+  Status FinishHead(const Tensor& pooled, int S, SequenceOutput* outputs);
   // Length of the prefix shared by every sequence of `batch` worth reusing, else 0.
   int SharedPrefix(const ForwardBatch& batch) const;
 
@@ -106,6 +108,9 @@ class Engine {
   std::vector<float> host_pooled_;
   std::vector<SequenceOutput> prefix_outputs_;
   bool prefix_reuse_ = false;
+  // The head's first dense layer (e.g. BERT's pooler) as a device GEMM over the pooled
+  // rows; its activation and the rest of the head run on the host.
+  std::unique_ptr<LinearWeight> head_dense_;
   PrefixReuseStats prefix_stats_;
 };
 

@@ -369,7 +369,12 @@ void HeadRunner::Apply(const float* pooled, int n, int hidden, SequenceOutput* o
   for (int r = 0; r < n; ++r) {
     a.assign(pooled + static_cast<size_t>(r) * hidden,
              pooled + static_cast<size_t>(r + 1) * hidden);
-    for (const auto& l : spec_.layers) {
+    if (first_layer_ > 0) {
+      const std::string& act = spec_.layers[first_layer_ - 1].act;
+      for (auto& v : a) v = ApplyAct(act, v);
+    }
+    for (size_t li = first_layer_; li < spec_.layers.size(); ++li) {
+      const auto& l = spec_.layers[li];
       b.resize(l.out);
       HostLinearApply(l, a.data(), b.data());
       a.swap(b);

@@ -73,6 +73,10 @@ struct SequenceOutput {
 class HeadRunner {
  public:
   explicit HeadRunner(const HeadSpec& spec) : spec_(spec) {}
+  // first_layer > 0: the rows given to Apply are layer (first_layer - 1)'s output before its
+  // activation (its matrix product ran on the device); the runner applies that activation
+  // and the layers from first_layer on.
+  HeadRunner(const HeadSpec& spec, int first_layer) : spec_(spec), first_layer_(first_layer) {}
   // pooled: [n, hidden] row-major. Writes one SequenceOutput per row.
   void Apply(const float* pooled, int n, int hidden, SequenceOutput* outs) const;
   // Token-level rows of one sequence (ALL/STEP): keeps per-row vectors, normalised if asked.
@@ -80,6 +84,7 @@ class HeadRunner {
 
  private:
   const HeadSpec& spec_;
+  int first_layer_ = 0;
 };
 
 // L2-normalises v in place (zero vectors stay zero, like torch.nn.functional.normalize).
