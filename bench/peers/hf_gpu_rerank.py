@@ -253,13 +253,22 @@ def main():
             if mode == "sorted" and bs == 512:
                 hf_scores = sc
     results["qwen3_hf"] = hf
+    limits = ["--max-batch-tokens", str(args.max_batch_tokens), "--max-num-seqs",
+              str(args.max_num_seqs)]
     sl_rates, sl_scores, sl_log = sluice_score(
         args.sluice, mdir, inp, os.path.join(args.out, "qwen3.out.jsonl"),
-        ["--max-batch-tokens", str(args.max_batch_tokens), "--max-num-seqs",
-         str(args.max_num_seqs)], args.reps)
+        limits + ["--prefix-reuse", "off"], args.reps)
     log(sl_log[-1500:])
     results["qwen3_sluice_offline"] = sl_rates
-    log(f"sluice offline: {[round(r, 1) for r in sl_rates]} pairs/s")
+    log(f"sluice offline (no prefix reuse): {[round(r, 1) for r in sl_rates]} pairs/s")
+    pr_rates, pr_scores, pr_log = sluice_score(
+        args.sluice, mdir, inp, os.path.join(args.out, "qwen3.prefix.out.jsonl"),
+        limits + ["--prefix-reuse", "on"], args.reps)
+    log(pr_log[-600:])
+    results["qwen3_sluice_offline_prefix"] = pr_rates
+    results["qwen3_prefix_vs_full_score_diff"] = score_diff(pr_scores, sl_scores)
+    log(f"sluice offline (prefix reuse): {[round(r, 1) for r in pr_rates]} pairs/s; scores vs "
+        f"no reuse: max/mean {results['qwen3_prefix_vs_full_score_diff']}")
     # sluice's score for num_labels=1 is the raw logit unless the model asks for a sigmoid;
     # compare on whichever scale it reports.
     if hf_scores is not None:
@@ -288,9 +297,9 @@ def main():
             for s in range(0, len(seqs), 20):
                 f.write(json.dumps({"input": [x[0] for x in seqs[s:s + 20]]}) + "\n")
         results["qwen3_sluice_served"] = serve_bench(
-            args.sluice, mdir, bodies,
-            ["--max-batch-tokens", str(args.max_batch_tokens), "--max-num-seqs",
-             str(args.max_num_seqs)], 8123, args.out)
+            args.sluice, mdir, bodies, limits + ["--prefix-reuse", "off"], 8123, args.out)
+        results["qwen3_sluice_served_prefix"] = serve_bench(
+            args.sluice, mdir, bodies, limits + ["--prefix-reuse", "on"], 8124, args.out)
     del model
     torch.cuda.empty_cache()
 
@@ -350,18 +359,26 @@ def main():
     for k, v in hf.items():
         log(f"| HF transformers {k} | {v:.1f} |")
     sr = results["qwen3_sluice_offline"]
-    log(f"| sluice offline (`sluice score`), median of {len(sr)} | {med(sr):.1f} "
-        f"({min(sr):.1f}-{max(sr):.1f}) |")
-    if "qwen3_sluice_served" in results:
-        sv = results["qwen3_sluice_served"]["c16"]
-        log(f"| sluice served, /classify 20 per request, concurrency 16 | {sv['docs_per_s']:.1f} "
-            f"({sv['docs_per_s'] / med(sr):.0%} of offline) |")
-        c1 = results["qwen3_sluice_served"]["c1"]
-        log(f"\nsingle request of 20 documents (concurrency 1): p50 {c1['p50_ms']:.2f} ms, "
-            f"p95 {c1['p95_ms']:.2f} ms")
+    pr = results["qwen3_sluice_offline_prefix"]
+    log(f"| sluice offline (`sluice score --prefix-reuse off`), median of {len(sr)} | "
+        f"{med(sr):.1f} ({min(sr):.1f}-{max(sr):.1f}) |")
+    log(f"| sluice offline with shared-prefix reuse (`--prefix-reuse on`) | {med(pr):.1f} "
+        f"({min(pr):.1f}-{max(pr):.1f}) |")
+    for key, ref, what in (("qwen3_sluice_served", sr, "no prefix reuse"),
+                           ("qwen3_sluice_served_prefix", pr, "prefix reuse")):
+        if key in results:
+            sv = results[key]["c16"]
+            log(f"| sluice served ({what}), /classify 20 per request, concurrency 16 | "
+                f"{sv['docs_per_s']:.1f} ({sv['docs_per_s'] / med(ref):.0%} of offline) |")
+    for key in ("qwen3_sluice_served", "qwen3_sluice_served_prefix"):
+        if key in results:
+            c1 = results[key]["c1"]
+            log(f"\n{key}: single request of 20 documents (concurrency 1): p50 "
+                f"{c1['p50_ms']:.2f} ms, p95 {c1['p95_ms']:.2f} ms")
     if hf:
         best = max(hf.values())
-        log(f"\nsluice offline / best HF path: {med(sr) / best:.2f}x")
+        log(f"\nsluice offline / best HF path: {med(sr) / best:.2f}x without prefix reuse, "
+            f"{med(pr) / best:.2f}x with it")
         flop_per_pair = None
         n_lin = 28 * (1024 * 4096 + 2048 * 1024 + 1024 * 6144 + 3072 * 1024)
         flop_tok = 2 * n_lin

@@ -94,13 +94,14 @@ class BertModel final : public Model {
     const auto& c = config_;
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
     const float eps = static_cast<float>(c.layer_norm_eps);
-    // Hidden states (the residual stream, LayerNorm outputs) stay f32; QKV, attention and
-    // the FFN intermediate use the backend's activation dtype (f32 on CPU, bf16/f16 on CUDA).
+    // Every activation, hidden states included, is in the backend's activation dtype (f32
+    // on CPU; bf16/f16 on CUDA next to bf16/f16 weights, which is what transformers computes
+    // in for a post-norm encoder); LayerNorm statistics are fp32.
     const DType A = backend_->ActivationDType(dtype_);
-    Tensor h = ws.Get(kHidden, DType::kF32, T, H);
+    Tensor h = ws.Get(kHidden, A, T, H);
     Tensor qkv = ws.Get(kQkv, A, T, 3 * H);
     Tensor attn = ws.Get(kAttn, A, T, H);
-    Tensor tmp = ws.Get(kTmp, DType::kF32, T, H);
+    Tensor tmp = ws.Get(kTmp, A, T, H);
     Tensor inter = ws.Get(kInter, A, T, I);
 
     backend_->EmbeddingGather(word_.t(), b.ids.ptr<int32_t>(), T, h, false);
@@ -129,18 +130,17 @@ class BertModel final : public Model {
       backend_->Attention(ap);
       if (prune && l + 1 == layers_.size()) {
         // Last layer: only the output rows need the o-proj, MLP and norms.
-        Tensor hs = ws.Get(kHiddenRows, DType::kF32, S, H);
+        Tensor hs = ws.Get(kHiddenRows, A, S, H);
         Tensor as = ws.Get(kAttnRows, A, S, H);
         backend_->GatherRows(attn, rows, S, as);
         backend_->GatherRows(h, rows, S, hs);
-        PostAttention(L, as, hs, ws.Get(kTmpRows, DType::kF32, S, H), ws.Get(kInterRows, A, S, I),
-                      eps);
+        PostAttention(L, as, hs, ws.Get(kTmpRows, A, S, H), ws.Get(kInterRows, A, S, I), eps);
         return hs;
       }
       PostAttention(L, attn, h, tmp, inter, eps);
     }
     if (prune) {
-      Tensor hs = ws.Get(kHiddenRows, DType::kF32, S, H);
+      Tensor hs = ws.Get(kHiddenRows, A, S, H);
       backend_->GatherRows(h, rows, S, hs);
       return hs;
     }

@@ -76,7 +76,8 @@ class Model {
   // Causal models whose Forward accepts ForwardBatch::prefix_len > 0.
   virtual bool SupportsPrefixReuse() const { return false; }
 
-  // Runs the stack; returns packed final hidden states [T, hidden] (f32), or the rows of
+  // Runs the stack; returns packed final hidden states [T, hidden] (f32, or the backend's
+  // ActivationDType() for models that keep their hidden states in it), or the rows of
   // batch.output_rows when set, valid until the next Forward. `batch` must be uploaded by
   // PrepareBatch on the same workspace.
   virtual StatusOr<Tensor> Forward(const DeviceBatch& batch, Workspace& ws) = 0;

@@ -22,6 +22,17 @@ void CheckLaunch(const char* what) {
   }
 }
 
+// Element-wise kernels over [rows, cols] run on a 2-D grid: x covers the columns, y strides
+// over the rows (no 64-bit division per element).
+dim3 Grid2D(int64_t rows, int64_t cols) {
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, (cols + kThreads - 1) / kThreads)),
+              static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535)));
+}
+#define SLUICE_FOR_EACH_ELEMENT(rows, cols)                                      \
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
+  if (c >= (cols)) return;                                                       \
+  for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)
+
 unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(std::max<int64_t>(1, (n + kThreads - 1) / kThreads));
 }
@@ -133,35 +144,32 @@ __device__ __forceinline__ void Store(T* p, const float (&v)[N]) {
 
 __global__ void ConvertKernel(const void* src, DType st, int64_t lds, int64_t rows, int64_t cols,
                               void* dst, DType dt) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  StoreAny(dst, dt, i, LoadAny(src, st, r * lds + c));
+  SLUICE_FOR_EACH_ELEMENT(rows, cols) {
+    StoreAny(dst, dt, r * cols + c, LoadAny(src, st, r * lds + c));
+  }
 }
 
 __global__ void BiasActResidualKernel(const void* in, DType it, int64_t ldi, const float* bias,
                                       Activation act, const void* res, DType rt, int64_t ldr,
                                       void* out, DType ot, int64_t ldo, int64_t rows,
                                       int64_t cols) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  float v = LoadAny(in, it, r * ldi + c);
-  if (bias) v += bias[c];
-  v = ApplyAct(v, act);
-  if (res) v += LoadAny(res, rt, r * ldr + c);
-  StoreAny(out, ot, r * ldo + c, v);
+  SLUICE_FOR_EACH_ELEMENT(rows, cols) {
+    float v = LoadAny(in, it, r * ldi + c);
+    if (bias) v += bias[c];
+    v = ApplyAct(v, act);
+    if (res) v += LoadAny(res, rt, r * ldr + c);
+    StoreAny(out, ot, r * ldo + c, v);
+  }
 }
 
 __global__ void EmbeddingKernel(const void* table, DType tt, int64_t ldt, const int32_t* ids,
                                 int64_t n, void* out, DType ot, int64_t ldo, int64_t cols,
                                 bool acc) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  float v = LoadAny(table, tt, static_cast<int64_t>(ids[r]) * ldt + c);
-  if (acc) v += LoadAny(out, ot, r * ldo + c);
-  StoreAny(out, ot, r * ldo + c, v);
+  SLUICE_FOR_EACH_ELEMENT(n, cols) {
+    float v = LoadAny(table, tt, static_cast<int64_t>(ids[r]) * ldt + c);
+    if (acc) v += LoadAny(out, ot, r * ldo + c);
+    StoreAny(out, ot, r * ldo + c, v);
+  }
 }
 
 // One block per row; three passes over global memory (sum, squared deviations, write) so
@@ -396,56 +404,52 @@ __global__ void __launch_bounds__(kQkWarps * 32)
 
 __global__ void ActivateKernel(void* x, DType xt, int64_t ldx, int64_t rows, int64_t cols,
                                Activation act) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t o = (i / cols) * ldx + i % cols;
-  StoreAny(x, xt, o, ApplyAct(LoadAny(x, xt, o), act));
+  SLUICE_FOR_EACH_ELEMENT(rows, cols) {
+    const int64_t o = r * ldx + c;
+    StoreAny(x, xt, o, ApplyAct(LoadAny(x, xt, o), act));
+  }
 }
 
 __global__ void GatedKernel(const void* gu, DType gt, int64_t ldg, Activation act, void* out,
                             DType ot, int64_t ldo, int64_t rows, int64_t cols) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  const float g = LoadAny(gu, gt, r * ldg + c), u = LoadAny(gu, gt, r * ldg + cols + c);
-  StoreAny(out, ot, r * ldo + c, ApplyAct(g, act) * u);
+  SLUICE_FOR_EACH_ELEMENT(rows, cols) {
+    const float g = LoadAny(gu, gt, r * ldg + c), u = LoadAny(gu, gt, r * ldg + cols + c);
+    StoreAny(out, ot, r * ldo + c, ApplyAct(g, act) * u);
+  }
 }
 
 // bf16 -> bf16 gated activation, 8 columns per thread with 16-byte accesses (cols, strides
 // multiples of 8, 16-byte aligned pointers). Same arithmetic as GatedKernel.
 __global__ void GatedKernelBf16x8(const uint4* gu, int64_t ldg8, Activation act, uint4* out,
                                   int64_t ldo8, int64_t rows, int64_t cols8) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols8) return;
-  const int64_t r = i / cols8, c = i % cols8;
-  const uint4 g4 = gu[r * ldg8 + c], u4 = gu[r * ldg8 + cols8 + c];
-  const auto* g = reinterpret_cast<const __nv_bfloat16*>(&g4);
-  const auto* u = reinterpret_cast<const __nv_bfloat16*>(&u4);
-  uint4 o4;
-  auto* o = reinterpret_cast<__nv_bfloat16*>(&o4);
+  SLUICE_FOR_EACH_ELEMENT(rows, cols8) {
+    const uint4 g4 = gu[r * ldg8 + c], u4 = gu[r * ldg8 + cols8 + c];
+    const auto* g = reinterpret_cast<const __nv_bfloat16*>(&g4);
+    const auto* u = reinterpret_cast<const __nv_bfloat16*>(&u4);
+    uint4 o4;
+    auto* o = reinterpret_cast<__nv_bfloat16*>(&o4);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    o[j] = __float2bfloat16_rn(ApplyAct(__bfloat162float(g[j]), act) * __bfloat162float(u[j]));
+    for (int j = 0; j < 8; ++j) {
+      o[j] = __float2bfloat16_rn(ApplyAct(__bfloat162float(g[j]), act) * __bfloat162float(u[j]));
+    }
+    out[r * ldo8 + c] = o4;
   }
-  out[r * ldo8 + c] = o4;
 }
 
 __global__ void AddKernel(const void* a, DType at, int64_t lda, const void* b, DType bt,
                           int64_t ldb, void* out, DType ot, int64_t ldo, int64_t rows,
                           int64_t cols) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  StoreAny(out, ot, r * ldo + c, LoadAny(a, at, r * lda + c) + LoadAny(b, bt, r * ldb + c));
+  SLUICE_FOR_EACH_ELEMENT(rows, cols) {
+    StoreAny(out, ot, r * ldo + c, LoadAny(a, at, r * lda + c) + LoadAny(b, bt, r * ldb + c));
+  }
 }
 
 template <typename T>
 __global__ void GatherRowsKernel(const T* x, int64_t ldx, const int32_t* rows, int64_t n, T* out,
                                  int64_t ldo, int64_t cols) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  out[r * ldo + c] = x[static_cast<int64_t>(rows[r]) * ldx + c];
+  SLUICE_FOR_EACH_ELEMENT(n, cols) {
+    out[r * ldo + c] = x[static_cast<int64_t>(rows[r]) * ldx + c];
+  }
 }
 
 __global__ void PoolKernel(const void* h, DType ht, int64_t ldh, const int32_t* cu, int num_seqs,
@@ -483,8 +487,8 @@ __global__ void PoolKernel(const void* h, DType ht, int64_t ldh, const int32_t* 
 void Convert(const Tensor& src, void* dst, DType dst_dtype, cudaStream_t stream) {
   const int64_t n = src.numel();
   if (n == 0) return;
-  ConvertKernel<<<Blocks(n), kThreads, 0, stream>>>(src.data, src.dtype, src.row_stride(), src.rows,
-                                                    src.cols, dst, dst_dtype);
+  ConvertKernel<<<Grid2D(src.rows, src.cols), kThreads, 0, stream>>>(
+      src.data, src.dtype, src.row_stride(), src.rows, src.cols, dst, dst_dtype);
   CheckLaunch("Convert");
 }
 
@@ -496,7 +500,7 @@ void BiasActResidual(const Tensor& in, const float* bias, Activation act, const 
                      const Tensor& out, cudaStream_t stream) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  BiasActResidualKernel<<<Blocks(n), kThreads, 0, stream>>>(
+  BiasActResidualKernel<<<Grid2D(out.rows, out.cols), kThreads, 0, stream>>>(
       in.data, in.dtype, in.row_stride(), bias, act, residual ? residual->data : nullptr,
       residual ? residual->dtype : DType::kF32, residual ? residual->row_stride() : 0, out.data,
       out.dtype, out.row_stride(), out.rows, out.cols);
@@ -506,7 +510,7 @@ void BiasActResidual(const Tensor& in, const float* bias, Activation act, const 
 void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, const Tensor& out,
                      bool accumulate, cudaStream_t stream) {
   if (n * out.cols == 0) return;
-  EmbeddingKernel<<<Blocks(n * out.cols), kThreads, 0, stream>>>(
+  EmbeddingKernel<<<Grid2D(n, out.cols), kThreads, 0, stream>>>(
       table.data, table.dtype, table.row_stride(), ids, n, out.data, out.dtype, out.row_stride(),
       out.cols, accumulate);
   CheckLaunch("EmbeddingGather");
@@ -649,8 +653,8 @@ bool QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps, const
 
 void Activate(const Tensor& x, Activation act, cudaStream_t stream) {
   if (x.numel() == 0 || act == Activation::kNone) return;
-  ActivateKernel<<<Blocks(x.numel()), kThreads, 0, stream>>>(x.data, x.dtype, x.row_stride(),
-                                                             x.rows, x.cols, act);
+  ActivateKernel<<<Grid2D(x.rows, x.cols), kThreads, 0, stream>>>(x.data, x.dtype, x.row_stride(),
+                                                                  x.rows, x.cols, act);
   CheckLaunch("Activate");
 }
 
@@ -660,12 +664,11 @@ void GatedActivate(const Tensor& gate_up, Activation act, const Tensor& out, cud
   if (gate_up.dtype == DType::kBF16 && out.dtype == DType::kBF16 && out.cols % 8 == 0 &&
       gate_up.row_stride() % 8 == 0 && out.row_stride() % 8 == 0 && aligned(gate_up.data) &&
       aligned(out.data)) {
-    const int64_t n8 = out.numel() / 8;
-    GatedKernelBf16x8<<<Blocks(n8), kThreads, 0, stream>>>(
+    GatedKernelBf16x8<<<Grid2D(out.rows, out.cols / 8), kThreads, 0, stream>>>(
         static_cast<const uint4*>(gate_up.data), gate_up.row_stride() / 8, act,
         static_cast<uint4*>(out.data), out.row_stride() / 8, out.rows, out.cols / 8);
   } else {
-    GatedKernel<<<Blocks(out.numel()), kThreads, 0, stream>>>(
+    GatedKernel<<<Grid2D(out.rows, out.cols), kThreads, 0, stream>>>(
         gate_up.data, gate_up.dtype, gate_up.row_stride(), act, out.data, out.dtype,
         out.row_stride(), out.rows, out.cols);
   }
@@ -674,7 +677,7 @@ void GatedActivate(const Tensor& gate_up, Activation act, const Tensor& out, cud
 
 void Add(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream) {
   if (out.numel() == 0) return;
-  AddKernel<<<Blocks(out.numel()), kThreads, 0, stream>>>(
+  AddKernel<<<Grid2D(out.rows, out.cols), kThreads, 0, stream>>>(
       a.data, a.dtype, a.row_stride(), b.data, b.dtype, b.row_stride(), out.data, out.dtype,
       out.row_stride(), out.rows, out.cols);
   CheckLaunch("Add");
@@ -683,7 +686,7 @@ void Add(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t strea
 void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, const Tensor& out,
                 cudaStream_t stream) {
   if (n * out.cols == 0) return;
-  const unsigned blocks = Blocks(n * out.cols);
+  const dim3 blocks = Grid2D(n, out.cols);
   switch (DTypeSize(x.dtype)) {
     case 2:
       GatherRowsKernel<<<blocks, kThreads, 0, stream>>>(x.ptr<uint16_t>(), x.row_stride(), rows, n,
