@@ -96,8 +96,8 @@ int RunServe(const ServeFlags& f) {
 
   server::Metrics metrics;
   EngineLoopOptions lo;
-  lo.limits.max_batch_tokens = f.model.max_batch_tokens;
-  lo.limits.max_num_seqs = f.model.max_num_seqs;
+  lo.limits.max_batch_tokens = (*engine_or)->options().max_batch_tokens;  // device-resolved
+  lo.limits.max_num_seqs = (*engine_or)->options().max_num_seqs;
   lo.max_queue_depth = f.max_queue_depth;
   lo.on_batch = [&metrics](const BatchStats& b) {
     metrics.RecordBatch(b.num_seqs, b.num_tokens, b.compute_seconds);

@@ -18,9 +18,11 @@ void AddModelFlags(CLI::App* app, ModelFlags* f) {
   app->add_option("--task", f->task, "embed | classify | score (default: from the architecture)");
   app->add_option("--threads", f->threads, "CPU threads (0 = all available)")
       ->capture_default_str();
-  app->add_option("--max-batch-tokens", f->max_batch_tokens, "token budget of one packed batch")
+  app->add_option("--max-batch-tokens", f->max_batch_tokens,
+                  "token budget of one packed batch (0 = 8192 on CPU, 65536 on CUDA)")
       ->capture_default_str();
-  app->add_option("--max-num-seqs", f->max_num_seqs, "sequences per batch at most")
+  app->add_option("--max-num-seqs", f->max_num_seqs,
+                  "sequences per batch at most (0 = 256 on CPU, 1024 on CUDA)")
       ->capture_default_str();
   app->add_option("--prefix-reuse", f->prefix_reuse,
                   "auto | on | off: compute a prefix shared by every sequence of a batch once "
@@ -59,8 +61,12 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   }
   if (f.threads < 0) return InvalidArgument("--threads must be >= 0");
   o.backend.num_threads = f.threads;
-  o.max_batch_tokens = f.max_batch_tokens;
-  o.max_num_seqs = f.max_num_seqs;
+  if (f.max_batch_tokens < 0) return InvalidArgument("--max-batch-tokens must be >= 0");
+  if (f.max_num_seqs < 0) return InvalidArgument("--max-num-seqs must be >= 0");
+  // A GPU needs far larger batches than a CPU to be busy.
+  const bool gpu = o.backend.device == DeviceKind::kCuda;
+  o.max_batch_tokens = f.max_batch_tokens > 0 ? f.max_batch_tokens : (gpu ? 65536 : 8192);
+  o.max_num_seqs = f.max_num_seqs > 0 ? f.max_num_seqs : (gpu ? 1024 : 256);
   o.profile = f.profile;
   if (f.prefix_reuse == "auto") {
     o.prefix_reuse = PrefixReuse::kAuto;

@@ -17,8 +17,8 @@ struct ModelFlags {
   std::string device = "cpu";
   std::string task;
   int threads = 0;
-  int64_t max_batch_tokens = 8192;
-  int max_num_seqs = 256;
+  int64_t max_batch_tokens = 0;  // 0: the device's default (8192 CPU, 65536 CUDA)
+  int max_num_seqs = 0;          // 0: the device's default (256 CPU, 1024 CUDA)
   bool profile = false;
   std::string prefix_reuse = "auto";
 };

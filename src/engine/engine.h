@@ -68,6 +68,7 @@ class Engine {
   ~Engine();
 
   const ModelInfo& info() const { return info_; }
+  const EngineOptions& options() const { return options_; }
   const HeadSpec& head() const { return head_; }
   bool prefix_reuse() const { return prefix_reuse_; }
   const PrefixReuseStats& prefix_reuse_stats() const { return prefix_stats_; }
