@@ -354,6 +354,38 @@ TEST(Cli, ProfileBreakdown) {
   }
 }
 
+// Batch limits default per device (CPU here) and are logged; prefix reuse can be forced
+// on the CPU (same scores) and bad values name the flag.
+TEST(Cli, BatchLimitsAndPrefixReuseFlags) {
+  const std::string in = TempPath("limits.jsonl");
+  WriteInputs("qwen3_reranker", in);
+  const std::string model = " --model " + kFixtures + "/models/qwen3_reranker --input " + in;
+  auto d =
+      RunSluice("score" + model + " --output " + TempPath("off.jsonl") + " --prefix-reuse off");
+  ASSERT_EQ(d.exit_code, 0) << d.out;
+  EXPECT_NE(d.out.find("max_batch_tokens 8192, max_num_seqs 256"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("shared-prefix reuse: off"), std::string::npos) << d.out;
+  auto on = RunSluice("score" + model + " --output " + TempPath("on.jsonl") +
+                      " --prefix-reuse on --max-batch-tokens 4096 --max-num-seqs 7");
+  ASSERT_EQ(on.exit_code, 0) << on.out;
+  EXPECT_NE(on.out.find("max_batch_tokens 4096, max_num_seqs 7"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("shared-prefix reuse: on"), std::string::npos) << on.out;
+  std::ifstream a(TempPath("off.jsonl")), b(TempPath("on.jsonl"));
+  std::string la, lb;
+  int lines = 0;
+  while (std::getline(a, la) && std::getline(b, lb)) {
+    EXPECT_EQ(la, lb);
+    ++lines;
+  }
+  EXPECT_GT(lines, 0);
+  auto bad = RunSluice("score" + model + " --prefix-reuse sometimes");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("--prefix-reuse"), std::string::npos) << bad.out;
+  auto neg = RunSluice("score" + model + " --max-num-seqs -1");
+  EXPECT_NE(neg.exit_code, 0);
+  EXPECT_NE(neg.out.find("--max-num-seqs"), std::string::npos) << neg.out;
+}
+
 TEST(Cli, Inspect) {
   auto r = RunSluice("inspect --model " + kFixtures + "/models/qwen3_reranker");
   ASSERT_EQ(r.exit_code, 0) << r.out;
