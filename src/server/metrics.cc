@@ -93,7 +93,12 @@ void Metrics::RecordStage(Stage stage, double seconds) {
   stages_[static_cast<int>(stage)].Observe(seconds);
 }
 
-void Metrics::RecordBatch(int num_seqs, int64_t num_tokens, double seconds) {
+void Metrics::RecordBatch(int num_seqs, int64_t num_tokens, double seconds,
+                          int64_t prefix_tokens_saved) {
+  if (prefix_tokens_saved > 0) {
+    prefix_saved_ += static_cast<uint64_t>(prefix_tokens_saved);
+    prefix_batches_++;
+  }
   batch_seqs_.Observe(num_seqs);
   batch_tokens_.Observe(static_cast<double>(num_tokens));
   batches_++;
@@ -137,6 +142,12 @@ std::string Metrics::Render(const GaugeValues& g) const {
   Header(&out, "sluice_engine_busy_seconds_total", "counter",
          "Time the engine spent in packed forwards (busy / wall time = engine utilisation).");
   out += "sluice_engine_busy_seconds_total " + Num(busy_ns_.load() * 1e-9) + "\n";
+  Header(&out, "sluice_prefix_reuse_batches_total", "counter",
+         "Packed forwards that computed a prefix shared by all their sequences once.");
+  out += "sluice_prefix_reuse_batches_total " + std::to_string(prefix_batches_.load()) + "\n";
+  Header(&out, "sluice_prefix_reuse_tokens_saved_total", "counter",
+         "Prefix tokens not recomputed thanks to shared-prefix reuse.");
+  out += "sluice_prefix_reuse_tokens_saved_total " + std::to_string(prefix_saved_.load()) + "\n";
   Header(&out, "sluice_tokens_total", "counter", "Tokens processed by the engine.");
   out += "sluice_tokens_total " + std::to_string(tokens_.load()) + "\n";
   Header(&out, "sluice_requests_cancelled_total", "counter",

@@ -53,7 +53,8 @@ class Metrics {
   void RecordResponse(const std::string& route, int status, double seconds);
   void RecordStage(Stage stage, double seconds);
   // One packed forward: its sequences, tokens and seconds (the engine's busy time).
-  void RecordBatch(int num_seqs, int64_t num_tokens, double seconds = 0);
+  void RecordBatch(int num_seqs, int64_t num_tokens, double seconds = 0,
+                   int64_t prefix_tokens_saved = 0);
   void AddTokens(int64_t n);
   void AddCancelled();
   std::string Render(const GaugeValues& gauges) const;
@@ -66,6 +67,7 @@ class Metrics {
   Histogram batch_seqs_, batch_tokens_;
   std::atomic<uint64_t> tokens_{0}, cancelled_{0}, batches_{0};
   std::atomic<uint64_t> busy_ns_{0};
+  std::atomic<uint64_t> prefix_saved_{0}, prefix_batches_{0};
 };
 
 }  // namespace sluice::server

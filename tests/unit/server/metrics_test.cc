@@ -42,6 +42,7 @@ TEST(Metrics, RendersEveryFamilyWithHelpAndType) {
   g.in_flight = 5;
   g.ready = 1;
   const std::string out = m.Render(g);
+  EXPECT_NE(out.find("sluice_prefix_reuse_batches_total 0\n"), std::string::npos) << out;
   EXPECT_NE(out.find("sluice_requests_total{route=\"/score\",code=\"200\"} 2\n"),
             std::string::npos);
   EXPECT_NE(out.find("sluice_requests_total{route=\"/score\",code=\"429\"} 1\n"),
@@ -108,6 +109,18 @@ TEST(Exchange, FirstResponseWinsAndDisconnectRunsHookOnce) {
   done.Respond(HttpResponse{});
   done.NotifyDisconnected();
   EXPECT_EQ(late, 0);
+}
+
+// Shared-prefix reuse counters: batches that reused a prefix and the tokens it saved.
+TEST(Metrics, PrefixReuseCounters) {
+  Metrics m;
+  m.RecordBatch(4, 90, 0.1, 30);  // 4 sequences shared a 10-token prefix
+  m.RecordBatch(2, 50, 0.1, 0);   // no shared prefix
+  m.RecordBatch(3, 60, 0.1, 16);
+  const std::string out = m.Render(GaugeValues{});
+  EXPECT_NE(out.find("sluice_prefix_reuse_batches_total 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("sluice_prefix_reuse_tokens_saved_total 46\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("sluice_batches_total 3\n"), std::string::npos) << out;
 }
 
 }  // namespace
