@@ -244,8 +244,34 @@ def service_routes():
         c.check('sluice_request_duration_seconds_count{route="/score"}' in m, "latency histogram")
 
 
+def prefix_reuse(name):
+    """--prefix-reuse on vs off through the API: a 1:N /score request (the query's tokens
+    are a prefix of every sequence) gives identical scores, and /metrics counts the reuse."""
+    g = golden(name)
+    pairs = usable_pairs(g)
+    _, q0, _ = max(pairs, key=lambda p: len(p[1]))
+    c.check(len(q0) >= 4, f"{name}: a query of {len(q0)} tokens to share")
+    docs = [p[2] for p in pairs[:12]]
+    scores = {}
+    for mode in ("off", "on"):
+        with Server(name, "--prefix-reuse", mode) as s:
+            st, _, body = s.post("/score", {"text_1": q0, "text_2": docs})
+            c.check(st == 200, f"{name} prefix-reuse {mode}: {st} {body}")
+            scores[mode] = [x["score"] for x in body["data"]]
+            m = s.metrics()
+            saved = m.get("sluice_prefix_reuse_tokens_saved_total", -1)
+            if mode == "on":
+                c.check(saved >= (len(docs) - 1) * len(q0),
+                        f"{name}: {saved} prefix tokens saved for {len(docs)} x {len(q0)}")
+                c.check(m.get("sluice_prefix_reuse_batches_total", 0) >= 1, "reuse batches")
+            else:
+                c.check(saved == 0, f"{name}: no reuse when off ({saved})")
+    c.check(scores["on"] == scores["off"], f"{name}: prefix reuse changes no score")
+
+
 cross_encoder("bert_cross_encoder")
 cross_encoder("qwen3_reranker")
+prefix_reuse("qwen3_reranker")
 embedder("bert_st_mean_dense")
 embedder("qwen3_st_last")
 matryoshka_dimensions_list()
