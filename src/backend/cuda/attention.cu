@@ -31,28 +31,11 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "backend/cuda/convert.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace sluice::cuda {
 namespace {
-
-__device__ __forceinline__ float ToF(float x) { return x; }
-__device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T FromF(float x);
-template <>
-__device__ __forceinline__ float FromF<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half FromF<__half>(float x) {
-  return __float2half_rn(x);
-}
 
 constexpr int kWarps = 8;  // query rows per block
 constexpr int kKeys = 32;  // keys per tile (one per lane)
@@ -81,7 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   if (active) {
     const T* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
-    for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = ToF(qr[c]);
+    for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = ToFloat(qr[c]);
   }
   const int q_last = pre + min(len, q0 + kWarps) - 1;
   int kv_end = causal ? q_last + 1 : klen;
@@ -105,8 +88,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (j < nk) {
         const int kl = t0 + j;
         const int64_t row = kl < pre ? pbase + kl : base + (kl - pre);
-        kv = ToF(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
-        vv = ToF(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
+        kv = ToFloat(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
+        vv = ToFloat(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
       }
       ks[j * (dim + 1) + c] = kv;
       vs[j * dim + c] = vv;
@@ -154,7 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
     const int c = lane + 32 * i;
-    if (c < dim) o[c] = FromF<T>(acc[i] * inv);
+    if (c < dim) o[c] = FromFloat<T>(acc[i] * inv);
   }
 }
 
@@ -189,7 +172,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int r = e / dim, c = e % dim;
     qs[e] =
         q0 + r < len
-            ? ToF(q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c])
+            ? ToFloat(
+                  q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c])
             : 0.f;
   }
   const int q_last = pre + min(len, q0 + kBlockQ) - 1;
@@ -217,8 +201,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (j < nk) {
         const int kl = t0 + j;
         const int64_t row = kl < pre ? pbase + kl : base + (kl - pre);
-        kv = ToF(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
-        vv = ToF(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
+        kv = ToFloat(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
+        vv = ToFloat(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
       }
       ks[j * kst + c] = kv;
       vs[j * dim + c] = vv;
@@ -295,7 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int c = lane + 32 * i;
-      if (c < dim) o[c] = FromF<T>(acc[r][i] * inv);
+      if (c < dim) o[c] = FromFloat<T>(acc[r][i] * inv);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/convert.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace sluice::cuda {
@@ -88,24 +89,6 @@ __device__ __forceinline__ void StoreAny(void* p, DType t, int64_t i, float v) {
     default:
       static_cast<float*>(p)[i] = v;
   }
-}
-
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
 }
 
 // N consecutive elements in one access (N * sizeof(T) is 4, 8 or 16 bytes and the pointer

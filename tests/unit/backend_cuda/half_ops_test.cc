@@ -16,47 +16,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "compare.h"
 
 namespace sluice {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
-
-std::vector<float> Rounded(const std::vector<float>& v, DType dt) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    r[i] = dt == DType::kBF16  ? BF16ToF32(F32ToBF16(v[i]))
-           : dt == DType::kF16 ? F16ToF32(F32ToF16(v[i]))
-                               : v[i];
-  }
-  return r;
-}
-
-double ErrRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
-                double rtol) {
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(double(a[i]) - b[i]) / (atol + rtol * std::fabs(b[i]));
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
-double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, std::fabs(double(a[i]) - b[i]));
-  }
-  return m;
-}
-#define EXPECT_NEAR_ALL(a, b, atol, rtol) \
-  EXPECT_LE(ErrRatio((a), (b), (atol), (rtol)), 1.0) << "max |diff| " << MaxAbs((a), (b))
+using cuda_test::Random;
+using cuda_test::Rounded;
 
 struct Tol {
   double atol, rtol;
