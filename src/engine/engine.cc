@@ -124,7 +124,9 @@ Status Engine::WarmUp() {
   for (int64_t i = 0; i < n; ++i) batch.Add(ids);
   std::vector<SequenceOutput> outputs(static_cast<size_t>(n));
   const auto t0 = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(RunPacked(batch, outputs.data()).WithContext("warm-up forward"));
+  // RunForward, not RunPacked: the identical warm-up sequences must not take the
+  // shared-prefix path, which would size the workspaces for a far smaller batch.
+  RETURN_IF_ERROR(RunForward(batch, outputs.data()).WithContext("warm-up forward"));
   SLUICE_LOG_INFO("warmed up: one forward of {} x {} tokens in {:.2f} s", n, ids.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   ResetProfile();
