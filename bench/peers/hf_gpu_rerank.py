@@ -379,14 +379,12 @@ def main():
         best = max(hf.values())
         log(f"\nsluice offline / best HF path: {med(sr) / best:.2f}x without prefix reuse, "
             f"{med(pr) / best:.2f}x with it")
-        flop_per_pair = None
         n_lin = 28 * (1024 * 4096 + 2048 * 1024 + 1024 * 6144 + 3072 * 1024)
         flop_tok = 2 * n_lin
         tf = med(sr) * tokens / len(seqs) * flop_tok / 1e12
         log(f"sluice linear-layer TFLOP/s: {tf:.0f} = "
             f"{tf / results['gemm_tflops']['bfloat16 best']:.0%} of the measured cuBLAS bf16 "
             f"peak ({results['gemm_tflops']['bfloat16 best']:.0f})")
-        del flop_per_pair
     if "bert" in results:
         log("\n| model | dtype | HF dynamic b128 | HF sorted b512 | sluice (median) | speedup "
             "vs best HF | max score diff |\n|---|---|---|---|---|---|---|")
