@@ -37,8 +37,51 @@
 namespace sluice::cuda {
 namespace {
 
+// Keys are in logical order: a sequence s >= 1 of a shared-prefix batch sees the prefix's
+// rows (sequence 0, starting at row pbase) before its own (starting at row base).
+__device__ __forceinline__ int64_t KeyRow(int kl, int pre, int64_t pbase, int base) {
+  return kl < pre ? pbase + kl : base + (kl - pre);
+}
+
+// The logical keys [begin, end) that query rows [q0, q0 + rows) of a sequence (local
+// indices, logical positions pre + local) can see; begin is a multiple of `tile`, so tiles
+// start at logical position 0 whatever the batch.
+struct KeyRange {
+  int begin, end;
+};
+__device__ __forceinline__ KeyRange VisibleKeys(int pre, int len, int q0, int rows, bool causal,
+                                                int window, int tile) {
+  const int q_last = pre + min(len, q0 + rows) - 1;
+  KeyRange r{0, causal ? q_last + 1 : pre + len};
+  if (window > 0) {
+    r.begin = max(0, pre + q0 - window + 1) / tile * tile;
+    r.end = min(r.end, q_last + window);
+  }
+  return r;
+}
+
+// Stages the K/V tile of logical keys [t0, t0 + nk) as fp32 in shared memory (K rows `kst`
+// apart, V rows `dim` apart), zero-filling up to kKeys rows.
+constexpr int kKeys = 32;  // keys per tile of the CUDA-core kernels (one per lane)
+template <typename T>
+__device__ __forceinline__ void StageKv(const T* __restrict__ k, int64_t ldk,
+                                        const T* __restrict__ v, int64_t ldv, int kvh, int dim,
+                                        int t0, int nk, int pre, int64_t pbase, int base, float* ks,
+                                        int kst, float* vs) {
+  for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
+    const int j = e / dim, c = e % dim;
+    float kv = 0.f, vv = 0.f;
+    if (j < nk) {
+      const int64_t row = KeyRow(t0 + j, pre, pbase, base);
+      kv = ToFloat(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
+      vv = ToFloat(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
+    }
+    ks[j * kst + c] = kv;
+    vs[j * dim + c] = vv;
+  }
+}
+
 constexpr int kWarps = 8;  // query rows per block
-constexpr int kKeys = 32;  // keys per tile (one per lane)
 
 template <typename T, int NC>  // output columns per lane: head_dim <= 32 * NC
 __global__ void __launch_bounds__(kWarps * 32)
@@ -66,34 +109,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     const T* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
     for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = ToFloat(qr[c]);
   }
-  const int q_last = pre + min(len, q0 + kWarps) - 1;
-  int kv_end = causal ? q_last + 1 : klen;
-  int kv_begin = 0;
-  if (window > 0) {
-    kv_begin = max(0, pre + q0 - window + 1) / kKeys * kKeys;
-    kv_end = min(kv_end, q_last + window);
-  }
+  const KeyRange keys = VisibleKeys(pre, len, q0, kWarps, causal, window, kKeys);
 
   float m = -INFINITY, l = 0.f;
   float acc[NC];
 #pragma unroll
   for (int i = 0; i < NC; ++i) acc[i] = 0.f;
 
-  for (int t0 = kv_begin; t0 < kv_end; t0 += kKeys) {
+  for (int t0 = keys.begin; t0 < keys.end; t0 += kKeys) {
     __syncthreads();  // previous tile fully consumed (and qs written, on the first pass)
     const int nk = min(kKeys, klen - t0);
-    for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
-      const int j = e / dim, c = e % dim;
-      float kv = 0.f, vv = 0.f;
-      if (j < nk) {
-        const int kl = t0 + j;
-        const int64_t row = kl < pre ? pbase + kl : base + (kl - pre);
-        kv = ToFloat(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
-        vv = ToFloat(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
-      }
-      ks[j * (dim + 1) + c] = kv;
-      vs[j * dim + c] = vv;
-    }
+    StageKv(k, ldk, v, ldv, kvh, dim, t0, nk, pre, pbase, base, ks, dim + 1, vs);
     __syncthreads();
     if (!active) continue;
     // Score of key t0 + lane.
@@ -176,13 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                   q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c])
             : 0.f;
   }
-  const int q_last = pre + min(len, q0 + kBlockQ) - 1;
-  int kv_end = causal ? q_last + 1 : klen;
-  int kv_begin = 0;
-  if (window > 0) {
-    kv_begin = max(0, pre + q0 - window + 1) / kKeys * kKeys;
-    kv_end = min(kv_end, q_last + window);
-  }
+  const KeyRange keys = VisibleKeys(pre, len, q0, kBlockQ, causal, window, kKeys);
   float m[kRows], l[kRows], acc[kRows][NC];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -192,21 +212,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < NC; ++i) acc[r][i] = 0.f;
   }
   const int d4 = dim / 4;
-  for (int t0 = kv_begin; t0 < kv_end; t0 += kKeys) {
+  for (int t0 = keys.begin; t0 < keys.end; t0 += kKeys) {
     __syncthreads();
     const int nk = min(kKeys, klen - t0);
-    for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
-      const int j = e / dim, c = e % dim;
-      float kv = 0.f, vv = 0.f;
-      if (j < nk) {
-        const int kl = t0 + j;
-        const int64_t row = kl < pre ? pbase + kl : base + (kl - pre);
-        kv = ToFloat(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
-        vv = ToFloat(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
-      }
-      ks[j * kst + c] = kv;
-      vs[j * dim + c] = vv;
-    }
+    StageKv(k, ldk, v, ldv, kvh, dim, t0, nk, pre, pbase, base, ks, kst, vs);
     __syncthreads();
     if (r0 >= len) continue;  // warp-uniform: this warp has no rows
     float dot[kRows];
@@ -429,13 +438,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
 
-  const int q_last = pre + min(len, q0 + kTcQ) - 1;
-  int kv_end = causal ? q_last + 1 : klen;
-  int kv_begin = 0;
-  if (window > 0) {
-    kv_begin = max(0, pre + q0 - window + 1) / kTcK * kTcK;
-    kv_end = min(kv_end, q_last + window);
-  }
+  const KeyRange keys = VisibleKeys(pre, len, q0, kTcQ, causal, window, kTcK);
+
   // Asynchronous copy of the K/V tile starting at key t0 into stage st (rows past the
   // sequence's end are zero-filled).
   auto load_kv = [&](int t0, int st) {
@@ -443,7 +447,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       const int r = e / kChunks, c = (e % kChunks) * 8;
       const int kl = t0 + r;
       const bool ok = kl < klen;
-      const int64_t rw = !ok ? base : kl < pre ? pbase + kl : base + (kl - pre);
+      const int64_t rw = ok ? KeyRow(kl, pre, pbase, base) : base;
       CpAsync16(buf(st, 0) + r * kSt + c, k + rw * ldk + static_cast<int64_t>(kvh) * D + c, ok);
       CpAsync16(buf(st, 1) + r * kSt + c, v + rw * ldv + static_cast<int64_t>(kvh) * D + c, ok);
     }
@@ -459,7 +463,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
                 ok);
     }
     CpAsyncCommit();
-    load_kv(kv_begin, 0);
+    load_kv(keys.begin, 0);
     CpAsyncCommit();
     CpAsyncWait<1>();  // Q has landed
     __syncthreads();
@@ -485,8 +489,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int row[2] = {pre + wq0 + g, pre + wq0 + g + 8};  // logical query positions
 
   int st = 0;
-  for (int t0 = kv_begin; t0 < kv_end; t0 += kTcK, st ^= 1) {
-    if (t0 + kTcK < kv_end) {  // prefetch the next tile into the other stage
+  for (int t0 = keys.begin; t0 < keys.end; t0 += kTcK, st ^= 1) {
+    if (t0 + kTcK < keys.end) {  // prefetch the next tile into the other stage
       load_kv(t0 + kTcK, st ^ 1);
       CpAsyncCommit();
       CpAsyncWait<1>();
