@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../backend/test_util.h"
+#include "backend/backend.h"
 #include "core/dtype.h"
 
 namespace sluice::cuda_test {
@@ -35,6 +36,33 @@ inline double ErrRatio(const std::vector<float>& a, const std::vector<float>& b,
 
 inline double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
   return testing::MaxAbsDiff(a.data(), b.data(), std::min(a.size(), b.size()));
+}
+
+// An attention test case: q, k and v are column blocks of one fused [T, q + 2 kv] matrix.
+struct AttnCase {
+  int heads, kv_heads, dim;
+  bool causal;
+  int window;
+};
+
+inline AttentionParams AttnParams(Tensor qkv, Tensor out, const int32_t* cu, int num_seqs,
+                                  int max_len, const AttnCase& ac) {
+  const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim;
+  AttentionParams p;
+  p.q = qkv.ColSlice(0, qw);
+  p.k = qkv.ColSlice(qw, kw);
+  p.v = qkv.ColSlice(qw + kw, kw);
+  p.out = out;
+  p.cu_seqlens = cu;
+  p.num_seqs = num_seqs;
+  p.max_seqlen = max_len;
+  p.num_heads = ac.heads;
+  p.num_kv_heads = ac.kv_heads;
+  p.head_dim = ac.dim;
+  p.scale = 1.f / std::sqrt(static_cast<float>(ac.dim));
+  p.causal = ac.causal;
+  p.window = ac.window;
+  return p;
 }
 
 }  // namespace sluice::cuda_test

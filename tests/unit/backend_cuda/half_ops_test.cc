@@ -168,31 +168,8 @@ TEST_F(CudaHalfOps, QkNormRope) {
   }
 }
 
-struct AttnCase {
-  int heads, kv_heads, dim;
-  bool causal;
-  int window;
-};
-
-AttentionParams AttnParams(Tensor t, Tensor out, const int32_t* cu, int num_seqs, int max_len,
-                           const AttnCase& ac) {
-  const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim;
-  AttentionParams p;
-  p.q = t.ColSlice(0, qw);
-  p.k = t.ColSlice(qw, kw);
-  p.v = t.ColSlice(qw + kw, kw);
-  p.out = out;
-  p.cu_seqlens = cu;
-  p.num_seqs = num_seqs;
-  p.max_seqlen = max_len;
-  p.num_heads = ac.heads;
-  p.num_kv_heads = ac.kv_heads;
-  p.head_dim = ac.dim;
-  p.scale = 1.f / std::sqrt(static_cast<float>(ac.dim));
-  p.causal = ac.causal;
-  p.window = ac.window;
-  return p;
-}
+using cuda_test::AttnCase;
+using cuda_test::AttnParams;
 
 // dims 32/64/128 take the tensor-core kernel; 48 and 80 the CUDA-core kernels on half data.
 TEST_F(CudaHalfOps, Attention) {

@@ -273,11 +273,8 @@ TEST_F(CudaOps, GathersAndPooling) {
   }
 }
 
-struct AttnCase {
-  int heads, kv_heads, dim;
-  bool causal;
-  int window;
-};
+using cuda_test::AttnCase;
+using cuda_test::AttnParams;
 
 TEST_F(CudaOps, Attention) {
   const std::vector<int32_t> lens = {1, 7, 33, 100, 257, 2};
@@ -294,20 +291,9 @@ TEST_F(CudaOps, Attention) {
     auto qkv = Random(static_cast<size_t>(T) * width, 17 + ac.dim, -2.f, 2.f);
     auto [g, c] = Both([&](Dev& d) {
       Tensor t = d.F32(qkv, T, width);
-      AttentionParams p;
-      p.q = t.ColSlice(0, qw);
-      p.k = t.ColSlice(qw, kw);
-      p.v = t.ColSlice(qw + kw, kw);
-      p.out = d.F32(std::vector<float>(static_cast<size_t>(T) * qw), T, qw);
-      p.cu_seqlens = d.I32(cu).ptr<int32_t>();
-      p.num_seqs = static_cast<int>(lens.size());
-      p.max_seqlen = 257;
-      p.num_heads = ac.heads;
-      p.num_kv_heads = ac.kv_heads;
-      p.head_dim = ac.dim;
-      p.scale = 1.f / std::sqrt(static_cast<float>(ac.dim));
-      p.causal = ac.causal;
-      p.window = ac.window;
+      AttentionParams p =
+          AttnParams(t, d.F32(std::vector<float>(static_cast<size_t>(T) * qw), T, qw),
+                     d.I32(cu).ptr<int32_t>(), static_cast<int>(lens.size()), 257, ac);
       d.be->Attention(p);
       return d.Get(p.out);
     });
