@@ -124,12 +124,13 @@ struct AttentionParams {
   // (Mistral/Qwen convention). Bidirectional: keys with |i - j| < window (ModernBERT's
   // local_attention of w corresponds to window = w / 2 + 1).
   int window = 0;
-  // Shared-prefix reuse (causal models): when > 0, sequence 0 of the batch is a prefix of
-  // exactly prefix_len tokens that every other sequence continues. Sequences s >= 1 then
-  // hold only their own tokens, at logical positions prefix_len, prefix_len + 1, ..., and
-  // attend to the prefix's keys/values (sequence 0's rows) followed by their own; the
-  // result equals running each full sequence (prefix + own tokens) on its own.
-  int prefix_len = 0;
+  // Shared-prefix reuse (causal models): nullptr = none, else [num_seqs] (device memory on
+  // CUDA, like cu_seqlens): per sequence, the index of the sequence holding its prefix, or
+  // -1. A sequence s with prefix p = prefix_of[s] holds only its own tokens, at logical
+  // positions len(p), len(p) + 1, ..., and attends to p's keys/values (logical positions
+  // 0 .. len(p) - 1) followed by its own; the result equals running the full sequence
+  // (p's tokens + own tokens) on its own. A prefix sequence has no prefix itself.
+  const int32_t* prefix_of = nullptr;
 };
 
 enum class PoolMode { kCls, kMean, kLast, kMax };

@@ -23,6 +23,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/config.h"
@@ -290,6 +291,17 @@ int RunOffline(const OfflineFlags& f, Task task) {
   });
   if (!out_or.ok()) return ReportError(out_or.status());
   bar.Finish(inputs.size(), total_tokens);
+  if (engine.prefix_reuse()) {
+    const PrefixReuseStats& st = engine.prefix_reuse_stats();
+    SLUICE_LOG_INFO(
+        "shared-prefix reuse: {} groups in {} batches, {} prefix tokens not recomputed "
+        "({:.1f}% of {} tokens)",
+        st.groups, st.batches, st.tokens_saved,
+        total_tokens > 0
+            ? 100.0 * static_cast<double>(st.tokens_saved) / static_cast<double>(total_tokens)
+            : 0.0,
+        total_tokens);
+  }
   if (f.model.profile) std::fprintf(stderr, "%s", engine.ProfileReport().c_str());
 
   std::ofstream file;

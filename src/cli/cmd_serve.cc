@@ -100,7 +100,8 @@ int RunServe(const ServeFlags& f) {
   lo.limits.max_num_seqs = (*engine_or)->options().max_num_seqs;
   lo.max_queue_depth = f.max_queue_depth;
   lo.on_batch = [&metrics](const BatchStats& b) {
-    metrics.RecordBatch(b.num_seqs, b.num_tokens, b.compute_seconds, b.prefix_tokens_saved);
+    metrics.RecordBatch(b.num_seqs, b.num_tokens, b.compute_seconds);
+    metrics.RecordPrefixReuse(b.prefix_groups, b.prefix_tokens_saved);
   };
   EngineLoop loop(std::move(engine_or).value(), lo);
 

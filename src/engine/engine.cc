@@ -151,47 +151,43 @@ Status Engine::RunBatch(const std::vector<const SequenceInput*>& inputs, Sequenc
 // A shared prefix shorter than this is not worth a separate sequence.
 constexpr int kMinSharedPrefix = 4;
 
-int Engine::SharedPrefix(const ForwardBatch& batch) const {
-  const int S = batch.num_seqs();
-  if (!prefix_reuse_ || batch.prefix_len > 0 || S < 2 || !batch.token_type_ids.empty()) return 0;
-  const auto& cu = batch.cu_seqlens;
-  const int32_t* first = batch.token_ids.data();
-  // Every sequence keeps at least one token of its own (its last token is pooled).
-  int p = cu[1] - cu[0] - 1;
-  for (int s = 1; s < S && p >= kMinSharedPrefix; ++s) {
-    const int32_t* ids = batch.token_ids.data() + cu[s];
-    const int len = cu[s + 1] - cu[s];
-    p = std::min(p, len - 1);
-    int i = 0;
-    while (i < p && ids[i] == first[i]) ++i;
-    p = i;
-  }
-  return p >= kMinSharedPrefix ? p : 0;
-}
-
 Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
-  const int p = SharedPrefix(batch);
-  if (p == 0) return RunForward(batch, outputs);
-  // Sequence 0: the shared prefix; then each sequence's own tokens.
   const int S = batch.num_seqs();
+  if (!prefix_reuse_ || !batch.prefix_of.empty() || S < 2 || !batch.token_type_ids.empty()) {
+    return RunForward(batch, outputs);
+  }
+  const int32_t* ids = batch.token_ids.data();
+  const auto& cu = batch.cu_seqlens;
+  groups_ = FindPrefixGroups(ids, cu.data(), S, kMinSharedPrefix);
+  if (groups_.empty()) return RunForward(batch, outputs);
+  // Each group: its prefix as a sequence, then each member's own tokens; sequences in no
+  // group as they are. Input order is kept.
   ForwardBatch& pb = prefix_batch_;
   pb.Clear();
-  pb.token_ids.assign(batch.token_ids.begin(), batch.token_ids.begin() + p);
-  pb.cu_seqlens = {0, p};
-  pb.max_seqlen = p;
-  for (int s = 0; s < S; ++s) {
-    const int b = batch.cu_seqlens[s] + p, e = batch.cu_seqlens[s + 1];
-    pb.token_ids.insert(pb.token_ids.end(), batch.token_ids.begin() + b,
-                        batch.token_ids.begin() + e);
-    pb.cu_seqlens.push_back(static_cast<int32_t>(pb.token_ids.size()));
-    pb.max_seqlen = std::max(pb.max_seqlen, e - b);
+  packed_index_.resize(static_cast<size_t>(S));
+  size_t g = 0;
+  for (int s = 0; s < S;) {
+    if (g < groups_.size() && groups_[g].first == s) {
+      const PrefixGroup& gr = groups_[g++];
+      const int prefix_seq = pb.num_seqs();
+      pb.AddWithPrefix(ids + cu[s], gr.prefix, -1);
+      for (int m = s; m < s + gr.count; ++m) {
+        packed_index_[m] = pb.num_seqs();
+        pb.AddWithPrefix(ids + cu[m] + gr.prefix, cu[m + 1] - cu[m] - gr.prefix, prefix_seq);
+      }
+      s += gr.count;
+    } else {
+      packed_index_[s] = pb.num_seqs();
+      pb.AddWithPrefix(ids + cu[s], cu[s + 1] - cu[s], -1);
+      ++s;
+    }
   }
-  pb.prefix_len = p;
-  prefix_outputs_.resize(static_cast<size_t>(S) + 1);
+  prefix_outputs_.resize(static_cast<size_t>(pb.num_seqs()));
   RETURN_IF_ERROR(RunForward(pb, prefix_outputs_.data()));
-  for (int s = 0; s < S; ++s) outputs[s] = std::move(prefix_outputs_[s + 1]);
+  for (int s = 0; s < S; ++s) outputs[s] = std::move(prefix_outputs_[packed_index_[s]]);
   prefix_stats_.batches += 1;
-  prefix_stats_.tokens_saved += static_cast<int64_t>(S - 1) * p;
+  prefix_stats_.groups += static_cast<int64_t>(groups_.size());
+  prefix_stats_.tokens_saved += PrefixTokensSaved(groups_);
   return Status::Ok();
 }
 

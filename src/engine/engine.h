@@ -10,14 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "engine/prefix_groups.h"
 #include "pooling/head.h"
 
 namespace sluice {
 
-// Shared-prefix reuse: when every sequence of a packed batch starts with the same tokens
-// (e.g. a causal reranker's prompt template), the prefix is computed once and each
-// sequence attends to its keys/values (AttentionParams::prefix_len). Applies to causal
-// models with last-token pooling; auto = on for CUDA, off for CPU.
+// Shared-prefix reuse: when consecutive sequences of a packed batch start with the same
+// tokens (a causal reranker's prompt template, a query shared by many documents), their
+// prefix is computed once per group and each member attends to its keys/values
+// (AttentionParams::prefix_of). Groups are chosen to save the most tokens
+// (FindPrefixGroups). Applies to causal models with last-token pooling; auto = on for
+// CUDA, off for CPU.
 enum class PrefixReuse { kAuto, kOn, kOff };
 
 struct EngineOptions {
@@ -33,8 +36,9 @@ struct EngineOptions {
 
 // Counters of shared-prefix reuse since load.
 struct PrefixReuseStats {
-  int64_t batches = 0;       // batches that ran with a shared prefix
-  int64_t tokens_saved = 0;  // prefix tokens not recomputed ((sequences - 1) x prefix length)
+  int64_t batches = 0;       // batches that ran with at least one shared-prefix group
+  int64_t groups = 0;        // groups of sequences that shared a prefix computed once
+  int64_t tokens_saved = 0;  // prefix tokens not recomputed: per group (members - 1) x prefix
 };
 
 struct SequenceInput {
@@ -91,12 +95,10 @@ class Engine {
   Engine() = default;
   // CUDA: runs one forward over a full token budget at load time (workspaces, GEMM plans).
   Status WarmUp();
-  // One forward of `batch` as packed (no prefix detection).
+  // One forward of `batch` as packed (no prefix grouping).
   Status RunForward(const ForwardBatch& batch, SequenceOutput* outputs);
   // Pooled rows [S, hidden] (device) -> head -> outputs.
   Status FinishHead(const Tensor& pooled, int S, SequenceOutput* outputs);
-  // Length of the prefix shared by every sequence of `batch` worth reusing, else 0.
-  int SharedPrefix(const ForwardBatch& batch) const;
 
   EngineOptions options_;
   ModelInfo info_;
@@ -108,6 +110,8 @@ class Engine {
   ForwardBatch batch_, prefix_batch_;
   std::vector<float> host_pooled_;
   std::vector<SequenceOutput> prefix_outputs_;
+  std::vector<PrefixGroup> groups_;
+  std::vector<int> packed_index_;  // input sequence -> its sequence in prefix_batch_
   bool prefix_reuse_ = false;
   // The head's first dense layer (e.g. BERT's pooler) as a device GEMM over the pooled
   // rows; its activation and the rest of the head run on the host.

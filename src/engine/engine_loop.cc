@@ -175,7 +175,7 @@ void EngineLoop::EngineThread() {
     for (const BatchItem& it : p.items) {
       if (it.request->started == SteadyClock::time_point{}) it.request->started = t0;
     }
-    const int64_t saved_before = engine_->prefix_reuse_stats().tokens_saved;
+    const PrefixReuseStats reuse_before = engine_->prefix_reuse_stats();
     Status st = engine_->RunPacked(p.batch, p.outputs.data());
     const auto t1 = SteadyClock::now();
     const double secs = std::chrono::duration<double>(t1 - t0).count();
@@ -187,7 +187,8 @@ void EngineLoop::EngineThread() {
     bs.num_seqs = p.batch.num_seqs();
     bs.num_tokens = p.batch.num_tokens();
     bs.compute_seconds = secs;
-    bs.prefix_tokens_saved = engine_->prefix_reuse_stats().tokens_saved - saved_before;
+    bs.prefix_groups = engine_->prefix_reuse_stats().groups - reuse_before.groups;
+    bs.prefix_tokens_saved = engine_->prefix_reuse_stats().tokens_saved - reuse_before.tokens_saved;
     bs.ok = st.ok();
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -26,6 +26,7 @@ struct BatchStats {
   int64_t num_tokens = 0;
   int num_requests = 0;
   double compute_seconds = 0;
+  int64_t prefix_groups = 0;        // shared-prefix reuse: groups sharing a prefix
   int64_t prefix_tokens_saved = 0;  // shared-prefix reuse: prefix tokens not recomputed
   bool ok = true;
 };

@@ -9,7 +9,7 @@ void ForwardBatch::Clear() {
   token_type_ids.clear();
   cu_seqlens.clear();
   max_seqlen = 0;
-  prefix_len = 0;
+  prefix_of.clear();
 }
 
 void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids) {
@@ -23,7 +23,18 @@ void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_
     token_type_ids.resize(token_ids.size(), 0);
   }
   cu_seqlens.push_back(static_cast<int32_t>(token_ids.size()));
+  if (!prefix_of.empty()) prefix_of.push_back(-1);
   max_seqlen = std::max(max_seqlen, static_cast<int>(ids.size()));
+}
+
+void ForwardBatch::AddWithPrefix(const int32_t* ids, int n, int prefix) {
+  if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+  prefix_of.resize(static_cast<size_t>(num_seqs()), -1);
+  token_ids.insert(token_ids.end(), ids, ids + n);
+  if (!token_type_ids.empty()) token_type_ids.resize(token_ids.size(), 0);
+  cu_seqlens.push_back(static_cast<int32_t>(token_ids.size()));
+  prefix_of.push_back(prefix);
+  max_seqlen = std::max(max_seqlen, n);
 }
 
 Tensor Workspace::Get(int slot, DType dtype, int64_t rows, int64_t cols) {
@@ -47,24 +58,26 @@ Tensor Workspace::Get(int slot, DType dtype, int64_t rows, int64_t cols) {
 }
 
 namespace {
-enum BatchSlots { kSlotIds = 1000, kSlotTypes, kSlotPositions, kSlotCu, kSlotRows };
+enum BatchSlots { kSlotIds = 1000, kSlotTypes, kSlotPositions, kSlotCu, kSlotRows, kSlotPrefixOf };
 }
 
 DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
   DeviceBatch d;
   d.num_seqs = batch.num_seqs();
   d.max_seqlen = batch.max_seqlen;
-  d.prefix_len = batch.prefix_len;
   d.num_tokens = batch.num_tokens();
   d.host_cu_seqlens = batch.cu_seqlens;
   const int64_t T = d.num_tokens;
   std::vector<int32_t>& positions = scratch_positions_;
   positions.resize(T);
   for (int s = 0; s < d.num_seqs; ++s) {
-    const int32_t start = batch.cu_seqlens[s] - (s > 0 ? batch.prefix_len : 0);
+    // A sequence with a prefix continues it: its own tokens start at the prefix's length.
+    const int pre = batch.PrefixLength(s);
+    const int32_t start = batch.cu_seqlens[s] - pre;
     for (int32_t i = batch.cu_seqlens[s]; i < batch.cu_seqlens[s + 1]; ++i) {
       positions[i] = i - start + position_offset();
     }
+    d.max_context = std::max(d.max_context, batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + pre);
   }
   std::vector<int32_t>& types = scratch_types_;
   if (batch.token_type_ids.empty()) {
@@ -80,6 +93,10 @@ DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
   backend_->CopyFromHost(types.data(), d.type_ids);
   backend_->CopyFromHost(positions.data(), d.positions);
   backend_->CopyFromHost(batch.cu_seqlens.data(), d.cu_seqlens);
+  if (!batch.prefix_of.empty()) {
+    d.prefix_of = ws.Get(kSlotPrefixOf, DType::kI32, 1, d.num_seqs);
+    backend_->CopyFromHost(batch.prefix_of.data(), d.prefix_of);
+  }
   return d;
 }
 
@@ -96,14 +113,22 @@ void Model::SelectOutputRows(DeviceBatch& d, Workspace& ws, bool first) {
 
 Status Model::Validate(const ForwardBatch& batch) const {
   if (batch.num_seqs() == 0) return InvalidArgument("empty batch");
-  if (batch.prefix_len > 0) {
+  const int S = batch.num_seqs();
+  if (!batch.prefix_of.empty()) {
     if (!SupportsPrefixReuse()) return Internal("this model does not support prefix reuse");
-    if (batch.num_seqs() < 2 || batch.cu_seqlens[1] - batch.cu_seqlens[0] != batch.prefix_len) {
-      return Internal("prefix_len must equal the length of sequence 0");
+    if (batch.prefix_of.size() != static_cast<size_t>(S)) {
+      return Internal("prefix_of must have one entry per sequence");
+    }
+    for (int s = 0; s < S; ++s) {
+      const int p = batch.prefix_of[s];
+      if (p >= 0 && (p >= S || p == s || batch.prefix_of[p] >= 0)) {
+        return Internal("sequence " + std::to_string(s) +
+                        ": prefix_of must name another sequence that has no prefix itself");
+      }
     }
   }
-  for (int s = 0; s < batch.num_seqs(); ++s) {
-    const int len = batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + (s > 0 ? batch.prefix_len : 0);
+  for (int s = 0; s < S; ++s) {
+    const int len = batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + batch.PrefixLength(s);
     if (len <= 0) return InvalidArgument("sequence " + std::to_string(s) + " is empty");
     if (max_sequence_length() > 0 && len > max_sequence_length()) {
       return OutOfRange("sequence of " + std::to_string(len) + " tokens exceeds the model's " +

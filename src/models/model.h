@@ -21,17 +21,27 @@ struct ForwardBatch {
   std::vector<int32_t> token_type_ids;  // [T] or empty (all zero)
   std::vector<int32_t> cu_seqlens;      // [S + 1], cu_seqlens[0] == 0
   int max_seqlen = 0;
-  // Shared-prefix reuse: when > 0, sequence 0 is a prefix of exactly prefix_len tokens that
-  // every other sequence continues; those hold only their own tokens, whose positions
-  // start at prefix_len (see AttentionParams::prefix_len). Models that
+  // Shared-prefix reuse: per sequence, the index of the packed sequence holding its prefix,
+  // or -1; empty = no prefixes. A sequence with a prefix holds only its own tokens, whose
+  // positions start at the prefix's length, and attends to the prefix's keys/values before
+  // its own (see AttentionParams::prefix_of). A prefix sequence is an ordinary sequence
+  // without a prefix of its own (its outputs are the caller's to discard). Models that
   // SupportsPrefixReuse() only.
-  int prefix_len = 0;
+  std::vector<int32_t> prefix_of;
 
   int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  // Tokens before sequence s's own: its prefix's length, or 0.
+  int PrefixLength(int s) const {
+    const int p = prefix_of.empty() ? -1 : prefix_of[s];
+    return p < 0 ? 0 : cu_seqlens[p + 1] - cu_seqlens[p];
+  }
   void Clear();
-  // Appends one sequence (type ids may be empty = zeros).
+  // Appends one sequence (type ids may be empty = zeros), without a prefix.
   void Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids = {});
+  // Appends `n` tokens (type ids zero) as one sequence whose prefix is the packed sequence
+  // `prefix` (-1 = none).
+  void AddWithPrefix(const int32_t* ids, int n, int prefix);
 };
 
 // Scratch device buffers reused across batches. Slot i keeps the largest buffer asked
@@ -54,8 +64,10 @@ struct DeviceBatch {
   Tensor positions;   // i32 [T], 0-based within each sequence
   Tensor cu_seqlens;  // i32 [S + 1]
   int num_seqs = 0;
-  int max_seqlen = 0;
-  int prefix_len = 0;  // ForwardBatch::prefix_len
+  int max_seqlen = 0;   // longest packed sequence
+  int max_context = 0;  // longest prefix + own tokens (= max_seqlen without prefixes)
+  // ForwardBatch::prefix_of: i32 [S] when the batch has prefixes, data == nullptr otherwise.
+  Tensor prefix_of;
   int64_t num_tokens = 0;
   std::vector<int32_t> host_cu_seqlens;
   // Optional: when set (data != nullptr), Forward returns only these token rows
@@ -73,7 +85,7 @@ class Model {
   DType compute_dtype() const { return dtype_; }
   // Longest sequence the model accepts (position embeddings / config limit).
   virtual int max_sequence_length() const { return config_.max_position_embeddings; }
-  // Causal models whose Forward accepts ForwardBatch::prefix_len > 0.
+  // Causal models whose Forward accepts ForwardBatch::prefix_of.
   virtual bool SupportsPrefixReuse() const { return false; }
 
   // Runs the stack; returns packed final hidden states [T, hidden] (f32, or the backend's

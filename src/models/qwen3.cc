@@ -112,14 +112,14 @@ class Qwen3Model final : public Model {
     ap.head_dim = D;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
     ap.causal = true;
-    ap.prefix_len = b.prefix_len;
+    ap.prefix_of = b.prefix_of.ptr<int32_t>();
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();
     rp.head_dim = D;
     rp.rotary_dim = D;
     rp.theta = c.rope_theta;
     rp.style = RopeStyle::kNeox;
-    rp.max_position = b.max_seqlen + b.prefix_len;
+    rp.max_position = b.max_context;
 
     const bool prune = b.output_rows.data != nullptr;
     const int64_t S = b.num_output_rows;

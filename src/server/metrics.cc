@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace sluice::server {
@@ -93,12 +94,14 @@ void Metrics::RecordStage(Stage stage, double seconds) {
   stages_[static_cast<int>(stage)].Observe(seconds);
 }
 
-void Metrics::RecordBatch(int num_seqs, int64_t num_tokens, double seconds,
-                          int64_t prefix_tokens_saved) {
-  if (prefix_tokens_saved > 0) {
-    prefix_saved_ += static_cast<uint64_t>(prefix_tokens_saved);
-    prefix_batches_++;
-  }
+void Metrics::RecordPrefixReuse(int64_t groups, int64_t tokens_saved) {
+  if (groups <= 0) return;
+  prefix_batches_++;
+  prefix_groups_ += static_cast<uint64_t>(groups);
+  prefix_saved_ += static_cast<uint64_t>(std::max<int64_t>(tokens_saved, 0));
+}
+
+void Metrics::RecordBatch(int num_seqs, int64_t num_tokens, double seconds) {
   batch_seqs_.Observe(num_seqs);
   batch_tokens_.Observe(static_cast<double>(num_tokens));
   batches_++;
@@ -143,8 +146,12 @@ std::string Metrics::Render(const GaugeValues& g) const {
          "Time the engine spent in packed forwards (busy / wall time = engine utilisation).");
   out += "sluice_engine_busy_seconds_total " + Num(busy_ns_.load() * 1e-9) + "\n";
   Header(&out, "sluice_prefix_reuse_batches_total", "counter",
-         "Packed forwards that computed a prefix shared by all their sequences once.");
+         "Packed forwards in which groups of sequences shared a prefix computed once.");
   out += "sluice_prefix_reuse_batches_total " + std::to_string(prefix_batches_.load()) + "\n";
+  Header(&out, "sluice_prefix_reuse_groups_total", "counter",
+         "Groups of consecutive sequences (e.g. one query's documents) that shared a prefix "
+         "computed once.");
+  out += "sluice_prefix_reuse_groups_total " + std::to_string(prefix_groups_.load()) + "\n";
   Header(&out, "sluice_prefix_reuse_tokens_saved_total", "counter",
          "Prefix tokens not recomputed thanks to shared-prefix reuse.");
   out += "sluice_prefix_reuse_tokens_saved_total " + std::to_string(prefix_saved_.load()) + "\n";

@@ -53,8 +53,10 @@ class Metrics {
   void RecordResponse(const std::string& route, int status, double seconds);
   void RecordStage(Stage stage, double seconds);
   // One packed forward: its sequences, tokens and seconds (the engine's busy time).
-  void RecordBatch(int num_seqs, int64_t num_tokens, double seconds = 0,
-                   int64_t prefix_tokens_saved = 0);
+  void RecordBatch(int num_seqs, int64_t num_tokens, double seconds = 0);
+  // Shared-prefix reuse in one packed forward: groups of sequences that shared a prefix
+  // computed once and the tokens that saved (a forward with groups > 0 counts as a batch).
+  void RecordPrefixReuse(int64_t groups, int64_t tokens_saved);
   void AddTokens(int64_t n);
   void AddCancelled();
   std::string Render(const GaugeValues& gauges) const;
@@ -67,7 +69,7 @@ class Metrics {
   Histogram batch_seqs_, batch_tokens_;
   std::atomic<uint64_t> tokens_{0}, cancelled_{0}, batches_{0};
   std::atomic<uint64_t> busy_ns_{0};
-  std::atomic<uint64_t> prefix_saved_{0}, prefix_batches_{0};
+  std::atomic<uint64_t> prefix_saved_{0}, prefix_batches_{0}, prefix_groups_{0};
 };
 
 }  // namespace sluice::server

@@ -7,6 +7,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 
 import harness
 from harness import Server, golden, split_pair
@@ -245,28 +246,60 @@ def service_routes():
 
 
 def prefix_reuse(name):
-    """--prefix-reuse on vs off through the API: a 1:N /score request (the query's tokens
-    are a prefix of every sequence) gives identical scores, and /metrics counts the reuse."""
+    """--prefix-reuse on vs off through the API, per query: concurrent /v1/rerank requests
+    (each one query over many documents: the query's tokens start every sequence of the
+    request) and one /score request whose pairs repeat two queries give identical scores
+    with reuse on and off, and /metrics counts one group per query and at least its
+    (documents - 1) x query tokens saved (no prefix is shared by a whole batch here: the
+    queries differ from their first token)."""
     g = golden(name)
     pairs = usable_pairs(g)
-    _, q0, _ = max(pairs, key=lambda p: len(p[1]))
-    c.check(len(q0) >= 4, f"{name}: a query of {len(q0)} tokens to share")
-    docs = [p[2] for p in pairs[:12]]
-    scores = {}
+    queries = []
+    for _, q, _ in sorted(pairs, key=lambda p: -len(p[1])):
+        if len(q) >= 4 and all(q[0] != x[0] for x in queries):
+            queries.append(q)
+    queries = queries[:4]
+    c.check(len(queries) == 4, f"{name}: 4 queries of >= 4 tokens with distinct first tokens")
+    docs = [p[2] for p in pairs[:16]]
+    half = docs[:8]
+    results = {}
     for mode in ("off", "on"):
         with Server(name, "--prefix-reuse", mode) as s:
-            st, _, body = s.post("/score", {"text_1": q0, "text_2": docs})
-            c.check(st == 200, f"{name} prefix-reuse {mode}: {st} {body}")
-            scores[mode] = [x["score"] for x in body["data"]]
+            got = [None] * len(queries)
+
+            def rerank(i):
+                st, _, body = s.post("/v1/rerank", {"query": queries[i], "documents": docs},
+                                     conn=s.conn())
+                got[i] = (st, body)
+
+            threads = [threading.Thread(target=rerank, args=(i,)) for i in range(len(queries))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            scores = []
+            for i, (st, body) in enumerate(got):
+                c.check(st == 200, f"{name} prefix-reuse {mode} rerank {i}: {st} {body}")
+                scores.append(sorted((r["index"], r["relevance_score"])
+                                     for r in body["results"]))
+            st, _, body = s.post("/score", {"text_1": [queries[0]] * len(half) +
+                                            [queries[1]] * len(half),
+                                            "text_2": half + half})
+            c.check(st == 200, f"{name} prefix-reuse {mode} /score: {st} {body}")
+            scores.append([x["score"] for x in body["data"]])
+            results[mode] = scores
             m = s.metrics()
             saved = m.get("sluice_prefix_reuse_tokens_saved_total", -1)
+            groups = m.get("sluice_prefix_reuse_groups_total", -1)
             if mode == "on":
-                c.check(saved >= (len(docs) - 1) * len(q0),
-                        f"{name}: {saved} prefix tokens saved for {len(docs)} x {len(q0)}")
-                c.check(m.get("sluice_prefix_reuse_batches_total", 0) >= 1, "reuse batches")
+                want = sum((len(docs) - 1) * len(q) for q in queries) + \
+                    (len(half) - 1) * (len(queries[0]) + len(queries[1]))
+                c.check(saved >= want, f"{name}: {saved} prefix tokens saved, want >= {want}")
+                c.check(groups >= len(queries) + 2, f"{name}: {groups} groups, one per query")
+                c.check(m.get("sluice_prefix_reuse_batches_total", 0) >= 2, "reuse batches")
             else:
-                c.check(saved == 0, f"{name}: no reuse when off ({saved})")
-    c.check(scores["on"] == scores["off"], f"{name}: prefix reuse changes no score")
+                c.check(saved == 0 and groups == 0, f"{name}: no reuse when off ({saved})")
+    c.check(results["on"] == results["off"], f"{name}: prefix reuse changes no score")
 
 
 cross_encoder("bert_cross_encoder")

@@ -142,21 +142,25 @@ class CpuBackend final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     omp_set_num_threads(threads_);
-    if (p.prefix_len > 0) return AttentionWithPrefix(p);
+    if (p.prefix_of != nullptr) return AttentionWithPrefix(p);
     cpu::AttentionKernel(p);
   }
 
-  // Shared-prefix attention by expansion: each sequence s >= 1 is copied as prefix rows +
-  // own rows, the regular kernel runs over the expanded batch, and the own rows' outputs
-  // are copied back. Exactly the full-sequence computation (the kernel is batch
-  // invariant); the CPU gains nothing from it, but runs the same batches as CUDA.
+  // Shared-prefix attention by expansion: each sequence with a prefix is copied as its
+  // prefix's rows + its own rows, the regular kernel runs over the expanded batch, and the
+  // own rows' outputs are copied back. Exactly the full-sequence computation (the kernel is
+  // batch invariant); the CPU gains nothing from it, but runs the same batches as CUDA.
   void AttentionWithPrefix(const AttentionParams& p) {
-    const int S = p.num_seqs, P = p.prefix_len;
+    const int S = p.num_seqs;
     const int32_t* cu = p.cu_seqlens;
+    auto prefix_len = [&](int s) {
+      const int q = p.prefix_of[s];
+      return q < 0 ? 0 : cu[q + 1] - cu[q];
+    };
     std::vector<int32_t> ecu = {0};
     int max_len = 0;
     for (int s = 0; s < S; ++s) {
-      const int len = cu[s + 1] - cu[s] + (s > 0 ? P : 0);
+      const int len = cu[s + 1] - cu[s] + prefix_len(s);
       ecu.push_back(ecu.back() + len);
       max_len = std::max(max_len, len);
     }
@@ -164,9 +168,10 @@ class CpuBackend final : public Backend {
     auto expand = [&](const Tensor& x, std::vector<float>& buf) {
       buf.resize(static_cast<size_t>(T * x.cols));
       for (int s = 0; s < S; ++s) {
-        const int pre = s > 0 ? P : 0;
+        const int pre = prefix_len(s);
+        const int64_t pbase = pre > 0 ? cu[p.prefix_of[s]] : 0;
         for (int j = 0; j < ecu[s + 1] - ecu[s]; ++j) {
-          const int64_t src = j < pre ? cu[0] + j : cu[s] + (j - pre);
+          const int64_t src = j < pre ? pbase + j : cu[s] + (j - pre);
           std::memcpy(buf.data() + (ecu[s] + j) * x.cols, x.ptr<float>() + src * x.row_stride(),
                       static_cast<size_t>(x.cols) * sizeof(float));
         }
@@ -181,10 +186,10 @@ class CpuBackend final : public Backend {
     e.out = Tensor{eo_.data(), DType::kF32, T, p.out.cols, 0};
     e.cu_seqlens = ecu.data();
     e.max_seqlen = max_len;
-    e.prefix_len = 0;
+    e.prefix_of = nullptr;
     cpu::AttentionKernel(e);
     for (int s = 0; s < S; ++s) {
-      const int pre = s > 0 ? P : 0;
+      const int pre = prefix_len(s);
       for (int i = 0; i < cu[s + 1] - cu[s]; ++i) {
         std::memcpy(p.out.ptr<float>() + (cu[s] + i) * p.out.row_stride(),
                     eo_.data() + (ecu[s] + pre + i) * p.out.cols,

@@ -19,10 +19,9 @@
 // does), O is normalised once at the end and rounded once. Tiles start at the sequence's
 // first token and all reductions have a fixed order: batch invariant like the others.
 //
-// Shared-prefix reuse (AttentionParams::prefix_len): a sequence s >= 1 sees the keys of
-// sequence 0 (the shared prefix) before its own, in logical order, so key tiles still
-// start at logical position 0 and the per-row arithmetic is the same as for the full
-// sequence.
+// Shared-prefix reuse (AttentionParams::prefix_of): a sequence with a prefix sees the keys
+// of its prefix sequence before its own, in logical order, so key tiles still start at
+// logical position 0 and the per-row arithmetic is the same as for the full sequence.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,8 +36,20 @@
 namespace sluice::cuda {
 namespace {
 
-// Keys are in logical order: a sequence s >= 1 of a shared-prefix batch sees the prefix's
-// rows (sequence 0, starting at row pbase) before its own (starting at row base).
+// Shared-prefix reuse: the rows of sequence seq's prefix, prefix_of[seq] (none when
+// prefix_of is null or the entry is -1): `len` rows starting at row `base`.
+struct PrefixRows {
+  int len;
+  int64_t base;
+};
+__device__ __forceinline__ PrefixRows PrefixOf(const int32_t* __restrict__ prefix_of,
+                                               const int32_t* __restrict__ cu, int seq) {
+  const int p = prefix_of != nullptr ? prefix_of[seq] : -1;
+  return p < 0 ? PrefixRows{0, 0} : PrefixRows{cu[p + 1] - cu[p], cu[p]};
+}
+
+// Keys are in logical order: a sequence with a prefix sees the prefix's rows (starting at
+// row pbase) before its own (starting at row base).
 __device__ __forceinline__ int64_t KeyRow(int kl, int pre, int64_t pbase, int base) {
   return kl < pre ? pbase + kl : base + (kl - pre);
 }
@@ -88,16 +99,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                     const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                     const int32_t* __restrict__ cu, int group, int dim, float scale, bool causal,
-                    int window, int prefix) {
+                    int window, const int32_t* __restrict__ prefix_of) {
   extern __shared__ float smem[];
   float* ks = smem;                    // [kKeys][dim + 1]
   float* vs = ks + kKeys * (dim + 1);  // [kKeys][dim]
   float* qs = vs + kKeys * dim;        // [kWarps][dim]
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
-  // Keys in logical order: the shared prefix's rows (sequence 0), then the sequence's own.
-  const int pre = seq > 0 ? prefix : 0, klen = pre + len;
-  const int64_t pbase = cu[0];
+  // Keys in logical order: the prefix sequence's rows, then the sequence's own.
+  const PrefixRows pr = PrefixOf(prefix_of, cu, seq);
+  const int pre = pr.len, klen = pre + len;
+  const int64_t pbase = pr.base;
   const int q0 = blockIdx.y * kWarps;
   if (q0 >= len) return;  // whole block past this sequence's end
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -179,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernelRows(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                         const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                         const int32_t* __restrict__ cu, int group, int dim, float scale,
-                        bool causal, int window, int prefix) {
+                        bool causal, int window, const int32_t* __restrict__ prefix_of) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int kst = dim + 4;       // padded K row: 16-byte aligned, conflict-free
@@ -188,8 +200,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* qs = vs + kKeys * dim;  // [kBlockQ][dim]
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
-  const int pre = seq > 0 ? prefix : 0, klen = pre + len;  // logical keys: prefix, own
-  const int64_t pbase = cu[0];
+  const PrefixRows pr = PrefixOf(prefix_of, cu, seq);
+  const int pre = pr.len, klen = pre + len;  // logical keys: prefix, own
+  const int64_t pbase = pr.base;
   const int q0 = blockIdx.y * kBlockQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -323,7 +336,7 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     AttentionKernelRows<T, NC><<<grid, kWarps * 32, SmemBytesRows(p.head_dim), stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
-        p.scale, p.causal, p.window, p.prefix_len);
+        p.scale, p.causal, p.window, p.prefix_of);
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_seqs),
                     static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
@@ -331,7 +344,7 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     AttentionKernel<T, NC><<<grid, kWarps * 32, SmemBytes(p.head_dim), stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
-        p.scale, p.causal, p.window, p.prefix_len);
+        p.scale, p.causal, p.window, p.prefix_of);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -418,7 +431,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                       const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                       const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
-                      int window, int prefix) {
+                      int window, const int32_t* __restrict__ prefix_of) {
   constexpr int kSt = D + 8;      // padded shared-memory row (elements): conflict-free
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kKs = D / 16;     // k-steps of Q·K^T
@@ -429,10 +442,11 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   auto buf = [smem_t](int st, int kv) { return smem_t + (2 * st + kv) * kTcK * kSt; };
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
-  // Keys in logical order: the shared prefix's rows (sequence 0), then the sequence's own;
-  // query rows are local (0..len) and sit at logical positions pre + local.
-  const int pre = seq > 0 ? prefix : 0, klen = pre + len;
-  const int64_t pbase = cu[0];
+  // Keys in logical order: the prefix sequence's rows, then the sequence's own; query rows
+  // are local (0..len) and sit at logical positions pre + local.
+  const PrefixRows pr = PrefixOf(prefix_of, cu, seq);
+  const int pre = pr.len, klen = pre + len;
+  const int64_t pbase = pr.base;
   const int q0 = blockIdx.y * kTcQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -616,8 +630,7 @@ bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
   AttentionTcKernel<T, D><<<grid, kTcWarps * 32, TcSmemBytes<D>(), stream>>>(
       p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
       p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
-      p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window,
-      p.prefix_len);
+      p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window, p.prefix_of);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     std::fprintf(stderr, "sluice cuda: attention launch failed: %s\n", cudaGetErrorString(e));

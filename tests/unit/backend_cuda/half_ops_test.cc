@@ -239,67 +239,69 @@ TEST_F(CudaHalfOps, AttentionBatchInvariant) {
   }
 }
 
-// Shared-prefix attention (AttentionParams::prefix_len) equals attention over the expanded
-// sequences (prefix rows + own rows), bit for bit: tensor-core and CUDA-core kernels, with
-// GQA, tails shorter and longer than a tile.
+// Shared-prefix attention (AttentionParams::prefix_of) equals attention over the expanded
+// sequences (prefix rows + own rows), bit for bit: several prefixes in one batch (one of
+// them used by a non-adjacent sequence, one a single token) between sequences without a
+// prefix; tensor-core (dims 64/128) and CUDA-core kernels (dims 48/80 by rows, 50 one row
+// per warp), bf16 and f32, GQA, sliding windows, tails shorter and longer than a tile.
 TEST_F(CudaHalfOps, AttentionSharedPrefix) {
-  const AttnCase cases[] = {
-      {16, 8, 128, true, 0}, {4, 4, 64, true, 0}, {4, 2, 80, true, 0}, {4, 2, 64, true, 0}};
-  const int P = 40;
-  const std::vector<int> tails = {1, 13, 64, 101, 200};
+  const AttnCase cases[] = {{16, 8, 128, true, 0}, {4, 4, 64, true, 0}, {4, 2, 64, true, 0},
+                            {4, 2, 64, true, 24},  {4, 2, 80, true, 0}, {4, 2, 48, true, 0},
+                            {4, 2, 48, true, 24},  {4, 2, 50, true, 0}};
+  // Packed sequences: {length, index of the prefix sequence or -1}.
+  const std::vector<std::pair<int, int>> seqs = {
+      {30, -1},                               // 0: no prefix
+      {40, -1}, {1, 1},   {13, 1},  {64, 1},  // 1: prefix; 2-4 use it
+      {70, -1}, {101, 5}, {200, 5},           // 5: prefix; 6-7 use it
+      {17, -1}, {5, 1},                       // 8: no prefix; 9 uses 1 again
+      {1, -1},  {2, 10},  {65, 10}};          // 10: a one-token prefix
   for (DType dt : {DType::kBF16, DType::kF32}) {
     for (const auto& ac : cases) {
       const int qw = ac.heads * ac.dim, width = qw + 2 * ac.kv_heads * ac.dim;
-      auto pre = Random(static_cast<size_t>(P) * width, 60, -2.f, 2.f);
-      std::vector<std::vector<float>> own;
-      for (size_t i = 0; i < tails.size(); ++i) {
-        own.push_back(Random(static_cast<size_t>(tails[i]) * width, 61 + i, -2.f, 2.f));
+      std::vector<std::vector<float>> rows;  // each packed sequence's q/k/v rows
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        rows.push_back(Random(static_cast<size_t>(seqs[i].first) * width, 60 + static_cast<int>(i),
+                              -2.f, 2.f));
       }
-      // Packed with the prefix once: [prefix][tail 1][tail 2]...
-      std::vector<float> packed = pre;
-      std::vector<int32_t> cu = {0, P};
-      int max_tail = P;
-      for (const auto& o : own) {
-        packed.insert(packed.end(), o.begin(), o.end());
-        cu.push_back(cu.back() + static_cast<int>(o.size() / width));
-        max_tail = std::max(max_tail, static_cast<int>(o.size() / width));
-      }
-      // Expanded: each tail as a full sequence prefix + tail.
-      std::vector<float> full;
-      std::vector<int32_t> fcu = {0};
-      int max_full = 0;
-      for (const auto& o : own) {
-        full.insert(full.end(), pre.begin(), pre.end());
-        full.insert(full.end(), o.begin(), o.end());
-        const int len = P + static_cast<int>(o.size() / width);
-        fcu.push_back(fcu.back() + len);
-        max_full = std::max(max_full, len);
+      std::vector<float> packed, full;
+      std::vector<int32_t> cu = {0}, fcu = {0}, prefix_of;
+      int max_len = 0, max_full = 0;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const auto [len, pre] = seqs[i];
+        packed.insert(packed.end(), rows[i].begin(), rows[i].end());
+        cu.push_back(cu.back() + len);
+        prefix_of.push_back(pre);
+        max_len = std::max(max_len, len);
+        // Expanded: the prefix's rows, then the sequence's own.
+        if (pre >= 0) full.insert(full.end(), rows[pre].begin(), rows[pre].end());
+        full.insert(full.end(), rows[i].begin(), rows[i].end());
+        const int flen = len + (pre >= 0 ? seqs[pre].first : 0);
+        fcu.push_back(fcu.back() + flen);
+        max_full = std::max(max_full, flen);
       }
       auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& c, int maxlen,
-                     int prefix) {
+                     const std::vector<int32_t>* pre) {
         const int T = c.back();
         Tensor t = Make(gpu_.get(), x, T, width, dt);
         Tensor out = Make(gpu_.get(), std::vector<float>(static_cast<size_t>(T) * qw), T, qw, dt);
         AttentionParams p = AttnParams(t, out, I32(gpu_.get(), c).ptr<int32_t>(),
                                        static_cast<int>(c.size()) - 1, maxlen, ac);
-        p.prefix_len = prefix;
+        if (pre != nullptr) p.prefix_of = I32(gpu_.get(), *pre).ptr<int32_t>();
         gpu_->Attention(p);
         return Get(gpu_.get(), out);
       };
-      auto a = run(packed, cu, max_tail, P);
-      auto b = run(full, fcu, max_full, 0);
-      for (size_t i = 0; i < own.size(); ++i) {
-        const int len = cu[i + 2] - cu[i + 1];
-        std::vector<float> ga(a.begin() + static_cast<int64_t>(cu[i + 1]) * qw,
-                              a.begin() + static_cast<int64_t>(cu[i + 2]) * qw);
-        std::vector<float> gb(b.begin() + static_cast<int64_t>(fcu[i] + P) * qw,
-                              b.begin() + static_cast<int64_t>(fcu[i] + P + len) * qw);
-        EXPECT_EQ(ga, gb) << DTypeName(dt) << " dim " << ac.dim << " tail " << len;
+      const auto a = run(packed, cu, max_len, &prefix_of);
+      const auto b = run(full, fcu, max_full, nullptr);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const auto [len, pre] = seqs[i];
+        const int skip = pre >= 0 ? seqs[pre].first : 0;  // the expanded prefix rows
+        std::vector<float> ga(a.begin() + static_cast<int64_t>(cu[i]) * qw,
+                              a.begin() + static_cast<int64_t>(cu[i + 1]) * qw);
+        std::vector<float> gb(b.begin() + static_cast<int64_t>(fcu[i] + skip) * qw,
+                              b.begin() + static_cast<int64_t>(fcu[i] + skip + len) * qw);
+        EXPECT_EQ(ga, gb) << DTypeName(dt) << " dim " << ac.dim << " window " << ac.window
+                          << " sequence " << i << " (length " << len << ", prefix " << pre << ")";
       }
-      // The prefix sequence itself is plain causal attention over its own rows.
-      std::vector<float> pa(a.begin(), a.begin() + static_cast<int64_t>(P) * qw);
-      std::vector<float> pb(b.begin(), b.begin() + static_cast<int64_t>(P) * qw);
-      EXPECT_EQ(pa, pb) << DTypeName(dt) << " dim " << ac.dim << " prefix rows";
     }
   }
 }

@@ -386,6 +386,41 @@ TEST(Cli, BatchLimitsAndPrefixReuseFlags) {
   EXPECT_NE(neg.out.find("--max-num-seqs"), std::string::npos) << neg.out;
 }
 
+// Prefix reuse per group: a prompt prefix shared by every pair and queries repeated over
+// consecutive documents; with reuse on, each query's documents form a group (they save
+// more than the prefix alone over the whole batch), the log reports it, and the scores are
+// those of the full computation, bit for bit.
+TEST(Cli, PrefixReuseGroupsQueries) {
+  const std::string in = TempPath("groups.jsonl");
+  {
+    std::ofstream f(in);
+    f << "{\"prefix\": [11, 12, 13, 14, 15], \"suffix\": [16, 17]}\n";
+    for (int q = 0; q < 3; ++q) {
+      for (int d = 0; d < 4; ++d) {
+        f << "{\"q\": [" << 100 + q << ", 21, 22, 23, 24, 25], \"d\": [" << 200 + d << ", "
+          << 30 + q << ", 31]}\n";
+      }
+    }
+  }
+  const std::string model = " --model " + kFixtures + "/models/qwen3_reranker --input " + in;
+  auto off =
+      RunSluice("score" + model + " --output " + TempPath("g_off.jsonl") + " --prefix-reuse off");
+  ASSERT_EQ(off.exit_code, 0) << off.out;
+  EXPECT_EQ(off.out.find("groups in"), std::string::npos) << off.out;
+  auto on =
+      RunSluice("score" + model + " --output " + TempPath("g_on.jsonl") + " --prefix-reuse on");
+  ASSERT_EQ(on.exit_code, 0) << on.out;
+  // Per query: 3 groups x 3 x (5 + 6) = 99 tokens (the prefix alone: 11 x 5 = 55) of
+  // 12 x 16 = 192.
+  EXPECT_NE(on.out.find("shared-prefix reuse: 3 groups in 1 batches, 99 prefix tokens not "
+                        "recomputed (51.6% of 192 tokens)"),
+            std::string::npos)
+      << on.out;
+  const auto a = Lines(TempPath("g_off.jsonl")), b = Lines(TempPath("g_on.jsonl"));
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);
+}
+
 TEST(Cli, Inspect) {
   auto r = RunSluice("inspect --model " + kFixtures + "/models/qwen3_reranker");
   ASSERT_EQ(r.exit_code, 0) << r.out;

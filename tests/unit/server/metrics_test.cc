@@ -111,14 +111,19 @@ TEST(Exchange, FirstResponseWinsAndDisconnectRunsHookOnce) {
   EXPECT_EQ(late, 0);
 }
 
-// Shared-prefix reuse counters: batches that reused a prefix and the tokens it saved.
+// Shared-prefix reuse counters: batches that reused a prefix, its groups and the tokens
+// that saved.
 TEST(Metrics, PrefixReuseCounters) {
   Metrics m;
-  m.RecordBatch(4, 90, 0.1, 30);  // 4 sequences shared a 10-token prefix
-  m.RecordBatch(2, 50, 0.1, 0);   // no shared prefix
-  m.RecordBatch(3, 60, 0.1, 16);
+  m.RecordBatch(4, 90, 0.1);
+  m.RecordPrefixReuse(1, 30);  // 4 sequences shared a 10-token prefix
+  m.RecordBatch(2, 50, 0.1);
+  m.RecordPrefixReuse(0, 0);  // no shared prefix
+  m.RecordBatch(6, 60, 0.1);
+  m.RecordPrefixReuse(2, 16);  // two groups: 3 x 4 + 1 x 4
   const std::string out = m.Render(GaugeValues{});
   EXPECT_NE(out.find("sluice_prefix_reuse_batches_total 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("sluice_prefix_reuse_groups_total 3\n"), std::string::npos) << out;
   EXPECT_NE(out.find("sluice_prefix_reuse_tokens_saved_total 46\n"), std::string::npos) << out;
   EXPECT_NE(out.find("sluice_batches_total 3\n"), std::string::npos) << out;
 }
