@@ -363,6 +363,26 @@ class CudaBackend final : public Backend {
       std::abort();
     }
   }
+  void AttentionQNormRope(const AttentionParams& p, const RopeParams& rope, const Tensor& q_norm,
+                          float eps) override {
+    Device();
+    static const bool fuse = [] {  // SLUICE_FUSE_QNORM=0: the two-step path (for comparison)
+      const char* e = std::getenv("SLUICE_FUSE_QNORM");
+      return !(e && std::atoi(e) == 0);
+    }();
+    const int rot = rope.rotary_dim > 0 ? rope.rotary_dim : rope.head_dim;
+    if (fuse && rope.style == RopeStyle::kNeox && rot == p.head_dim &&
+        rope.head_dim == p.head_dim && rope.max_position > 0 && q_norm.dtype == DType::kF32) {
+      RopeParams r = rope;
+      r.x = p.q;
+      r.num_heads = p.num_heads;
+      if (cuda::AttentionQNormRope(p, q_norm.ptr<float>(), eps, CosSinTable(r), rope.positions,
+                                   stream_)) {
+        return;
+      }
+    }
+    Backend::AttentionQNormRope(p, rope, q_norm, eps);
+  }
   void Activate(Tensor x, Activation act) override {
     Device();
     cuda::Activate(x, act, stream_);

@@ -349,7 +349,8 @@ TEST(Cli, ProfileBreakdown) {
   auto r = RunSluice("score --profile --model " + kFixtures + "/models/qwen3_reranker --input " +
                      in + " --output /dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  for (const char* op : {"| Linear ", "| Attention |", "| RmsNorm |", "| QkNormRope |"}) {
+  for (const char* op :
+       {"| Linear ", "| Attention (+q-norm, rope) |", "| RmsNorm |", "| QkNormRope |"}) {
     EXPECT_NE(r.out.find(op), std::string::npos) << op << "\n" << r.out;
   }
 }
