@@ -2,9 +2,10 @@
 //
 // A recorded forward replays fixed shapes, so a batch runs in the smallest bucket that holds
 // its tokens, padded to the bucket's token count (padding rows belong to no sequence and
-// are never read back). Buckets are 16 x {1, 2, 3, 4, 6, 8, 12, 16, ...}: powers of two
-// and 1.5x them, so padding stays under half a batch (a third above 32 tokens) while a few
-// thousand tokens need fewer than twenty graphs.
+// are never read back). Buckets are multiples of 16: 16, 32, 48, 64, then four per
+// doubling (80, 96, 112, 128, 160, 192, ..., 3584, 4096, ...). Padding is then under 20%
+// of a bucket above 64 tokens, where the forward's time grows with its tokens, and up to
+// 4096 tokens takes 28 graphs.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 namespace sluice {
 
 // The buckets up to `max_tokens` in ascending order; `max_tokens` itself ends the list
-// when it is not on the ladder (a budget of 100 gives 16, 32, 48, 64, 96, 100). Empty
+// when it is not on the ladder (a budget of 100 gives 16, 32, 48, 64, 80, 96, 100). Empty
 // when max_tokens < 1.
 std::vector<int64_t> GraphBuckets(int64_t max_tokens);
 
