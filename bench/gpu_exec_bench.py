@@ -158,8 +158,8 @@ def main():
                     rate, err = score_once(path, mdir, inp, outp, ["--prefix-reuse", mode])
                     rates[(b, mode)].append(rate)
                     if rep == 0 and b == "new":
-                        log("\n".join(line for line in err.splitlines() if "INFO" in line
-                                      and ("graphs" in line or "warmed" in line)))
+                        log("\n".join(line for line in err.splitlines()
+                                      if "graphs" in line or "warmed" in line))
                     log(f"offline {b} prefix-reuse {mode}: {rate:.1f} pairs/s")
         results["offline"] = {f"{b} {m}": v for (b, m), v in rates.items()}
         if args.baseline:
@@ -186,7 +186,9 @@ def main():
         port = 8200
         served["new graphs off"] = serve(args.sluice, mdir, ["--cuda-graphs", "off"], port, args.out,
                                          "graphs-off", lat_runs)
-        served["new graphs on"] = serve(args.sluice, mdir, ["--cuda-graphs", "on"], port + 1,
+        served["new graphs on"] = serve(args.sluice, mdir, ["--cuda-graphs", "on",
+                                                            "--cuda-graph-max-tokens", "4096"],
+                                        port + 1,
                                         args.out, "graphs-on",
                                         lat_runs + [("20 docs c16", b20, 16, len(seqs) // 20)])
         if args.baseline:

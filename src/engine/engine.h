@@ -35,9 +35,11 @@ enum class PrefixReuse { kAuto, kOn, kOff };
 // batch's own sequence structure). auto = on for CUDA (off under --profile), off for CPU;
 // on is an error where graphs cannot be used.
 enum class CudaGraphs { kAuto, kOn, kOff };
-// Largest bucket by default: where graphs measurably beat eager launches on an H200
-// (docs/benchmarks.md, "CUDA graphs").
-constexpr int64_t kDefaultCudaGraphMaxTokens = 4096;
+// Largest bucket by default: up to 2048 tokens graph replay beat eager launches on an H200
+// for the Qwen3-0.6B-shaped reranker (1.2x at 16-256 tokens, 1.02-1.07x at 1536-2048);
+// above, padding to the bucket cost as much as the launches saved (0.91-1.03x).
+// docs/benchmarks.md, "Execution".
+constexpr int64_t kDefaultCudaGraphMaxTokens = 2048;
 
 struct EngineOptions {
   std::string model_dir;
