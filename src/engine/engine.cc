@@ -125,7 +125,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     RETURN_IF_ERROR(e->WarmUp());
     const bool graphs = options.cuda_graphs == CudaGraphs::kOn ||
                         (options.cuda_graphs == CudaGraphs::kAuto && !options.profile);
-    if (graphs) RETURN_IF_ERROR(e->CaptureGraphs());
+    if (graphs) {
+      Status recorded = e->CaptureGraphs();
+      if (!recorded.ok() && options.cuda_graphs == CudaGraphs::kOn) return recorded;
+      if (!recorded.ok()) {  // auto: run eagerly rather than not at all
+        SLUICE_LOG_WARN("CUDA graphs off: {}", recorded.message());
+        e->graphs_.clear();
+        e->graph_workspace_.reset();
+      }
+    }
   }
   return e;
 }
