@@ -1,5 +1,10 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
 #include "backend/cpu/cpu_backend.h"
 #ifdef SLUICE_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -20,6 +25,43 @@ Tensor Tensor::ColSlice(int64_t c0, int64_t n) const {
   t.stride = row_stride();
   t.cols = n;
   return t;
+}
+
+namespace {
+
+// The default fence: the backend's work is done once Synchronize() returns.
+class SyncFence final : public Fence {
+ public:
+  explicit SyncFence(Backend* backend) : backend_(backend) {}
+  void Record() override {}
+  void Wait() override { backend_->Synchronize(); }
+
+ private:
+  Backend* backend_;
+};
+
+}  // namespace
+
+HostBuffer Backend::AllocateHost(size_t bytes) {
+  const size_t n = std::max<size_t>(bytes, 64);
+  void* p = ::operator new (n, std::align_val_t{64});
+  return HostBuffer(
+      std::shared_ptr<void>(p, [](void* q) { ::operator delete (q, std::align_val_t{64}); }), n);
+}
+
+std::unique_ptr<Fence> Backend::CreateFence() { return std::make_unique<SyncFence>(this); }
+
+Status Backend::BeginRecording() {
+  return Unsupported("recorded forwards (CUDA graphs) need the CUDA backend");
+}
+
+StatusOr<std::unique_ptr<Recording>> Backend::EndRecording() {
+  return FailedPrecondition("EndRecording without BeginRecording");
+}
+
+void Backend::Replay(const Recording&, const ReplayShape&) {
+  std::fprintf(stderr, "sluice: Replay on a backend without recordings\n");
+  std::abort();
 }
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {

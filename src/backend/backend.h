@@ -143,6 +143,53 @@ struct PoolParams {
   PoolMode mode = PoolMode::kCls;
 };
 
+// Host memory for staging copies between host and device: page-locked on CUDA, so that
+// CopyFromHostAsync/CopyToHostF32Async from/into it are truly asynchronous; plain memory
+// elsewhere. Freed when the last copy of the HostBuffer is destroyed (the owner must make
+// sure no queued copy still uses it: wait on a Fence recorded after the copy first).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(std::shared_ptr<void> mem, size_t bytes) : mem_(std::move(mem)), bytes_(bytes) {}
+  void* data() const { return mem_.get(); }
+  size_t size() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(mem_.get());
+  }
+
+ private:
+  std::shared_ptr<void> mem_;
+  size_t bytes_ = 0;
+};
+
+// A point in a backend's queue of device work. Record() marks everything queued so far;
+// Wait() blocks until all of it has finished (copies included). Recording again moves the
+// point. A fence never recorded is complete.
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  virtual void Record() = 0;
+  virtual void Wait() = 0;
+};
+
+// Device work recorded once and replayed many times with the same shapes and pointers (CUDA
+// graphs). See Backend::BeginRecording.
+class Recording {
+ public:
+  virtual ~Recording() = default;
+  virtual int graph_segments() const = 0;   // captured graphs
+  virtual int attention_calls() const = 0;  // attention calls run between them
+};
+
+// What a replay changes in every recorded attention call: the batch's sequence structure.
+// (The cu_seqlens and prefix_of pointers are the recorded ones: write the new offsets and
+// prefixes there before replaying; record with a prefix_of array, all -1 when none.)
+struct ReplayShape {
+  int num_seqs = 0;
+  int max_seqlen = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -220,6 +267,41 @@ class Backend {
 
   // Blocks until queued device work is done (no-op on CPU).
   virtual void Synchronize() = 0;
+
+  // ---- Asynchronous execution. The defaults are synchronous and correct (CPU). ----
+
+  // Host staging memory (pinned on CUDA) of at least `bytes`, for the copies below.
+  virtual HostBuffer AllocateHost(size_t bytes);
+  // Queues a copy of host memory into a device tensor of the same dtype and size. Unlike
+  // CopyFromHost, `src` may be read when the copy runs: keep it unchanged until a fence
+  // recorded after this call has been waited on. Asynchronous from AllocateHost memory.
+  virtual void CopyFromHostAsync(const void* src, const Tensor& dst) { CopyFromHost(src, dst); }
+  // Queues a copy of a (possibly strided) device tensor into dense host f32 memory; `dst`
+  // holds the values once a fence recorded after this call has been waited on.
+  // Asynchronous into AllocateHost memory.
+  virtual void CopyToHostF32Async(const Tensor& src, float* dst) { CopyToHostF32(src, dst); }
+  // A fence on this backend's queue (default: Wait() synchronises the backend).
+  virtual std::unique_ptr<Fence> CreateFence();
+  // Free device memory in bytes, or -1 where the backend does not know (CPU).
+  virtual int64_t DeviceMemoryFree() { return -1; }
+
+  // ---- Recorded forwards (CUDA graphs). ----
+  //
+  // Between BeginRecording and EndRecording the backend records the operations it is given
+  // instead of running them; Replay runs them again with the same shapes and the same
+  // pointers (fixed workspaces, inputs written to the same device buffers). Attention calls
+  // are not captured: each splits the recording into graph segments and runs eagerly on
+  // replay, with num_seqs / max_seqlen from the ReplayShape (so one recording serves any
+  // sequence structure of its token count, shared prefixes included). Everything else
+  // recorded must have launch shapes that do not depend on those values.
+  // Operations that must not run while recording (allocation growth, host copies,
+  // Synchronize) abort. The caller keeps the buffers it passed (workspaces, inputs) alive
+  // and unmoved while it replays; the backend keeps its own internal buffers that a
+  // recording may reference (GEMM scratch, RoPE tables) alive until it is destroyed.
+  // Default: Unsupported (CPU).
+  virtual Status BeginRecording();
+  virtual StatusOr<std::unique_ptr<Recording>> EndRecording();
+  virtual void Replay(const Recording& recording, const ReplayShape& shape);
 };
 
 struct BackendOptions {

@@ -43,6 +43,12 @@ void ProfilingBackend::CopyFromHost(const void* src, const Tensor& dst) {
 void ProfilingBackend::CopyToHostF32(const Tensor& src, float* dst) {
   Time("CopyToHostF32", 0, [&] { inner_->CopyToHostF32(src, dst); });
 }
+void ProfilingBackend::CopyFromHostAsync(const void* src, const Tensor& dst) {
+  Time("CopyFromHost", 0, [&] { inner_->CopyFromHostAsync(src, dst); });
+}
+void ProfilingBackend::CopyToHostF32Async(const Tensor& src, float* dst) {
+  Time("CopyToHostF32", 0, [&] { inner_->CopyToHostF32Async(src, dst); });
+}
 void ProfilingBackend::Linear(const LinearParams& p) {
   const double flops = 2.0 * p.x.rows * p.weight->in_features * p.weight->out_features;
   // One row per weight shape (QKV, o-proj, MLP in, MLP out, ...).

@@ -62,6 +62,12 @@ class ProfilingBackend final : public Backend {
   void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override;
   void Pool(const PoolParams& p) override;
   void Synchronize() override { inner_->Synchronize(); }
+  HostBuffer AllocateHost(size_t bytes) override { return inner_->AllocateHost(bytes); }
+  void CopyFromHostAsync(const void* src, const Tensor& dst) override;
+  void CopyToHostF32Async(const Tensor& src, float* dst) override;
+  std::unique_ptr<Fence> CreateFence() override { return inner_->CreateFence(); }
+  int64_t DeviceMemoryFree() override { return inner_->DeviceMemoryFree(); }
+  // Recordings stay unsupported: profiling synchronises after every call.
 
  private:
   template <typename F>

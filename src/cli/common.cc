@@ -28,6 +28,15 @@ void AddModelFlags(CLI::App* app, ModelFlags* f) {
                   "auto | on | off: compute a prefix shared by every sequence of a batch once "
                   "(causal models with last-token pooling; auto = on for CUDA)")
       ->capture_default_str();
+  app->add_option("--cuda-graphs", f->cuda_graphs,
+                  "auto | on | off: replay the forward of small batches from CUDA graphs "
+                  "recorded at load, one per token-count bucket (auto = on for CUDA; off = "
+                  "launch every kernel, like vLLM's --enforce-eager)")
+      ->capture_default_str();
+  app->add_option("--cuda-graph-max-tokens", f->cuda_graph_max_tokens,
+                  "largest token-count bucket recorded as a CUDA graph (batches above it run "
+                  "eagerly)")
+      ->capture_default_str();
   app->add_flag("--profile", f->profile,
                 "time every backend op (synchronising) and print a breakdown at the end");
 }
@@ -78,6 +87,26 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
     return InvalidArgument("--prefix-reuse: expected auto, on or off, got \"" + f.prefix_reuse +
                            "\"");
   }
+  if (f.cuda_graphs == "auto") {
+    o.cuda_graphs = CudaGraphs::kAuto;
+  } else if (f.cuda_graphs == "on") {
+    o.cuda_graphs = CudaGraphs::kOn;
+  } else if (f.cuda_graphs == "off") {
+    o.cuda_graphs = CudaGraphs::kOff;
+  } else {
+    return InvalidArgument("--cuda-graphs: expected auto, on or off, got \"" + f.cuda_graphs +
+                           "\"");
+  }
+  if (f.cuda_graphs == "on" && !gpu) {
+    return InvalidArgument("--cuda-graphs on needs --device cuda");
+  }
+  if (f.cuda_graphs == "on" && f.profile) {
+    return InvalidArgument(
+        "--cuda-graphs on and --profile exclude each other (profiling "
+        "synchronises after every op)");
+  }
+  if (f.cuda_graph_max_tokens < 0) return InvalidArgument("--cuda-graph-max-tokens must be >= 0");
+  o.cuda_graph_max_tokens = f.cuda_graph_max_tokens;
   return o;
 }
 
@@ -94,6 +123,12 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {
   SLUICE_LOG_INFO("limits: max_batch_tokens {}, max_num_seqs {}, max tokens per input {}",
                   o.max_batch_tokens, o.max_num_seqs, i.max_sequence_length);
   SLUICE_LOG_INFO("shared-prefix reuse: {}", engine->prefix_reuse() ? "on" : "off");
+  const std::vector<int64_t> buckets = engine->graph_buckets();
+  if (buckets.empty()) {
+    SLUICE_LOG_INFO("CUDA graphs: off");
+  } else {
+    SLUICE_LOG_INFO("CUDA graphs: on for batches of up to {} tokens", buckets.back());
+  }
   SLUICE_LOG_INFO("loaded in {:.2f} s", NowSeconds() - t0);
   return engine;
 }

@@ -21,6 +21,8 @@ struct ModelFlags {
   int max_num_seqs = 0;          // 0: the device's default (256 CPU, 1024 CUDA)
   bool profile = false;
   std::string prefix_reuse = "auto";
+  std::string cuda_graphs = "auto";
+  int64_t cuda_graph_max_tokens = kDefaultCudaGraphMaxTokens;
 };
 
 void AddModelFlags(CLI::App* app, ModelFlags* f);

@@ -1,6 +1,14 @@
 // The offline engine: loads a model directory (config, weights, model, pooling/head)
 // on a backend and runs token-id sequences in packed batches under a token budget.
 //
+// Execution is pipelined: Submit packs a batch's inputs into pinned staging memory, queues
+// their upload, the forward, the pooling and the head's device part, and the copy of the
+// results back, all asynchronously; Complete waits for the oldest batch's results and runs
+// the head's host part. With two batches in flight the host prepares batch k+1 and
+// finishes batch k while the device computes (Run does this). On CUDA, batches of up to
+// EngineOptions::cuda_graph_max_tokens tokens replay a CUDA graph of the forward recorded
+// at load time for their token-count bucket (graph_buckets.h).
+//
 // Not thread-safe: one thread drives an Engine (the server's engine thread, or the CLI).
 #pragma once
 
@@ -10,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/graph_buckets.h"
 #include "engine/prefix_groups.h"
 #include "pooling/head.h"
 
@@ -23,6 +32,18 @@ namespace sluice {
 // CUDA, off for CPU.
 enum class PrefixReuse { kAuto, kOn, kOff };
 
+// CUDA graphs: the forward of a batch of at most cuda_graph_max_tokens tokens replays a
+// graph recorded at load time for its token-count bucket, which removes most of the kernel
+// launch overhead that bounds small batches (attention still launches per layer, with the
+// batch's own sequence structure). auto = on for CUDA (off under --profile), off for CPU;
+// on is an error where graphs cannot be used.
+enum class CudaGraphs { kAuto, kOn, kOff };
+// Largest bucket by default: up to 2048 tokens graph replay beat eager launches on an H200
+// for the Qwen3-0.6B-shaped reranker (1.2x at 16-256 tokens, 1.02-1.07x at 1536-2048);
+// above, padding to the bucket cost as much as the launches saved (0.91-1.03x).
+// docs/benchmarks.md, "Execution".
+constexpr int64_t kDefaultCudaGraphMaxTokens = 2048;
+
 struct EngineOptions {
   std::string model_dir;
   std::optional<DType> dtype;  // nullopt = "auto": the checkpoint's dtype
@@ -32,6 +53,8 @@ struct EngineOptions {
   int max_num_seqs = 256;
   bool profile = false;  // time every backend call (synchronising); see ProfileReport()
   PrefixReuse prefix_reuse = PrefixReuse::kAuto;
+  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
+  int64_t cuda_graph_max_tokens = kDefaultCudaGraphMaxTokens;  // capped by max_batch_tokens
 };
 
 // Counters of shared-prefix reuse since load.
@@ -87,18 +110,61 @@ class Engine {
                                             const ProgressFn& progress = nullptr);
   // Runs exactly one packed forward over `inputs` (they must fit the budget).
   Status RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs);
-  // Runs one packed forward over a batch the caller already packed (e.g. on another
-  // thread, overlapped with the previous forward). outputs: one per sequence of `batch`.
+  // Runs one packed forward over a batch the caller already packed and waits for it (and
+  // for any batch submitted before it). outputs: one per sequence of `batch`.
   Status RunPacked(const ForwardBatch& batch, SequenceOutput* outputs);
 
+  // Pipelined execution. Submit queues one packed forward (shared-prefix detection, input
+  // upload, forward, pooling, head's device part, results copy) and returns without waiting
+  // for the device; `batch` may be reused at once, `outputs` (one per sequence) must stay
+  // valid until the batch's Complete. Complete waits for the oldest submitted batch and
+  // writes its outputs. At most kMaxInFlight batches are submitted and not completed
+  // (Submit beyond that: FailedPrecondition). A failed Submit (validation) queues nothing.
+  static constexpr int kMaxInFlight = 2;
+  Status Submit(const ForwardBatch& batch, SequenceOutput* outputs);
+  Status Complete();
+  int in_flight() const { return in_flight_; }
+  // Waits for the batches in flight and drops their results (their outputs stay untouched).
+  void Abandon();
+
+  // CUDA graphs: the recorded token-count buckets (ascending; empty when off) and the
+  // number of batches that replayed one since load.
+  std::vector<int64_t> graph_buckets() const;
+  int64_t graph_batches() const { return graph_batches_; }
+
  private:
+  // One batch between Submit and Complete: pinned staging for its inputs and results, the
+  // fence after its results copy, and what Complete needs to finish it.
+  struct Slot {
+    HostBuffer inputs;   // int32, InputLayout
+    HostBuffer results;  // f32 rows copied back
+    std::unique_ptr<Fence> done;
+    ForwardBatch prefix_batch;  // the batch as run, when it has shared-prefix groups
+    // With groups: the result row of each input sequence (prefix sequences have none).
+    std::vector<int> packed_index;
+    std::vector<float> gathered;  // those rows, in input order
+    SequenceOutput* outputs = nullptr;
+    int rows = 0;         // result rows (pooled rows, or tokens for ALL/STEP)
+    int width = 0;        // values per result row
+    int first_layer = 0;  // head layers already applied on the device
+    std::vector<int32_t> cu_seqlens, token_ids;  // ALL/STEP pooling: the batch's layout
+  };
+  // A recorded forward of one token-count bucket.
+  struct GraphBucket {
+    int64_t tokens = 0;
+    std::unique_ptr<Recording> recording;
+    Tensor hidden;  // [tokens, hidden] final hidden states, in the graph workspace
+  };
+
   Engine() = default;
   // CUDA: runs one forward over a full token budget at load time (workspaces, GEMM plans).
   Status WarmUp();
-  // One forward of `batch` as packed (no prefix grouping).
-  Status RunForward(const ForwardBatch& batch, SequenceOutput* outputs);
-  // Pooled rows [S, hidden] (device) -> head -> outputs.
-  Status FinishHead(const Tensor& pooled, int S, SequenceOutput* outputs);
+  // CUDA graphs: records the forward of every bucket (options_.cuda_graphs).
+  Status CaptureGraphs();
+  Status SubmitImpl(const ForwardBatch& batch, SequenceOutput* outputs, bool detect_prefix);
+  // Queues the device work of `batch` (as run: prefix already split off) into `slot`.
+  Status Enqueue(const ForwardBatch& batch, Slot& slot);
+  const GraphBucket* FindGraph(int64_t tokens) const;
 
   EngineOptions options_;
   ModelInfo info_;
@@ -107,11 +173,15 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Workspace> workspace_;
   HeadSpec head_;
-  ForwardBatch batch_, prefix_batch_;
-  std::vector<float> host_pooled_;
-  std::vector<SequenceOutput> prefix_outputs_;
+  ForwardBatch batch_;
   std::vector<PrefixGroup> groups_;
-  std::vector<int> packed_index_;  // input sequence -> its sequence in prefix_batch_
+  Slot slots_[kMaxInFlight];
+  int oldest_ = 0;                              // slot of the oldest batch in flight
+  int in_flight_ = 0;                           // batches submitted and not completed
+  std::vector<GraphBucket> graphs_;             // ascending tokens
+  std::unique_ptr<Workspace> graph_workspace_;  // never grows after capture
+  Tensor graph_inputs_;                         // int32, the largest bucket's InputLayout
+  int64_t graph_batches_ = 0;
   bool prefix_reuse_ = false;
   // The head's first dense layer (e.g. BERT's pooler) as a device GEMM over the pooled
   // rows; its activation and the rest of the head run on the host.

@@ -118,13 +118,20 @@ void EngineLoop::Finish(const std::vector<std::shared_ptr<EngineRequest>>& done)
 
 void EngineLoop::SchedulerThread() {
   std::vector<std::shared_ptr<EngineRequest>> finished;
+  auto free_buffer = [this] {
+    for (int b = 0; b < kBuffers; ++b) {
+      if (buffers_[b].state == BufferState::kFree) return b;
+    }
+    return -1;
+  };
   for (;;) {
     finished.clear();
     int slot = -1;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      sched_cv_.wait(lock,
-                     [&] { return stopping_ || (!paused_ && !scheduler_.empty() && ready_ < 0); });
+      sched_cv_.wait(lock, [&] {
+        return stopping_ || (!paused_ && !scheduler_.empty() && ready_ < 0 && free_buffer() >= 0);
+      });
       if (stopping_) {
         scheduler_.DropAll(Status(StatusCode::kUnavailable, "the server is shutting down"),
                            &finished);
@@ -134,15 +141,15 @@ void EngineLoop::SchedulerThread() {
         Finish(finished);
         return;
       }
-      // A free buffer: neither ready nor running.
-      slot = (running_ == 0) ? 1 : 0;
+      slot = free_buffer();
       Prepared& p = buffers_[slot];
       scheduler_.NextBatch(SteadyClock::now(), &p.items, &finished);
+      if (!p.items.empty()) p.state = BufferState::kPreparing;
     }
     Finish(finished);
     Prepared& p = buffers_[slot];
     if (p.items.empty()) continue;
-    // Host-side preparation, outside the lock: overlaps the forward in flight.
+    // Host-side preparation, outside the lock: overlaps the forwards in flight.
     p.batch.Clear();
     for (const BatchItem& it : p.items) {
       const SequenceInput& in = it.request->inputs[it.seq];
@@ -151,71 +158,103 @@ void EngineLoop::SchedulerThread() {
     p.outputs.resize(p.items.size());
     {
       std::lock_guard<std::mutex> lock(mu_);
+      p.state = BufferState::kReady;
       ready_ = slot;
     }
     engine_cv_.notify_one();
   }
 }
 
-void EngineLoop::EngineThread() {
+int EngineLoop::TakeReady() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ready_ < 0 || static_cast<int>(in_flight_.size()) >= Engine::kMaxInFlight) return -1;
+  const int b = ready_;
+  ready_ = -1;
+  buffers_[b].state = BufferState::kInFlight;
+  return b;
+}
+
+void EngineLoop::SubmitBuffer(int b) {
+  sched_cv_.notify_one();  // `ready` is free again: prepare the next batch now
+  Prepared& p = buffers_[b];
+  p.submitted = SteadyClock::now();
+  for (const BatchItem& it : p.items) {
+    if (it.request->started == SteadyClock::time_point{}) it.request->started = p.submitted;
+  }
+  const PrefixReuseStats before = engine_->prefix_reuse_stats();
+  p.status = engine_->Submit(p.batch, p.outputs.data());
+  p.saved = engine_->prefix_reuse_stats().tokens_saved - before.tokens_saved;
+  p.groups = engine_->prefix_reuse_stats().groups - before.groups;
+  if (!p.status.ok()) {
+    Deliver(b);  // nothing in flight for it
+    return;
+  }
+  in_flight_.push_back(b);
+}
+
+void EngineLoop::Deliver(int b) {
+  Prepared& p = buffers_[b];
+  const Status& st = p.status;
+  const double secs = std::chrono::duration<double>(SteadyClock::now() - p.submitted).count();
+  if (!st.ok()) SLUICE_LOG_ERROR("batch of {} sequences failed: {}", p.items.size(), st.message());
   std::vector<std::shared_ptr<EngineRequest>> finished;
+  BatchStats bs;
+  bs.num_seqs = p.batch.num_seqs();
+  bs.num_tokens = p.batch.num_tokens();
+  bs.compute_seconds = secs;
+  bs.prefix_tokens_saved = p.saved;
+  bs.prefix_groups = p.groups;
+  bs.ok = st.ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int requests = 0;
+    const EngineRequest* last = nullptr;
+    for (size_t i = 0; i < p.items.size(); ++i) {
+      EngineRequest& r = *p.items[i].request;
+      if (&r != last) {
+        ++requests;
+        r.compute_seconds += secs;
+        ++r.batches;
+        last = &r;
+      }
+      if (st.ok()) {
+        r.outputs[p.items[i].seq] = std::move(p.outputs[i]);
+      } else if (!r.failed) {
+        r.failed = true;
+        r.failure = Status(StatusCode::kInternal, "forward failed: " + st.message());
+      }
+      if (--r.unfinished == 0) finished.push_back(p.items[i].request);
+    }
+    p.items.clear();
+    p.state = BufferState::kFree;
+    bs.num_requests = requests;
+  }
+  sched_cv_.notify_one();
+  if (options_.on_batch) options_.on_batch(bs);
+  Finish(finished);
+}
+
+void EngineLoop::EngineThread() {
   for (;;) {
-    int slot;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      engine_cv_.wait(lock, [&] { return ready_ >= 0 || sched_done_; });
-      if (ready_ < 0) return;  // scheduler finished and nothing left to run
-      slot = ready_;
-      ready_ = -1;
-      running_ = slot;
+      engine_cv_.wait(lock, [&] { return ready_ >= 0 || sched_done_ || !in_flight_.empty(); });
+      if (ready_ < 0 && sched_done_ && in_flight_.empty()) return;  // nothing left to run
     }
-    sched_cv_.notify_one();  // the other buffer is free: prepare the next batch now
-    Prepared& p = buffers_[slot];
-    const auto t0 = SteadyClock::now();
-    for (const BatchItem& it : p.items) {
-      if (it.request->started == SteadyClock::time_point{}) it.request->started = t0;
+    // Submit first: a ready batch queues behind the one in flight, so the device moves on
+    // to it while this thread finishes the older one.
+    if (const int b = TakeReady(); b >= 0) {
+      SubmitBuffer(b);
+      continue;
     }
-    const PrefixReuseStats reuse_before = engine_->prefix_reuse_stats();
-    Status st = engine_->RunPacked(p.batch, p.outputs.data());
-    const auto t1 = SteadyClock::now();
-    const double secs = std::chrono::duration<double>(t1 - t0).count();
-    if (!st.ok())
-      SLUICE_LOG_ERROR("batch of {} sequences failed: {}", p.items.size(), st.message());
-    finished.clear();
-    int requests = 0;
-    BatchStats bs;
-    bs.num_seqs = p.batch.num_seqs();
-    bs.num_tokens = p.batch.num_tokens();
-    bs.compute_seconds = secs;
-    bs.prefix_groups = engine_->prefix_reuse_stats().groups - reuse_before.groups;
-    bs.prefix_tokens_saved = engine_->prefix_reuse_stats().tokens_saved - reuse_before.tokens_saved;
-    bs.ok = st.ok();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const EngineRequest* last = nullptr;
-      for (size_t i = 0; i < p.items.size(); ++i) {
-        EngineRequest& r = *p.items[i].request;
-        if (&r != last) {
-          ++requests;
-          r.compute_seconds += secs;
-          ++r.batches;
-          last = &r;
-        }
-        if (st.ok()) {
-          r.outputs[p.items[i].seq] = std::move(p.outputs[i]);
-        } else if (!r.failed) {
-          r.failed = true;
-          r.failure = Status(StatusCode::kInternal, "forward failed: " + st.message());
-        }
-        if (--r.unfinished == 0) finished.push_back(p.items[i].request);
-      }
-      p.items.clear();
-      running_ = -1;
-      bs.num_requests = requests;
-    }
-    sched_cv_.notify_one();
-    if (options_.on_batch) options_.on_batch(bs);
-    Finish(finished);
+    if (in_flight_.empty()) continue;  // a ready batch waits for room (cannot happen)
+    const int oldest = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    buffers_[oldest].status = engine_->Complete();
+    // The next batch may have become ready while this one ran: give it to the device before
+    // delivering results (callbacks, request bookkeeping) on this thread.
+    if (const int b = TakeReady(); b >= 0) SubmitBuffer(b);
+    Deliver(oldest);
   }
 }
 

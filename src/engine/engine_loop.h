@@ -1,6 +1,9 @@
 // EngineLoop: the per-model serving loop. Owns the Engine; requests from any thread go
 // into a bounded queue; a scheduler thread packs the next batch (host-side preparation)
-// while the engine thread runs the current forward, so packing overlaps compute.
+// while the engine thread runs the current forward, so packing overlaps compute. The
+// engine thread keeps up to Engine::kMaxInFlight batches submitted to the device: when the
+// next batch is ready before the current one completes, it is submitted first, so the
+// device does not wait for the previous batch's head and result delivery.
 //
 // Threads: Submit/Cancel/queue_depth are safe from any thread. on_done callbacks run on
 // the loop's threads (engine thread for completed work, scheduler thread for dropped
@@ -25,6 +28,8 @@ struct BatchStats {
   int num_seqs = 0;
   int64_t num_tokens = 0;
   int num_requests = 0;
+  // From submission to the device until the results are back (includes waiting behind the
+  // batch submitted before it, so overlapping batches may add up to more than wall time).
   double compute_seconds = 0;
   int64_t prefix_groups = 0;        // shared-prefix reuse: groups sharing a prefix
   int64_t prefix_tokens_saved = 0;  // shared-prefix reuse: prefix tokens not recomputed
@@ -75,14 +80,28 @@ class EngineLoop {
   void Shutdown();
 
  private:
+  // A batch buffer: free -> preparing (scheduler) -> ready -> in flight (engine) -> free.
+  enum class BufferState { kFree, kPreparing, kReady, kInFlight };
   struct Prepared {
     std::vector<BatchItem> items;
     ForwardBatch batch;
     std::vector<SequenceOutput> outputs;
+    BufferState state = BufferState::kFree;
+    SteadyClock::time_point submitted{};
+    int64_t saved = 0;   // prefix tokens this batch did not recompute (stats)
+    int64_t groups = 0;  // and its shared-prefix groups
+    Status status;       // a failed Submit
   };
+  static constexpr int kBuffers = Engine::kMaxInFlight + 1;
 
   void SchedulerThread();
   void EngineThread();
+  // Engine thread: takes the ready batch, if any and if the engine has room (under mu_).
+  int TakeReady();
+  // Engine thread: submits buffer `b` to the engine.
+  void SubmitBuffer(int b);
+  // Engine thread: delivers buffer `b`'s outputs (or failure) to its requests, frees it.
+  void Deliver(int b);
   void Finish(const std::vector<std::shared_ptr<EngineRequest>>& done);
 
   std::unique_ptr<Engine> engine_;
@@ -93,9 +112,9 @@ class EngineLoop {
   std::condition_variable sched_cv_;   // work arrived / a buffer freed / stop
   std::condition_variable engine_cv_;  // a batch is ready / stop
   Scheduler scheduler_;
-  Prepared buffers_[2];
-  int ready_ = -1;    // index of the buffer ready to run, or -1
-  int running_ = -1;  // index of the buffer the engine is running, or -1
+  Prepared buffers_[kBuffers];
+  int ready_ = -1;              // index of the buffer ready to run, or -1
+  std::vector<int> in_flight_;  // buffers submitted to the engine, oldest first (engine thread)
   int in_loop_ = 0;
   bool stopping_ = false;
   bool paused_ = false;

@@ -57,58 +57,78 @@ Tensor Workspace::Get(int slot, DType dtype, int64_t rows, int64_t cols) {
   return t;
 }
 
-namespace {
-enum BatchSlots { kSlotIds = 1000, kSlotTypes, kSlotPositions, kSlotCu, kSlotRows, kSlotPrefixOf };
+void Model::PackInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
+                       int32_t* host) const {
+  const int64_t T = batch.num_tokens();
+  const int S = batch.num_seqs();
+  int32_t* ids = host + layout.ids();
+  int32_t* types = host + layout.types();
+  int32_t* positions = host + layout.positions();
+  int32_t* cu = host + layout.cu_seqlens();
+  int32_t* out_rows = host + layout.rows();
+  std::copy(batch.token_ids.begin(), batch.token_ids.end(), ids);
+  std::fill(ids + T, ids + layout.tokens, 0);
+  if (batch.token_type_ids.empty()) {
+    std::fill(types, types + layout.tokens, 0);
+  } else {
+    std::copy(batch.token_type_ids.begin(), batch.token_type_ids.end(), types);
+    std::fill(types + T, types + layout.tokens, 0);
+  }
+  for (int s = 0; s < S; ++s) {
+    // A sequence with a prefix continues it: its own tokens start at the prefix's length.
+    const int32_t start = batch.cu_seqlens[s] - batch.PrefixLength(s);
+    for (int32_t i = batch.cu_seqlens[s]; i < batch.cu_seqlens[s + 1]; ++i) {
+      positions[i] = i - start + position_offset();
+    }
+  }
+  std::fill(positions + T, positions + layout.tokens, 0);
+  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), cu);
+  std::fill(cu + S + 1, cu + layout.seqs + 1, static_cast<int32_t>(T));
+  for (int s = 0; s < S; ++s) {
+    out_rows[s] = rows == OutputRows::kFirst  ? batch.cu_seqlens[s]
+                  : rows == OutputRows::kLast ? batch.cu_seqlens[s + 1] - 1
+                                              : 0;
+  }
+  std::fill(out_rows + S, out_rows + layout.seqs, 0);
+  int32_t* prefix_of = host + layout.prefix_of();
+  if (batch.prefix_of.empty()) {
+    std::fill(prefix_of, prefix_of + layout.seqs, -1);
+  } else {
+    std::copy(batch.prefix_of.begin(), batch.prefix_of.end(), prefix_of);
+    std::fill(prefix_of + S, prefix_of + layout.seqs, -1);
+  }
 }
 
-DeviceBatch Model::PrepareBatch(const ForwardBatch& batch, Workspace& ws) {
+DeviceBatch Model::BindInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
+                              const Tensor& device, bool bind_prefix_of) const {
   DeviceBatch d;
   d.num_seqs = batch.num_seqs();
   d.max_seqlen = batch.max_seqlen;
   d.num_tokens = batch.num_tokens();
-  d.host_cu_seqlens = batch.cu_seqlens;
-  const int64_t T = d.num_tokens;
-  std::vector<int32_t>& positions = scratch_positions_;
-  positions.resize(T);
   for (int s = 0; s < d.num_seqs; ++s) {
-    // A sequence with a prefix continues it: its own tokens start at the prefix's length.
-    const int pre = batch.PrefixLength(s);
-    const int32_t start = batch.cu_seqlens[s] - pre;
-    for (int32_t i = batch.cu_seqlens[s]; i < batch.cu_seqlens[s + 1]; ++i) {
-      positions[i] = i - start + position_offset();
-    }
-    d.max_context = std::max(d.max_context, batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + pre);
+    d.max_context = std::max(d.max_context,
+                             batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + batch.PrefixLength(s));
   }
-  std::vector<int32_t>& types = scratch_types_;
-  if (batch.token_type_ids.empty()) {
-    types.assign(T, 0);
-  } else {
-    types = batch.token_type_ids;
+  auto view = [&](int64_t offset, int64_t n) {
+    Tensor t;
+    t.data = device.ptr<int32_t>() + offset;
+    t.dtype = DType::kI32;
+    t.rows = 1;
+    t.cols = n;
+    return t;
+  };
+  d.ids = view(layout.ids(), d.num_tokens);
+  d.type_ids = view(layout.types(), d.num_tokens);
+  d.positions = view(layout.positions(), d.num_tokens);
+  d.cu_seqlens = view(layout.cu_seqlens(), d.num_seqs + 1);
+  if (rows != OutputRows::kNone) {
+    d.output_rows = view(layout.rows(), d.num_seqs);
+    d.num_output_rows = d.num_seqs;
   }
-  d.ids = ws.Get(kSlotIds, DType::kI32, 1, T);
-  d.type_ids = ws.Get(kSlotTypes, DType::kI32, 1, T);
-  d.positions = ws.Get(kSlotPositions, DType::kI32, 1, T);
-  d.cu_seqlens = ws.Get(kSlotCu, DType::kI32, 1, d.num_seqs + 1);
-  backend_->CopyFromHost(batch.token_ids.data(), d.ids);
-  backend_->CopyFromHost(types.data(), d.type_ids);
-  backend_->CopyFromHost(positions.data(), d.positions);
-  backend_->CopyFromHost(batch.cu_seqlens.data(), d.cu_seqlens);
-  if (!batch.prefix_of.empty()) {
-    d.prefix_of = ws.Get(kSlotPrefixOf, DType::kI32, 1, d.num_seqs);
-    backend_->CopyFromHost(batch.prefix_of.data(), d.prefix_of);
+  if (bind_prefix_of || !batch.prefix_of.empty()) {
+    d.prefix_of = view(layout.prefix_of(), d.num_seqs);
   }
   return d;
-}
-
-void Model::SelectOutputRows(DeviceBatch& d, Workspace& ws, bool first) {
-  std::vector<int32_t>& rows = scratch_rows_;
-  rows.resize(d.num_seqs);
-  for (int s = 0; s < d.num_seqs; ++s) {
-    rows[s] = first ? d.host_cu_seqlens[s] : d.host_cu_seqlens[s + 1] - 1;
-  }
-  d.output_rows = ws.Get(kSlotRows, DType::kI32, 1, d.num_seqs);
-  d.num_output_rows = d.num_seqs;
-  backend_->CopyFromHost(rows.data(), d.output_rows);
 }
 
 Status Model::Validate(const ForwardBatch& batch) const {

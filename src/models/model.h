@@ -57,6 +57,24 @@ class Workspace {
   std::vector<int64_t> capacity_;  // bytes
 };
 
+// Where a batch's int32 inputs live inside one array, host staging and device alike, so
+// that one copy uploads them all. Capacities, not sizes: a CUDA-graph bucket lays out its
+// token count whatever the batch holds, and entries past the batch are padding.
+struct InputLayout {
+  int64_t tokens = 0;  // ids, type ids, positions: `tokens` entries each
+  int64_t seqs = 0;    // cu_seqlens: seqs + 1 entries; output rows: seqs entries
+  int64_t ids() const { return 0; }
+  int64_t types() const { return tokens; }
+  int64_t positions() const { return 2 * tokens; }
+  int64_t cu_seqlens() const { return 3 * tokens; }
+  int64_t rows() const { return 3 * tokens + seqs + 1; }
+  int64_t prefix_of() const { return 3 * tokens + 2 * seqs + 1; }  // seqs entries
+  int64_t size() const { return 3 * tokens + 3 * seqs + 1; }
+};
+
+// Which token row of each sequence the head reads (CLS/LAST pooling), if one.
+enum class OutputRows { kNone, kFirst, kLast };
+
 // Device-resident batch metadata, uploaded once per forward.
 struct DeviceBatch {
   Tensor ids;         // i32 [T]
@@ -69,7 +87,6 @@ struct DeviceBatch {
   // ForwardBatch::prefix_of: i32 [S] when the batch has prefixes, data == nullptr otherwise.
   Tensor prefix_of;
   int64_t num_tokens = 0;
-  std::vector<int32_t> host_cu_seqlens;
   // Optional: when set (data != nullptr), Forward returns only these token rows
   // ([num_output_rows, hidden], in this order) and may skip the last layer's per-token
   // work (o-proj, MLP, norms) for every other row. Used for CLS/LAST pooling.
@@ -90,16 +107,26 @@ class Model {
 
   // Runs the stack; returns packed final hidden states [T, hidden] (f32, or the backend's
   // ActivationDType() for models that keep their hidden states in it), or the rows of
-  // batch.output_rows when set, valid until the next Forward. `batch` must be uploaded by
-  // PrepareBatch on the same workspace.
+  // batch.output_rows when set, in `ws` (valid until the next Forward on it). Every launch
+  // shape depends only on num_tokens and num_output_rows, except attention's (num_seqs,
+  // max_seqlen; prefixes through prefix_of), so a backend recording can replay it for another batch
+  // of the same token count.
   virtual StatusOr<Tensor> Forward(const DeviceBatch& batch, Workspace& ws) = 0;
 
-  // Uploads ids/types/positions/cu_seqlens (positions include any architecture offset).
-  // Host scratch is reused across calls (no per-batch allocation in steady state).
-  DeviceBatch PrepareBatch(const ForwardBatch& batch, Workspace& ws);
-  // Sets batch.output_rows to one row per sequence: its first token (first = true) or
-  // its last token.
-  void SelectOutputRows(DeviceBatch& batch, Workspace& ws, bool first);
+  // Writes the batch's inputs into host[0, layout.size()): token ids, type ids (zeros when
+  // absent), positions (0-based within each sequence, continuing after a shared prefix,
+  // plus any architecture offset), cu_seqlens, and one output row per sequence (its first
+  // or last token; zeros for kNone), and each sequence's prefix sequence (prefix_of, -1
+  // for none). The layout must hold the batch (tokens >= T, seqs >= S). Padding past the
+  // batch: ids, types and positions 0, cu_seqlens repeating T, rows 0, prefix_of -1.
+  void PackInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
+                  int32_t* host) const;
+  // The DeviceBatch of `batch` over `device` (int32, at least layout.size() elements), which
+  // holds (or will hold, stream-ordered) PackInputs' output. output_rows is set unless kNone.
+  // prefix_of is bound when the batch has prefixes, or always with bind_prefix_of (a graph
+  // recording, whose attention calls then read each replayed batch's prefixes).
+  DeviceBatch BindInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
+                         const Tensor& device, bool bind_prefix_of = false) const;
 
   // Validates token ids and lengths against the model (vocab, positions, type vocab).
   Status Validate(const ForwardBatch& batch) const;
@@ -112,7 +139,6 @@ class Model {
   ModelConfig config_;
   Backend* backend_;
   DType dtype_;
-  std::vector<int32_t> scratch_positions_, scratch_types_, scratch_rows_;
 };
 
 enum class Task { kEmbed, kClassify, kScore, kTokenClassify };

@@ -14,6 +14,11 @@
 // never uses split-K when an alternative exists, so a row's reduction order is fixed within
 // a GEMM (duplicates bit-identical); across batch sizes the algorithm may differ (rows then
 // differ within fp32 rounding). All other kernels are per-row deterministic.
+//
+// Asynchronous execution: AllocateHost gives pinned memory, copies from/to it are queued on
+// the stream, fences are CUDA events. Recordings (CUDA graphs) capture the stream between
+// attention calls (stream capture, relaxed mode) into instantiated graph segments; replay
+// launches the segments and runs each attention call eagerly with the replay's shape.
 #include "backend/cuda/cuda_backend.h"
 
 #include <cublasLt.h>
@@ -96,10 +101,12 @@ class CudaLinearWeight final : public LinearWeight {
 };
 
 // Device scratch that grows on demand (cudaFree synchronises, so no in-flight user remains).
+// Once a recording may reference it (`keep`), an outgrown buffer is kept alive instead.
 class Scratch {
  public:
-  void* Get(size_t bytes) {
+  void* Get(size_t bytes, bool keep) {
     if (bytes > cap_) {
+      if (keep && mem_) retired_.push_back(std::move(mem_));
       mem_.reset();
       void* p = nullptr;
       cap_ = std::max(bytes, cap_ + cap_ / 4);
@@ -111,7 +118,58 @@ class Scratch {
 
  private:
   std::shared_ptr<void> mem_;
+  std::vector<std::shared_ptr<void>> retired_;
   size_t cap_ = 0;
+};
+
+// A fence: a CUDA event recorded on the backend's stream.
+class CudaFence final : public Fence {
+ public:
+  CudaFence(int device, cudaStream_t stream) : device_(device), stream_(stream) {
+    CUDA_OK(cudaSetDevice(device_));
+    CUDA_OK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  ~CudaFence() override {
+    cudaSetDevice(device_);
+    cudaEventDestroy(event_);
+  }
+  void Record() override {
+    CUDA_OK(cudaSetDevice(device_));
+    CUDA_OK(cudaEventRecord(event_, stream_));
+  }
+  // An event never recorded counts as complete.
+  void Wait() override { CUDA_OK(cudaEventSynchronize(event_)); }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  cudaEvent_t event_ = nullptr;
+};
+
+// A recorded forward: graph segments (instantiated CUDA graphs) and, between them, the
+// attention calls that run eagerly on replay.
+class CudaRecording final : public Recording {
+ public:
+  struct Step {
+    cudaGraphExec_t exec = nullptr;  // a graph segment, or
+    AttentionParams attention;       // (exec == nullptr) an attention call,
+    bool q_norm_rope = false;        // with the query transform of AttentionQNormRope
+    RopeParams rope;
+    Tensor q_norm;
+    float eps = 0.f;
+  };
+  ~CudaRecording() override {
+    for (auto& s : steps) {
+      if (s.exec) cudaGraphExecDestroy(s.exec);
+    }
+  }
+  int graph_segments() const override {
+    int n = 0;
+    for (const auto& s : steps) n += s.exec != nullptr;
+    return n;
+  }
+  int attention_calls() const override { return static_cast<int>(steps.size()) - graph_segments(); }
+  std::vector<Step> steps;
 };
 
 struct GemmKey {
@@ -151,11 +209,16 @@ class CudaBackend final : public Backend {
     describe_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ", sm_" +
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                 std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") + ")";
-    gemm_ws_ = blas_ws_.Get(kGemmWorkspace);
+    gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
   }
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
+    if (recording_) {  // abandoned mid-recording: end the capture, drop what it holds
+      cudaGraph_t g = nullptr;
+      if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+      cudaGetLastError();
+    }
     cudaStreamSynchronize(stream_);
     for (auto& [key, plan] : plans_) DestroyPlan(plan);
     if (tune_start_) cudaEventDestroy(tune_start_);
@@ -180,6 +243,7 @@ class CudaBackend final : public Backend {
   }
 
   StatusOr<Buffer> Upload(const HostTensor& src, DType dtype) override {
+    NotRecording("Upload");
     const int64_t n = src.numel();
     const int64_t rows = src.shape.size() <= 1 ? 1 : src.shape[0];
     const int64_t cols = rows == 0 ? 0 : n / rows;
@@ -211,6 +275,25 @@ class CudaBackend final : public Backend {
   }
 
   void CopyToHostF32(const Tensor& src, float* dst) override {
+    NotRecording("CopyToHostF32");
+    CopyToHostF32Async(src, dst);
+    CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+
+  HostBuffer AllocateHost(size_t bytes) override {
+    Device();
+    void* p = nullptr;
+    const size_t n = std::max<size_t>(bytes, 64);
+    CUDA_OK(cudaHostAlloc(&p, n, cudaHostAllocDefault));
+    return HostBuffer(std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }), n);
+  }
+
+  void CopyFromHostAsync(const void* src, const Tensor& dst) override {
+    // The same call as CopyFromHost: from pinned memory it returns before the copy runs.
+    CopyFromHost(src, dst);
+  }
+
+  void CopyToHostF32Async(const Tensor& src, float* dst) override {
     Device();
     if (src.numel() == 0) return;
     if (src.dtype == DType::kF32) {
@@ -218,12 +301,22 @@ class CudaBackend final : public Backend {
                                 src.row_stride() * sizeof(float), src.cols * sizeof(float),
                                 src.rows, cudaMemcpyDeviceToHost, stream_));
     } else {
-      auto* tmp = static_cast<float*>(copy_ws_.Get(src.numel() * sizeof(float)));
+      auto* tmp = static_cast<float*>(copy_ws_.Get(src.numel() * sizeof(float), kept_));
       cuda::ToF32(src, tmp, stream_);
       CUDA_OK(
           cudaMemcpyAsync(dst, tmp, src.numel() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
-    CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+
+  std::unique_ptr<Fence> CreateFence() override {
+    return std::make_unique<CudaFence>(device_, stream_);
+  }
+
+  int64_t DeviceMemoryFree() override {
+    Device();
+    size_t free = 0, total = 0;
+    CUDA_OK(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(free);
   }
 
   StatusOr<std::unique_ptr<LinearWeight>> PrepareLinear(const HostTensor& weight,
@@ -256,7 +349,7 @@ class CudaBackend final : public Backend {
     const void* xb = p.x.data;
     int64_t ldb = p.x.row_stride();
     if (p.x.dtype != w.dtype) {
-      void* conv = xconv_ws_.Get(static_cast<size_t>(m * k) * DTypeSize(w.dtype));
+      void* conv = xconv_ws_.Get(static_cast<size_t>(m * k) * DTypeSize(w.dtype), kept_);
       cuda::Convert(p.x, conv, w.dtype, stream_);
       xb = conv;
       ldb = k;
@@ -271,7 +364,7 @@ class CudaBackend final : public Backend {
     if (p.residual && !act && p.residual->dtype == p.out.dtype) {
       c = p.residual;
     } else if (p.residual) {
-      d = Tensor{yws_.Get(static_cast<size_t>(m * n) * sizeof(float)), DType::kF32, m, n, 0};
+      d = Tensor{yws_.Get(static_cast<size_t>(m * n) * sizeof(float), kept_), DType::kF32, m, n, 0};
     }
     const void* bias = w.has_bias ? w.bias.t().data : nullptr;
     int epi = CUBLASLT_EPILOGUE_DEFAULT;
@@ -355,6 +448,12 @@ class CudaBackend final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     Device();
+    if (recording_) {  // not captured: close the segment, run it eagerly on replay
+      EndSegment();
+      rec_->steps.push_back({nullptr, p, false, {}, {}, 0.f});
+      BeginSegment();
+      return;
+    }
     if (!cuda::Attention(p, stream_)) {
       std::fprintf(stderr,
                    "sluice cuda: unsupported attention (head_dim %d, max %d; f32 q/k/v/out; "
@@ -366,6 +465,12 @@ class CudaBackend final : public Backend {
   void AttentionQNormRope(const AttentionParams& p, const RopeParams& rope, const Tensor& q_norm,
                           float eps) override {
     Device();
+    if (recording_) {  // like Attention: not captured, run eagerly on replay
+      EndSegment();
+      rec_->steps.push_back({nullptr, p, true, rope, q_norm, eps});
+      BeginSegment();
+      return;
+    }
     static const bool fuse = [] {  // SLUICE_FUSE_QNORM=0: the two-step path (for comparison)
       const char* e = std::getenv("SLUICE_FUSE_QNORM");
       return !(e && std::atoi(e) == 0);
@@ -404,8 +509,49 @@ class CudaBackend final : public Backend {
     cuda::Pool(p, stream_);
   }
   void Synchronize() override {
+    NotRecording("Synchronize");
     Device();
     CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+
+  Status BeginRecording() override {
+    if (recording_) return FailedPrecondition("BeginRecording: already recording");
+    Device();
+    kept_ = true;  // from now on, internal buffers a recording may use are never freed
+    rec_ = std::make_unique<CudaRecording>();
+    rec_status_ = Status::Ok();
+    recording_ = true;
+    BeginSegment();
+    return Status::Ok();
+  }
+
+  StatusOr<std::unique_ptr<Recording>> EndRecording() override {
+    if (!recording_) return FailedPrecondition("EndRecording without BeginRecording");
+    Device();
+    EndSegment();
+    recording_ = false;
+    std::unique_ptr<CudaRecording> rec = std::move(rec_);
+    if (!rec_status_.ok()) return rec_status_;
+    return std::unique_ptr<Recording>(std::move(rec));
+  }
+
+  void Replay(const Recording& recording, const ReplayShape& shape) override {
+    NotRecording("Replay");
+    Device();
+    for (const auto& step : static_cast<const CudaRecording&>(recording).steps) {
+      if (step.exec) {
+        CUDA_OK(cudaGraphLaunch(step.exec, stream_));
+        continue;
+      }
+      AttentionParams p = step.attention;
+      p.num_seqs = shape.num_seqs;
+      p.max_seqlen = shape.max_seqlen;
+      if (step.q_norm_rope) {
+        AttentionQNormRope(p, step.rope, step.q_norm, step.eps);
+      } else {
+        Attention(p);
+      }
+    }
   }
 
  private:
@@ -413,12 +559,42 @@ class CudaBackend final : public Backend {
 
   void Device() const { CUDA_OK(cudaSetDevice(device_)); }
 
+  // Calls that synchronise or copy to the host cannot be part of a recording.
+  void NotRecording(const char* what) const {
+    if (!recording_) return;
+    std::fprintf(stderr, "sluice cuda: %s called while recording a forward\n", what);
+    std::abort();
+  }
+
+  // Capture segments: relaxed mode, since a recorded call may legitimately allocate (none
+  // does after the caller's warm-up run, which the engine always does first).
+  void BeginSegment() { CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed)); }
+  void EndSegment() {
+    cudaGraph_t g = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &g);
+    if (e == cudaSuccess) {
+      size_t nodes = 0;
+      e = cudaGraphGetNodes(g, nullptr, &nodes);
+      if (e == cudaSuccess && nodes > 0) {
+        cudaGraphExec_t exec = nullptr;
+        e = cudaGraphInstantiate(&exec, g, 0);
+        if (e == cudaSuccess) rec_->steps.push_back({exec, {}, false, {}, {}, 0.f});
+      }
+    }
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess && rec_status_.ok()) {
+      rec_status_ = Internal(std::string("CUDA graph capture failed: ") + cudaGetErrorString(e));
+    }
+    cudaGetLastError();  // clear the (non-sticky) error of a failed capture
+  }
+
   // inv_freq as Hugging Face computes it (float32), cached per (theta, rotary_dim).
   const float* InvFreq(const RopeParams& p) {
     const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
     const auto key = std::make_pair(p.theta, rot);
     auto it = inv_freq_.find(key);
     if (it != inv_freq_.end()) return it->second.t().ptr<float>();
+    NotRecording("RoPE table set-up");
     const int half = rot / 2;
     std::vector<float> inv(std::max(1, half));
     const float base = static_cast<float>(p.theta);
@@ -443,6 +619,7 @@ class CudaBackend final : public Backend {
     const auto key = std::make_pair(p.theta, rot);
     auto& entry = cos_sin_[key];
     if (entry.second < p.max_position) {
+      NotRecording("RoPE table growth");
       int cap = 256;
       while (cap < p.max_position) cap *= 2;
       const float base = static_cast<float>(p.theta);
@@ -458,6 +635,7 @@ class CudaBackend final : public Backend {
         }
       }
       CUDA_OK(cudaStreamSynchronize(stream_));  // the old table may still be in use
+      if (kept_ && !entry.first.empty()) retired_tables_.push_back(std::move(entry.first));
       entry.first = Allocate(DType::kF32, 1, static_cast<int64_t>(host.size()));
       CUDA_OK(cudaMemcpyAsync(entry.first.t().data, host.data(), host.size() * sizeof(float),
                               cudaMemcpyHostToDevice, stream_));
@@ -570,13 +748,16 @@ class CudaBackend final : public Backend {
     if (!p.ok) return;
     p.algo = cand[0];
     if (cand.size() == 1) return;
+    // Timing synchronises: never while recording (the engine's eager warm-up run of each
+    // bucket prepares its plans first).
+    NotRecording("GEMM algorithm timing");
     // With beta = 1 and d == c (a residual accumulated in place) the timing runs must not
     // touch the real output: they write scratch (same size and dtype).
     void* d = ops.d;
     const void* c = ops.c;
     if (ops.beta != 0.f && ops.c == ops.d) {
-      d = tune_ws_.Get(static_cast<size_t>(key.ldd * key.m) *
-                       DTypeSize(static_cast<DType>(key.odt)));
+      d = tune_ws_.Get(
+          static_cast<size_t>(key.ldd * key.m) * DTypeSize(static_cast<DType>(key.odt)), false);
       c = d;
     }
     if (!tune_start_) {
@@ -679,6 +860,12 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
+  // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are
+  // kept alive (retired) rather than freed.
+  bool recording_ = false, kept_ = false;
+  std::unique_ptr<CudaRecording> rec_;
+  Status rec_status_;
+  std::vector<Buffer> retired_tables_;
   void* gemm_ws_ = nullptr;
   static constexpr size_t kMaxPlans = 4096;
   std::map<GemmKey, GemmPlan> plans_;

@@ -422,6 +422,25 @@ TEST(Cli, PrefixReuseGroupsQueries) {
   EXPECT_EQ(a, b);
 }
 
+// --cuda-graphs: off on the CPU (logged), `on` needs --device cuda, bad values name the flag.
+TEST(Cli, CudaGraphsFlag) {
+  const std::string in = TempPath("graphs.jsonl");
+  WriteInputs("qwen3_reranker", in);
+  const std::string model = " --model " + kFixtures + "/models/qwen3_reranker --input " + in;
+  auto d = RunSluice("score" + model + " --output /dev/null");
+  ASSERT_EQ(d.exit_code, 0) << d.out;
+  EXPECT_NE(d.out.find("CUDA graphs: off"), std::string::npos) << d.out;
+  auto on = RunSluice("score" + model + " --cuda-graphs on");
+  EXPECT_EQ(on.exit_code, 2) << on.out;
+  EXPECT_NE(on.out.find("--cuda-graphs on needs --device cuda"), std::string::npos) << on.out;
+  auto bad = RunSluice("score" + model + " --cuda-graphs always");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--cuda-graphs: expected auto, on or off"), std::string::npos) << bad.out;
+  auto neg = RunSluice("score" + model + " --cuda-graph-max-tokens -5");
+  EXPECT_EQ(neg.exit_code, 2) << neg.out;
+  EXPECT_NE(neg.out.find("--cuda-graph-max-tokens"), std::string::npos) << neg.out;
+}
+
 TEST(Cli, Inspect) {
   auto r = RunSluice("inspect --model " + kFixtures + "/models/qwen3_reranker");
   ASSERT_EQ(r.exit_code, 0) << r.out;
