@@ -241,19 +241,6 @@ class Backend {
     Rope(p);
   }
   virtual void Attention(const AttentionParams& p) = 0;
-  // Attention whose queries first get Qwen3's per-head RMSNorm (q_norm [1, head_dim]) and
-  // RoPE (`rope` without x/num_heads: p.q and p.num_heads are used): the same result as
-  // QkNormRope on p.q followed by Attention(p). Backends may fuse the query transform into
-  // the attention kernel (p.q is then left unchanged); the default runs the two steps (p.q
-  // normalised and rotated in place).
-  virtual void AttentionQNormRope(const AttentionParams& p, const RopeParams& rope,
-                                  const Tensor& q_norm, float eps) {
-    RopeParams r = rope;
-    r.x = p.q;
-    r.num_heads = p.num_heads;
-    QkNormRope(r, q_norm, eps);
-    Attention(p);
-  }
   // In-place element-wise activation.
   virtual void Activate(Tensor x, Activation act) = 0;
   // Gated activation: gate_up [T, 2I] holds gate in cols [0, I) and up in [I, 2I);

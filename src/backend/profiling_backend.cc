@@ -88,11 +88,6 @@ void ProfilingBackend::Attention(const AttentionParams& p) {
   }
   Time("Attention", flops, [&] { inner_->Attention(p); });
 }
-void ProfilingBackend::AttentionQNormRope(const AttentionParams& p, const RopeParams& rope,
-                                          const Tensor& q_norm, float eps) {
-  // Timed as one op: on CUDA the query transform runs inside the attention kernel.
-  Time("Attention (+q-norm, rope)", 0, [&] { inner_->AttentionQNormRope(p, rope, q_norm, eps); });
-}
 void ProfilingBackend::Activate(Tensor x, Activation act) {
   Time("Activate", 0, [&] { inner_->Activate(x, act); });
 }

@@ -54,8 +54,6 @@ class ProfilingBackend final : public Backend {
     return inner_->ActivationDType(weight_dtype);
   }
   void Attention(const AttentionParams& p) override;
-  void AttentionQNormRope(const AttentionParams& p, const RopeParams& rope, const Tensor& q_norm,
-                          float eps) override;
   void Activate(Tensor x, Activation act) override;
   void GatedActivate(const Tensor& gate_up, Activation act, Tensor out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor out) override;

@@ -131,6 +131,9 @@ class Qwen3Model final : public Model {
       Tensor q = qkv.ColSlice(0, static_cast<int64_t>(Hq) * D);
       Tensor k = qkv.ColSlice(static_cast<int64_t>(Hq) * D, static_cast<int64_t>(Hkv) * D);
       Tensor v = qkv.ColSlice(static_cast<int64_t>(Hq + Hkv) * D, static_cast<int64_t>(Hkv) * D);
+      rp.x = q;
+      rp.num_heads = Hq;
+      backend_->QkNormRope(rp, L.q_norm.t(), eps);
       rp.x = k;
       rp.num_heads = Hkv;
       backend_->QkNormRope(rp, L.k_norm.t(), eps);
@@ -138,8 +141,7 @@ class Qwen3Model final : public Model {
       ap.k = k;
       ap.v = v;
       ap.out = attn;
-      // The queries' QK-norm + RoPE (fused into the attention kernel on CUDA).
-      backend_->AttentionQNormRope(ap, rp, L.q_norm.t(), eps);
+      backend_->Attention(ap);
       if (prune && l + 1 == layers_.size()) {
         // Last layer: only the output rows need the o-proj, MLP and final norm.
         Tensor rs = ws.Get(kResidualRows, DType::kF32, S, H);

@@ -428,16 +428,6 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Optional transform of the queries inside the kernel (AttentionQNormRope): Qwen3's
-// per-head RMSNorm (w [D] f32, eps) then neox RoPE over the whole head, cos/sin from
-// table[position * D / 2 + i]. w == nullptr: none.
-struct QTransform {
-  const float* w;
-  float eps;
-  const float2* table;
-  const int32_t* positions;
-};
-
 // Two pipeline stages of one K tile and one V tile of KT keys each; the Q tile (kTcQ rows)
 // is staged through stage 1's K and V buffers (contiguous) before the loop.
 template <int D, int KT>
@@ -452,7 +442,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
     AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                       const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                       const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
-                      int window, const int32_t* __restrict__ prefix_of, int seq0, QTransform qt) {
+                      int window, const int32_t* __restrict__ prefix_of, int seq0) {
   constexpr int kSt = D + 8;      // padded shared-memory row (elements): conflict-free
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kKs = D / 16;     // k-steps of Q·K^T
@@ -509,44 +499,6 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
   }
   const int wq0 = q0 + warp * 16;  // this warp's first query row (in-sequence)
   const bool active = wq0 < len;   // warp-uniform
-  if (qt.w != nullptr && active) {
-    // This warp's 16 query rows, normalised per head and rotated in shared memory, with the
-    // lane layout and arithmetic of QkNormRopeNeoxKernel (kernels.cu): lane l holds
-    // elements [E l, E (l + 1)), its rotation partners sit in lane l ^ 16, one rounding.
-    constexpr int E = D / 32, kHalf = D / 2;
-    const int c0 = lane * E;
-    const bool first = lane < 16;
-    float wl[E];
-#pragma unroll
-    for (int j = 0; j < E; ++j) wl[j] = qt.w[c0 + j];
-    T* const qw = buf(1, 0) + warp * 16 * kSt + c0;
-#pragma unroll 4
-    for (int r = 0; r < 16; ++r) {
-      if (wq0 + r >= len) break;  // warp-uniform
-      const int pos = qt.positions[base + wq0 + r];
-      float v[E], cs[E], sn[E];
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        v[j] = ToFloat(qw[r * kSt + j]);
-        const float2 c = qt.table[static_cast<int64_t>(pos) * kHalf + (c0 + j) % kHalf];
-        cs[j] = c.x;
-        sn[j] = first ? -c.y : c.y;  // first half: x*cos - partner*sin
-      }
-      float ss = 0.f;
-#pragma unroll
-      for (int j = 0; j < E; ++j) ss += v[j] * v[j];
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      const float rs = rsqrtf(ss / static_cast<float>(D) + qt.eps);
-#pragma unroll
-      for (int j = 0; j < E; ++j) v[j] = v[j] * rs * wl[j];
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const float partner = __shfl_xor_sync(0xffffffffu, v[j], 16);
-        qw[r * kSt + j] = FromFloat<T>(v[j] * cs[j] + partner * sn[j]);
-      }
-    }
-    __syncwarp();
-  }
   uint32_t qf[kKs][4];
   {
     const T* qw = buf(1, 0) + warp * 16 * kSt;
@@ -707,7 +659,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
 }
 
 template <typename T, int D, int KT, int MINB>
-bool LaunchTcVariant(const AttentionParams& p, const QTransform& qt, cudaStream_t stream) {
+bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = TcSmemBytes<D, KT>();
   static const bool raised =
       kSmem <= 48 * 1024 || cudaFuncSetAttribute(AttentionTcKernel<T, D, KT, MINB>,
@@ -723,7 +675,7 @@ bool LaunchTcVariant(const AttentionParams& p, const QTransform& qt, cudaStream_
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
         p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window,
-        p.prefix_of, s0, qt);
+        p.prefix_of, s0);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -738,11 +690,11 @@ bool LaunchTcVariant(const AttentionParams& p, const QTransform& qt, cudaStream_
 // the extra resident warps (0.32 -> 0.29 ms for a Qwen3-0.6B layer's 35,845 tokens on an
 // H200). Smaller heads already fit 4 blocks with 64-key tiles.
 template <typename T, int D>
-bool LaunchTc(const AttentionParams& p, const QTransform& qt, cudaStream_t stream) {
+bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
   if constexpr (D == 128) {
-    return LaunchTcVariant<T, D, 32, 4>(p, qt, stream);
+    return LaunchTcVariant<T, D, 32, 4>(p, stream);
   } else {
-    return LaunchTcVariant<T, D, 64, 3>(p, qt, stream);
+    return LaunchTcVariant<T, D, 64, 3>(p, stream);
   }
 }
 
@@ -756,57 +708,36 @@ bool TcEligible(const AttentionParams& p) {
 }
 
 template <typename T>
-bool LaunchHalf(const AttentionParams& p, const QTransform& qt, cudaStream_t stream) {
+bool LaunchHalf(const AttentionParams& p, cudaStream_t stream) {
   if (TcEligible(p)) {
     switch (p.head_dim) {
       case 32:
-        return LaunchTc<T, 32>(p, qt, stream);
+        return LaunchTc<T, 32>(p, stream);
       case 64:
-        return LaunchTc<T, 64>(p, qt, stream);
+        return LaunchTc<T, 64>(p, stream);
       default:
-        return LaunchTc<T, 128>(p, qt, stream);
+        return LaunchTc<T, 128>(p, stream);
     }
   }
-  if (qt.w != nullptr) return false;  // the CUDA-core kernels take no query transform
   return LaunchGeneric<T>(p, stream);
-}
-
-bool ValidArgs(const AttentionParams& p) {
-  const DType dt = p.q.dtype;
-  return p.k.dtype == dt && p.v.dtype == dt && p.out.dtype == dt && p.head_dim > 0 &&
-         p.head_dim <= kMaxHeadDim && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0;
 }
 
 }  // namespace
 
 bool Attention(const AttentionParams& p, cudaStream_t stream) {
-  if (!ValidArgs(p)) return false;
-  if (p.num_seqs == 0 || p.max_seqlen == 0 || p.num_heads == 0) return true;
-  const QTransform none{nullptr, 0.f, nullptr, nullptr};
-  switch (p.q.dtype) {
-    case DType::kF32:
-      return LaunchGeneric<float>(p, stream);
-    case DType::kBF16:
-      return LaunchHalf<__nv_bfloat16>(p, none, stream);
-    case DType::kF16:
-      return LaunchHalf<__half>(p, none, stream);
-    default:
-      return false;
-  }
-}
-
-bool AttentionQNormRope(const AttentionParams& p, const float* w, float eps, const float2* table,
-                        const int32_t* positions, cudaStream_t stream) {
-  if (!ValidArgs(p) || w == nullptr || table == nullptr || positions == nullptr || !TcEligible(p)) {
+  const DType dt = p.q.dtype;
+  if (p.k.dtype != dt || p.v.dtype != dt || p.out.dtype != dt || p.head_dim <= 0 ||
+      p.head_dim > kMaxHeadDim || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
     return false;
   }
   if (p.num_seqs == 0 || p.max_seqlen == 0 || p.num_heads == 0) return true;
-  const QTransform qt{w, eps, table, positions};
-  switch (p.q.dtype) {
+  switch (dt) {
+    case DType::kF32:
+      return LaunchGeneric<float>(p, stream);
     case DType::kBF16:
-      return LaunchHalf<__nv_bfloat16>(p, qt, stream);
+      return LaunchHalf<__nv_bfloat16>(p, stream);
     case DType::kF16:
-      return LaunchHalf<__half>(p, qt, stream);
+      return LaunchHalf<__half>(p, stream);
     default:
       return false;
   }

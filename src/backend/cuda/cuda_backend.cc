@@ -152,11 +152,7 @@ class CudaRecording final : public Recording {
  public:
   struct Step {
     cudaGraphExec_t exec = nullptr;  // a graph segment, or
-    AttentionParams attention;       // (exec == nullptr) an attention call,
-    bool q_norm_rope = false;        // with the query transform of AttentionQNormRope
-    RopeParams rope;
-    Tensor q_norm;
-    float eps = 0.f;
+    AttentionParams attention;       // (exec == nullptr) an attention call
   };
   ~CudaRecording() override {
     for (auto& s : steps) {
@@ -450,7 +446,7 @@ class CudaBackend final : public Backend {
     Device();
     if (recording_) {  // not captured: close the segment, run it eagerly on replay
       EndSegment();
-      rec_->steps.push_back({nullptr, p, false, {}, {}, 0.f});
+      rec_->steps.push_back({nullptr, p});
       BeginSegment();
       return;
     }
@@ -461,32 +457,6 @@ class CudaBackend final : public Backend {
                    p.head_dim, cuda::kMaxHeadDim);
       std::abort();
     }
-  }
-  void AttentionQNormRope(const AttentionParams& p, const RopeParams& rope, const Tensor& q_norm,
-                          float eps) override {
-    Device();
-    if (recording_) {  // like Attention: not captured, run eagerly on replay
-      EndSegment();
-      rec_->steps.push_back({nullptr, p, true, rope, q_norm, eps});
-      BeginSegment();
-      return;
-    }
-    static const bool fuse = [] {  // SLUICE_FUSE_QNORM=0: the two-step path (for comparison)
-      const char* e = std::getenv("SLUICE_FUSE_QNORM");
-      return !(e && std::atoi(e) == 0);
-    }();
-    const int rot = rope.rotary_dim > 0 ? rope.rotary_dim : rope.head_dim;
-    if (fuse && rope.style == RopeStyle::kNeox && rot == p.head_dim &&
-        rope.head_dim == p.head_dim && rope.max_position > 0 && q_norm.dtype == DType::kF32) {
-      RopeParams r = rope;
-      r.x = p.q;
-      r.num_heads = p.num_heads;
-      if (cuda::AttentionQNormRope(p, q_norm.ptr<float>(), eps, CosSinTable(r), rope.positions,
-                                   stream_)) {
-        return;
-      }
-    }
-    Backend::AttentionQNormRope(p, rope, q_norm, eps);
   }
   void Activate(Tensor x, Activation act) override {
     Device();
@@ -546,11 +516,7 @@ class CudaBackend final : public Backend {
       AttentionParams p = step.attention;
       p.num_seqs = shape.num_seqs;
       p.max_seqlen = shape.max_seqlen;
-      if (step.q_norm_rope) {
-        AttentionQNormRope(p, step.rope, step.q_norm, step.eps);
-      } else {
-        Attention(p);
-      }
+      Attention(p);
     }
   }
 
@@ -578,7 +544,7 @@ class CudaBackend final : public Backend {
       if (e == cudaSuccess && nodes > 0) {
         cudaGraphExec_t exec = nullptr;
         e = cudaGraphInstantiate(&exec, g, 0);
-        if (e == cudaSuccess) rec_->steps.push_back({exec, {}, false, {}, {}, 0.f});
+        if (e == cudaSuccess) rec_->steps.push_back({exec, {}});
       }
     }
     if (g) cudaGraphDestroy(g);

@@ -385,56 +385,6 @@ __global__ void __launch_bounds__(kQkWarps * 32)
   }
 }
 
-// QkNormRope for neox RoPE over 128-wide heads of a 16-bit dtype with 16-byte accesses:
-// one warp per token, two heads per step (half-warp each); lane l of a half holds elements
-// [8 l, 8 l + 8) of its head, whose rotation partners sit in lane l ^ 8.
-template <typename T>
-__global__ void __launch_bounds__(kQkWarps * 32)
-    QkNormRopeNeox16Kernel(T* x, int64_t ldx, const int32_t* pos, const float* w, float eps,
-                           const float* inv_freq, const float2* table, int64_t rows, int heads) {
-  constexpr int D = 128, kHalf = D / 2, kE = 8;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kQkWarps + warp;
-  if (t >= rows) return;
-  const int hp = lane >> 4, sl = lane & 15, c0 = sl * kE;
-  const bool first = sl < 8;
-  float wl[kE], cs[kE], sn[kE];
-  const int p = pos[t];
-#pragma unroll
-  for (int j = 0; j < kE; ++j) {
-    wl[j] = w[c0 + j];
-    const float2 v = CosSin(table, inv_freq, p, (c0 + j) % kHalf, kHalf);
-    cs[j] = v.x;
-    sn[j] = first ? -v.y : v.y;  // first half: x*cos - partner*sin
-  }
-  for (int h0 = 0; h0 < heads; h0 += 2) {
-    const int h = h0 + hp;
-    const bool valid = h < heads;  // an odd head count leaves the upper half idle
-    T* xh = x + t * ldx + static_cast<int64_t>(h) * D + c0;
-    float v[kE];
-    if (valid) {
-      Load<T, kE>(xh, v);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kE; ++j) v[j] = 0.f;
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < kE; ++j) ss += v[j] * v[j];
-    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float rs = rsqrtf(ss / static_cast<float>(D) + eps);
-#pragma unroll
-    for (int j = 0; j < kE; ++j) v[j] = v[j] * rs * wl[j];
-    float out[kE];
-#pragma unroll
-    for (int j = 0; j < kE; ++j) {
-      const float partner = __shfl_xor_sync(0xffffffffu, v[j], 8);
-      out[j] = v[j] * cs[j] + partner * sn[j];
-    }
-    if (valid) Store<T, kE>(xh, out);
-  }
-}
-
 __global__ void ActivateKernel(void* x, DType xt, int64_t ldx, int64_t rows, int64_t cols,
                                Activation act) {
   SLUICE_FOR_EACH_ELEMENT(rows, cols) {
@@ -661,10 +611,6 @@ bool QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps, const
   if (p.style == RopeStyle::kNeox && rot == p.head_dim && (p.head_dim == 64 || p.head_dim == 128) &&
       Aligned(p.x.data, epl * DTypeSize(p.x.dtype)) && p.x.row_stride() % epl == 0) {
     const unsigned blocks = static_cast<unsigned>((p.x.rows + kQkWarps - 1) / kQkWarps);
-    static const bool qk16 = [] {
-      const char* e = std::getenv("SLUICE_QK16");
-      return e && std::atoi(e) == 1;
-    }();
     WithType(p.x.dtype, [&](auto tag) {
       using T = decltype(tag);
       if (epl == 2) {
@@ -672,14 +618,6 @@ bool QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps, const
             p.x.ptr<T>(), p.x.row_stride(), p.positions, norm_weight.ptr<float>(), eps, inv_freq,
             table, p.x.rows, p.num_heads);
       } else {
-        if constexpr (sizeof(T) == 2) {
-          if (qk16 && Aligned(p.x.data, 16) && p.x.row_stride() % 8 == 0) {
-            QkNormRopeNeox16Kernel<T><<<blocks, kQkWarps * 32, 0, stream>>>(
-                p.x.ptr<T>(), p.x.row_stride(), p.positions, norm_weight.ptr<float>(), eps,
-                inv_freq, table, p.x.rows, p.num_heads);
-            return;
-          }
-        }
         QkNormRopeNeoxKernel<T, 4><<<blocks, kQkWarps * 32, 0, stream>>>(
             p.x.ptr<T>(), p.x.row_stride(), p.positions, norm_weight.ptr<float>(), eps, inv_freq,
             table, p.x.rows, p.num_heads);

@@ -50,11 +50,5 @@ void Pool(const PoolParams& p, cudaStream_t stream);
 // kMaxHeadDim, mixed dtypes).
 constexpr int kMaxHeadDim = 256;
 bool Attention(const AttentionParams& p, cudaStream_t stream);
-// Attention with Qwen3's per-head RMSNorm (weight w [head_dim] f32, eps) and neox RoPE over
-// the whole head (cos/sin from `table` [.., head_dim / 2] at `positions`) applied to the
-// queries inside the tensor-core kernel, bit-identical to QkNormRope then Attention. False
-// (nothing launched) when the tensor-core kernel does not apply; p.q is not modified.
-bool AttentionQNormRope(const AttentionParams& p, const float* w, float eps, const float2* table,
-                        const int32_t* positions, cudaStream_t stream);
 
 }  // namespace sluice::cuda

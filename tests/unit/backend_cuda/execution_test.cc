@@ -150,13 +150,16 @@ struct Stack {
       rp.head_dim = rp.rotary_dim = kDim;
       rp.theta = 1e6;
       rp.max_position = kTokens;
+      rp.x = qkv.ColSlice(0, kHeads * kDim);
+      rp.num_heads = kHeads;
+      be->QkNormRope(rp, qn, 1e-6f);
       rp.x = qkv.ColSlice(kHeads * kDim, kKv * kDim);
       rp.num_heads = kKv;
       be->QkNormRope(rp, kn, 1e-6f);
       AttentionParams ap = cuda_test::AttnParams(qkv, attn, cu, s.num_seqs, s.max_seqlen,
                                                  {kHeads, kKv, kDim, true, 0});
       ap.prefix_of = inputs.ptr<int32_t>() + 2 * kTokens + 1;
-      be->AttentionQNormRope(ap, rp, qn, 1e-6f);  // as Qwen3 runs it (fused on CUDA)
+      be->Attention(ap);
       be->Linear({lin[1].get(), attn, res, Activation::kNone, &res});
       be->RmsNorm(res, nullptr, wn, 1e-6f, x);
       be->Linear({lin[2].get(), x, gu});
