@@ -72,10 +72,10 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   o.backend.num_threads = f.threads;
   if (f.max_batch_tokens < 0) return InvalidArgument("--max-batch-tokens must be >= 0");
   if (f.max_num_seqs < 0) return InvalidArgument("--max-num-seqs must be >= 0");
-  // A GPU needs far larger batches than a CPU to be busy.
+  // 0 = the device's default, resolved by Engine::Load (a GPU needs far larger batches).
   const bool gpu = o.backend.device == DeviceKind::kCuda;
-  o.max_batch_tokens = f.max_batch_tokens > 0 ? f.max_batch_tokens : (gpu ? 65536 : 8192);
-  o.max_num_seqs = f.max_num_seqs > 0 ? f.max_num_seqs : (gpu ? 1024 : 256);
+  o.max_batch_tokens = f.max_batch_tokens;
+  o.max_num_seqs = f.max_num_seqs;
   o.profile = f.profile;
   if (f.prefix_reuse == "auto") {
     o.prefix_reuse = PrefixReuse::kAuto;
@@ -121,7 +121,8 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {
                   DTypeName(i.compute_dtype), DTypeName(i.checkpoint_dtype), i.backend);
   SLUICE_LOG_INFO("head: {}", i.head);
   SLUICE_LOG_INFO("limits: max_batch_tokens {}, max_num_seqs {}, max tokens per input {}",
-                  o.max_batch_tokens, o.max_num_seqs, i.max_sequence_length);
+                  engine->options().max_batch_tokens, engine->options().max_num_seqs,
+                  i.max_sequence_length);
   SLUICE_LOG_INFO("shared-prefix reuse: {}", engine->prefix_reuse() ? "on" : "off");
   const std::vector<int64_t> buckets = engine->graph_buckets();
   if (buckets.empty()) {

@@ -32,8 +32,15 @@ StatusOr<std::string> DetectPrefix(const ArchitectureInfo& arch, const WeightSto
 StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   auto e = std::unique_ptr<Engine>(new Engine());
   e->options_ = options;
-  if (options.max_batch_tokens <= 0 || options.max_num_seqs <= 0) {
-    return InvalidArgument("max_batch_tokens and max_num_seqs must be positive");
+  if (options.max_batch_tokens < 0 || options.max_num_seqs < 0) {
+    return InvalidArgument("max_batch_tokens and max_num_seqs must be positive (0 = default)");
+  }
+  {
+    const bool gpu = options.backend.device == DeviceKind::kCuda;
+    EngineOptions& o = e->options_;
+    if (o.max_batch_tokens == 0)
+      o.max_batch_tokens = gpu ? kCudaMaxBatchTokens : kCpuMaxBatchTokens;
+    if (o.max_num_seqs == 0) o.max_num_seqs = gpu ? kCudaMaxNumSeqs : kCpuMaxNumSeqs;
   }
   if (options.cuda_graphs == CudaGraphs::kOn) {
     if (options.backend.device != DeviceKind::kCuda) {

@@ -44,13 +44,19 @@ enum class CudaGraphs { kAuto, kOn, kOff };
 // docs/benchmarks.md, "Execution".
 constexpr int64_t kDefaultCudaGraphMaxTokens = 2048;
 
+// Default batch limits per device (EngineOptions 0 = these).
+constexpr int64_t kCpuMaxBatchTokens = 8192, kCudaMaxBatchTokens = 65536;
+constexpr int kCpuMaxNumSeqs = 256, kCudaMaxNumSeqs = 1024;
+
 struct EngineOptions {
   std::string model_dir;
   std::optional<DType> dtype;  // nullopt = "auto": the checkpoint's dtype
   std::optional<Task> task;    // nullopt = inferred from the architecture
   BackendOptions backend;
-  int64_t max_batch_tokens = 8192;
-  int max_num_seqs = 256;
+  // Batch limits; 0 = the device's default (resolved by Load, see options()): CPU 8192
+  // tokens / 256 sequences, CUDA 65536 / 1024 (a GPU needs far larger batches to be busy).
+  int64_t max_batch_tokens = 0;
+  int max_num_seqs = 0;
   bool profile = false;  // time every backend call (synchronising); see ProfileReport()
   PrefixReuse prefix_reuse = PrefixReuse::kAuto;
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;

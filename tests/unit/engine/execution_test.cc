@@ -291,6 +291,28 @@ TEST(PipelinedRun, FailingBatchStopsTheRunCleanly) {
   EXPECT_TRUE(e->Run(inputs).ok());
 }
 
+// EngineOptions batch limits of 0 resolve to the device's defaults at load (library users
+// get the same limits as the CLI); explicit values are kept; negative ones are refused.
+TEST(EngineOptions, BatchLimitsDefaultPerDevice) {
+  EngineOptions o;
+  o.model_dir = kFixtures + "/models/qwen3_reranker";
+  o.backend.num_threads = 2;
+  auto e = Engine::Load(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)->options().max_batch_tokens, kCpuMaxBatchTokens);
+  EXPECT_EQ((*e)->options().max_num_seqs, kCpuMaxNumSeqs);
+  o.max_batch_tokens = 300;
+  o.max_num_seqs = 7;
+  auto f = Engine::Load(o);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ((*f)->options().max_batch_tokens, 300);
+  EXPECT_EQ((*f)->options().max_num_seqs, 7);
+  o.max_num_seqs = -1;
+  auto g = Engine::Load(o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(CudaGraphs, OffOnTheCpuAndRefusedWhenForced) {
   auto e = Load("qwen3_reranker");
   ASSERT_NE(e, nullptr);
