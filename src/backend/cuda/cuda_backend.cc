@@ -29,41 +29,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/gemm_planner.h"
 #include "backend/cuda/kernels.h"
 
 namespace sluice {
 namespace {
 
-void CudaCheck(cudaError_t e, const char* expr, int line) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "sluice cuda: %s failed (cuda_backend.cc:%d): %s\n", expr, line,
-               cudaGetErrorString(e));
-  std::abort();
-}
-void BlasCheck(cublasStatus_t s, const char* expr, int line) {
-  if (s == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "sluice cuda: %s failed (cuda_backend.cc:%d): cublas status %d\n", expr,
-               line, static_cast<int>(s));
-  std::abort();
-}
-#define CUDA_OK(x) CudaCheck((x), #x, __LINE__)
-#define BLAS_OK(x) BlasCheck((x), #x, __LINE__)
+using cuda::CudaType;
+using cuda::GemmKey;
+using cuda::GemmOperands;
+using cuda::GemmPlan;
+using cuda::Scratch;
 
 bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
-
-cudaDataType_t CudaType(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return CUDA_R_16BF;
-    case DType::kF16:
-      return CUDA_R_16F;
-    default:
-      return CUDA_R_32F;
-  }
-}
 
 // Host-side conversion between float dtypes (load time only).
 void ConvertHost(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
@@ -98,28 +79,6 @@ class CudaLinearWeight final : public LinearWeight {
  public:
   Buffer w;     // [N, K] in dtype
   Buffer bias;  // [1, N] f32 or empty
-};
-
-// Device scratch that grows on demand (cudaFree synchronises, so no in-flight user remains).
-// Once a recording may reference it (`keep`), an outgrown buffer is kept alive instead.
-class Scratch {
- public:
-  void* Get(size_t bytes, bool keep) {
-    if (bytes > cap_) {
-      if (keep && mem_) retired_.push_back(std::move(mem_));
-      mem_.reset();
-      void* p = nullptr;
-      cap_ = std::max(bytes, cap_ + cap_ / 4);
-      CUDA_OK(cudaMalloc(&p, cap_));
-      mem_ = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-    }
-    return mem_.get();
-  }
-
- private:
-  std::shared_ptr<void> mem_;
-  std::vector<std::shared_ptr<void>> retired_;
-  size_t cap_ = 0;
 };
 
 // A fence: a CUDA event recorded on the backend's stream.
@@ -168,32 +127,6 @@ class CudaRecording final : public Recording {
   std::vector<Step> steps;
 };
 
-struct GemmKey {
-  int64_t m, n, k, ldb, ldc, ldd;
-  int dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d;
-  auto Tie() const {
-    return std::tie(m, n, k, ldb, ldc, ldd, dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d);
-  }
-  bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
-};
-
-struct GemmPlan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool ok = false;
-};
-
-// The operands of the GEMM a plan is made for, so candidate algorithms can be timed on
-// them (d may be replaced by scratch when it aliases c).
-struct GemmOperands {
-  const void* a;
-  const void* b;
-  const void* c;
-  void* d;
-  float beta;
-};
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {
@@ -206,6 +139,7 @@ class CudaBackend final : public Backend {
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                 std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") + ")";
     gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
+    gemm_ = std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_);
   }
 
   ~CudaBackend() override {
@@ -216,9 +150,7 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
     }
     cudaStreamSynchronize(stream_);
-    for (auto& [key, plan] : plans_) DestroyPlan(plan);
-    if (tune_start_) cudaEventDestroy(tune_start_);
-    if (tune_stop_) cudaEventDestroy(tune_stop_);
+    gemm_.reset();  // its plans and events before the handle
     cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
   }
@@ -385,11 +317,11 @@ class CudaBackend final : public Backend {
                 Alignment(cptr),
                 Alignment(d.data)};
     const GemmOperands ops{w.w.t().data, xb, cptr, d.data, c ? 1.f : 0.f};
-    const GemmPlan* plan = Plan(key, bias, ops);
+    const GemmPlan* plan = gemm_->Plan(key, bias, ops, !recording_);
     bool epilogue_done = true;
     if (!plan->ok && epi != CUBLASLT_EPILOGUE_DEFAULT) {  // no algorithm with that epilogue
       key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      plan = Plan(key, nullptr, ops);
+      plan = gemm_->Plan(key, nullptr, ops, !recording_);
       epilogue_done = false;
     }
     if (!plan->ok) {
@@ -521,7 +453,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static constexpr size_t kGemmWorkspace = 32u << 20;
+  static constexpr size_t kGemmWorkspace = cuda::GemmPlanner::kWorkspaceBytes;
 
   void Device() const { CUDA_OK(cudaSetDevice(device_)); }
 
@@ -611,215 +543,6 @@ class CudaBackend final : public Backend {
     return static_cast<const float2*>(entry.first.t().data);
   }
 
-  // Rows M of a GEMM -> the M whose algorithm it uses: batches of similar size share one
-  // cuBLASLt heuristic query (and one algorithm, so their rows are computed alike).
-  static int64_t BucketM(int64_t m) {
-    if (m <= 256) {
-      int64_t b = 1;
-      while (b < m) b <<= 1;
-      return b;
-    }
-    if (m <= 8192) return (m + 255) / 256 * 256;
-    return (m + 2047) / 2048 * 2048;
-  }
-
-  // Column-major view: D[N, M] = op(A)[N, K] · B[K, M] with A = W (stored [N, K] row-major,
-  // i.e. K x N column-major, transposed) and B = X^T (K x M column-major, ld = x stride).
-  void CreatePlan(const GemmKey& key, const void* bias, GemmPlan& p) {
-    const DType wdt = static_cast<DType>(key.dtype);
-    const cublasComputeType_t compute =
-        wdt == DType::kF32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    BLAS_OK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
-    BLAS_OK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (bias) {
-      BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                             sizeof(bias)));
-      const cudaDataType_t bias_type = CUDA_R_32F;  // biases are kept in f32
-      BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                             &bias_type, sizeof(bias_type)));
-    }
-    BLAS_OK(cublasLtMatrixLayoutCreate(&p.a, CudaType(wdt), key.k, key.n, key.k));
-    BLAS_OK(cublasLtMatrixLayoutCreate(&p.b, CudaType(wdt), key.k, key.m, key.ldb));
-    const DType odt = static_cast<DType>(key.odt);
-    BLAS_OK(cublasLtMatrixLayoutCreate(&p.c, CudaType(odt), key.n, key.m, key.ldc));
-    BLAS_OK(cublasLtMatrixLayoutCreate(&p.d, CudaType(odt), key.n, key.m, key.ldd));
-  }
-
-  static void DestroyPlan(GemmPlan& p) {
-    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-    for (auto* l : {p.a, p.b, p.c, p.d}) {
-      if (l) cublasLtMatrixLayoutDestroy(l);
-    }
-    p = GemmPlan{};
-  }
-
-  // cuBLASLt's heuristic candidates for a plan's shape (at most 8, best first), without
-  // split-K (its reduction order along K is fixed) unless nothing else is offered.
-  std::vector<cublasLtMatmulAlgo_t> Candidates(const GemmKey& key, const GemmPlan& p) {
-    cublasLtMatmulPreference_t pref;
-    BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = kGemmWorkspace;
-    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof(ws)));
-    const uint32_t al[4] = {static_cast<uint32_t>(key.al_a), static_cast<uint32_t>(key.al_b),
-                            static_cast<uint32_t>(key.al_c), static_cast<uint32_t>(key.al_d)};
-    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                 &al[0], sizeof(uint32_t)));
-    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                 &al[1], sizeof(uint32_t)));
-    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                 &al[2], sizeof(uint32_t)));
-    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                 &al[3], sizeof(uint32_t)));
-    constexpr int kWant = 8;
-    cublasLtMatmulHeuristicResult_t res[kWant];
-    int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.d, pref, kWant, res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    std::vector<cublasLtMatmulAlgo_t> out, splitk;
-    if (st != CUBLAS_STATUS_SUCCESS) return out;
-    for (int i = 0; i < found; ++i) {
-      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      int32_t n = 1;
-      size_t written = 0;
-      const bool no_splitk =
-          cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &n,
-                                               sizeof(n), &written) == CUBLAS_STATUS_SUCCESS &&
-          n <= 1;
-      (no_splitk ? out : splitk).push_back(res[i].algo);
-    }
-    if (out.empty() && !splitk.empty()) out.push_back(splitk[0]);
-    return out;
-  }
-
-  // The heuristic's first choice for a plan's shape. Sets p.algo / p.ok.
-  void Heuristic(const GemmKey& key, GemmPlan& p) {
-    const auto c = Candidates(key, p);
-    p.ok = !c.empty();
-    if (p.ok) p.algo = c[0];
-  }
-
-  // Times the heuristic's candidates on the call's own operands (1 warm-up + 2 timed runs
-  // each, the faster run counts) and sets the fastest. The heuristic's first choice is
-  // up to ~10% slower than the best at the model's shapes on an H200.
-  void Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops) {
-    const auto cand = Candidates(key, p);
-    p.ok = !cand.empty();
-    if (!p.ok) return;
-    p.algo = cand[0];
-    if (cand.size() == 1) return;
-    // Timing synchronises: never while recording (the engine's eager warm-up run of each
-    // bucket prepares its plans first).
-    NotRecording("GEMM algorithm timing");
-    // With beta = 1 and d == c (a residual accumulated in place) the timing runs must not
-    // touch the real output: they write scratch (same size and dtype).
-    void* d = ops.d;
-    const void* c = ops.c;
-    if (ops.beta != 0.f && ops.c == ops.d) {
-      d = tune_ws_.Get(
-          static_cast<size_t>(key.ldd * key.m) * DTypeSize(static_cast<DType>(key.odt)), false);
-      c = d;
-    }
-    if (!tune_start_) {
-      CUDA_OK(cudaEventCreate(&tune_start_));
-      CUDA_OK(cudaEventCreate(&tune_stop_));
-    }
-    const float alpha = 1.f;
-    float best = 0.f;
-    for (const auto& algo : cand) {
-      cublasLtMatmulHeuristicResult_t chk{};
-      if (cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.d, &algo, &chk) !=
-              CUBLAS_STATUS_SUCCESS ||
-          chk.state != CUBLAS_STATUS_SUCCESS || chk.workspaceSize > kGemmWorkspace) {
-        continue;
-      }
-      float t = 0.f;
-      for (int rep = 0; rep < 3; ++rep) {
-        CUDA_OK(cudaEventRecord(tune_start_, stream_));
-        BLAS_OK(cublasLtMatmul(lt_, p.desc, &alpha, ops.a, p.a, ops.b, p.b, &ops.beta, c, p.c, d,
-                               p.d, &algo, gemm_ws_, kGemmWorkspace, stream_));
-        CUDA_OK(cudaEventRecord(tune_stop_, stream_));
-        CUDA_OK(cudaEventSynchronize(tune_stop_));
-        float ms = 0.f;
-        CUDA_OK(cudaEventElapsedTime(&ms, tune_start_, tune_stop_));
-        if (rep == 1 || (rep == 2 && ms < t)) t = ms;
-      }
-      if (best == 0.f || t < best) {
-        best = t;
-        p.algo = algo;
-      }
-    }
-    tune_ws_ = Scratch();  // not kept: it can be as large as the output
-  }
-
-  // GEMMs of at least this many rows have their algorithm chosen by timing (once per
-  // power-of-two class of M: the offline engine's warm-up forward tunes its batch size).
-  static constexpr int64_t kTuneMinM = 1024;
-  static int64_t TuneClassM(int64_t m) {
-    int64_t b = 1;
-    while (b < m) b <<= 1;
-    return b;
-  }
-
-  // The plan (descriptor, layouts, algorithm) of one exact GEMM. Large GEMMs (M >=
-  // kTuneMinM) use the algorithm timed fastest for their class of M; smaller ones the
-  // heuristic's choice for their M bucket. Either is checked against the exact shape with
-  // cublasLtMatmulAlgoCheck, so a new batch size costs no heuristic query or timing, and
-  // every batch of a class (bucket) computes its rows with the same algorithm. The cache of
-  // exact plans is bounded (cleared past kMaxPlans; class and bucket algorithms are kept).
-  const GemmPlan* Plan(const GemmKey& key, const void* bias, const GemmOperands& ops) {
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return &it->second;
-    if (plans_.size() >= kMaxPlans) {
-      for (auto& [k, plan] : plans_) DestroyPlan(plan);
-      plans_.clear();
-    }
-    GemmPlan& p = plans_[key];
-    CreatePlan(key, bias, p);
-    const auto fits = [&](const cublasLtMatmulAlgo_t& algo) {
-      cublasLtMatmulHeuristicResult_t chk{};
-      return cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.d, &algo, &chk) ==
-                 CUBLAS_STATUS_SUCCESS &&
-             chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= kGemmWorkspace;
-    };
-    if (key.m >= kTuneMinM) {
-      GemmKey ck = key;
-      ck.m = TuneClassM(key.m);
-      auto tit = tuned_.find(ck);
-      if (tit != tuned_.end() && fits(tit->second)) {
-        p.algo = tit->second;
-        p.ok = true;
-        return &p;
-      }
-      Tune(key, p, ops);
-      if (p.ok && tit == tuned_.end()) tuned_.emplace(ck, p.algo);
-      return &p;
-    }
-    GemmKey bk = key;
-    bk.m = BucketM(key.m);
-    auto ait = bucket_algos_.find(bk);
-    if (ait == bucket_algos_.end()) {
-      GemmPlan tmp;
-      CreatePlan(bk, bias, tmp);
-      Heuristic(bk, tmp);
-      ait = bucket_algos_.emplace(bk, std::make_pair(tmp.algo, tmp.ok)).first;
-      DestroyPlan(tmp);
-    }
-    if (ait->second.second && fits(ait->second.first)) {
-      p.algo = ait->second.first;
-      p.ok = true;
-      return &p;
-    }
-    Heuristic(key, p);  // the bucket's algorithm does not fit this exact shape
-    return &p;
-  }
-
   int device_;
   bool tf32_;
   std::string describe_;
@@ -833,12 +556,7 @@ class CudaBackend final : public Backend {
   Status rec_status_;
   std::vector<Buffer> retired_tables_;
   void* gemm_ws_ = nullptr;
-  static constexpr size_t kMaxPlans = 4096;
-  std::map<GemmKey, GemmPlan> plans_;
-  std::map<GemmKey, std::pair<cublasLtMatmulAlgo_t, bool>> bucket_algos_;
-  std::map<GemmKey, cublasLtMatmulAlgo_t> tuned_;  // per class of M (TuneClassM)
-  Scratch tune_ws_;
-  cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
+  std::unique_ptr<cuda::GemmPlanner> gemm_;
   std::map<std::pair<double, int>, Buffer> inv_freq_;
   std::map<std::pair<double, int>, std::pair<Buffer, int>> cos_sin_;  // table, positions
 };

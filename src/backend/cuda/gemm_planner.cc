@@ -1,0 +1,223 @@
+// cuBLASLt GEMM plans of the CUDA backend (see gemm_planner.h).
+#include "backend/cuda/gemm_planner.h"
+
+namespace sluice::cuda {
+
+GemmPlanner::~GemmPlanner() {
+  for (auto& [key, plan] : plans_) DestroyPlan(plan);
+  if (tune_start_) cudaEventDestroy(tune_start_);
+  if (tune_stop_) cudaEventDestroy(tune_stop_);
+}
+
+// Rows M of a GEMM -> the M whose algorithm it uses: batches of similar size share one
+// cuBLASLt heuristic query (and one algorithm, so their rows are computed alike).
+int64_t GemmPlanner::BucketM(int64_t m) {
+  if (m <= 256) {
+    int64_t b = 1;
+    while (b < m) b <<= 1;
+    return b;
+  }
+  if (m <= 8192) return (m + 255) / 256 * 256;
+  return (m + 2047) / 2048 * 2048;
+}
+
+// Column-major view: D[N, M] = op(A)[N, K] · B[K, M] with A = W (stored [N, K] row-major,
+// i.e. K x N column-major, transposed) and B = X^T (K x M column-major, ld = x stride).
+void GemmPlanner::CreatePlan(const GemmKey& key, const void* bias, GemmPlan& p) {
+  const DType wdt = static_cast<DType>(key.dtype);
+  const cublasComputeType_t compute =
+      wdt == DType::kF32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  BLAS_OK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
+  BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (bias) {
+    BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias)));
+    const cudaDataType_t bias_type = CUDA_R_32F;  // biases are kept in f32
+    BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                           sizeof(bias_type)));
+  }
+  BLAS_OK(cublasLtMatrixLayoutCreate(&p.a, CudaType(wdt), key.k, key.n, key.k));
+  BLAS_OK(cublasLtMatrixLayoutCreate(&p.b, CudaType(wdt), key.k, key.m, key.ldb));
+  const DType odt = static_cast<DType>(key.odt);
+  BLAS_OK(cublasLtMatrixLayoutCreate(&p.c, CudaType(odt), key.n, key.m, key.ldc));
+  BLAS_OK(cublasLtMatrixLayoutCreate(&p.d, CudaType(odt), key.n, key.m, key.ldd));
+}
+
+void GemmPlanner::DestroyPlan(GemmPlan& p) {
+  if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+  for (auto* l : {p.a, p.b, p.c, p.d}) {
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+  p = GemmPlan{};
+}
+
+// cuBLASLt's heuristic candidates for a plan's shape (at most 8, best first), without
+// split-K (its reduction order along K is fixed) unless nothing else is offered.
+std::vector<cublasLtMatmulAlgo_t> GemmPlanner::Candidates(const GemmKey& key, const GemmPlan& p) {
+  cublasLtMatmulPreference_t pref;
+  BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                               sizeof(ws)));
+  const uint32_t al[4] = {static_cast<uint32_t>(key.al_a), static_cast<uint32_t>(key.al_b),
+                          static_cast<uint32_t>(key.al_c), static_cast<uint32_t>(key.al_d)};
+  BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                               &al[0], sizeof(uint32_t)));
+  BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                               &al[1], sizeof(uint32_t)));
+  BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                               &al[2], sizeof(uint32_t)));
+  BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                               &al[3], sizeof(uint32_t)));
+  constexpr int kWant = 8;
+  cublasLtMatmulHeuristicResult_t res[kWant];
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.d, pref, kWant, res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<cublasLtMatmulAlgo_t> out, splitk;
+  if (st != CUBLAS_STATUS_SUCCESS) return out;
+  for (int i = 0; i < found; ++i) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    int32_t n = 1;
+    size_t written = 0;
+    const bool no_splitk =
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &n,
+                                             sizeof(n), &written) == CUBLAS_STATUS_SUCCESS &&
+        n <= 1;
+    (no_splitk ? out : splitk).push_back(res[i].algo);
+  }
+  if (out.empty() && !splitk.empty()) out.push_back(splitk[0]);
+  return out;
+}
+
+// The heuristic's first choice for a plan's shape. Sets p.algo / p.ok.
+void GemmPlanner::Heuristic(const GemmKey& key, GemmPlan& p) {
+  const auto c = Candidates(key, p);
+  p.ok = !c.empty();
+  if (p.ok) p.algo = c[0];
+}
+
+// Times the heuristic's candidates on the call's own operands (1 warm-up + 2 timed runs
+// each, the faster run counts) and sets the fastest. The heuristic's first choice is
+// up to ~10% slower than the best at the model's shapes on an H200.
+void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time) {
+  const auto cand = Candidates(key, p);
+  p.ok = !cand.empty();
+  if (!p.ok) return;
+  p.algo = cand[0];
+  if (cand.size() == 1) return;
+  // Timing synchronises: never while recording (the engine's eager warm-up run of each
+  // bucket prepares its plans first).
+  if (!may_time) {
+    std::fprintf(stderr, "sluice cuda: GEMM algorithm timing needed while recording a forward\n");
+    std::abort();
+  }
+  // With beta = 1 and d == c (a residual accumulated in place) the timing runs must not
+  // touch the real output: they write scratch (same size and dtype).
+  void* d = ops.d;
+  const void* c = ops.c;
+  if (ops.beta != 0.f && ops.c == ops.d) {
+    d = tune_ws_.Get(static_cast<size_t>(key.ldd * key.m) * DTypeSize(static_cast<DType>(key.odt)),
+                     false);
+    c = d;
+  }
+  if (!tune_start_) {
+    CUDA_OK(cudaEventCreate(&tune_start_));
+    CUDA_OK(cudaEventCreate(&tune_stop_));
+  }
+  const float alpha = 1.f;
+  float best = 0.f;
+  for (const auto& algo : cand) {
+    cublasLtMatmulHeuristicResult_t chk{};
+    if (cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.d, &algo, &chk) !=
+            CUBLAS_STATUS_SUCCESS ||
+        chk.state != CUBLAS_STATUS_SUCCESS || chk.workspaceSize > kWorkspaceBytes) {
+      continue;
+    }
+    float t = 0.f;
+    for (int rep = 0; rep < 3; ++rep) {
+      CUDA_OK(cudaEventRecord(tune_start_, stream_));
+      BLAS_OK(cublasLtMatmul(lt_, p.desc, &alpha, ops.a, p.a, ops.b, p.b, &ops.beta, c, p.c, d, p.d,
+                             &algo, ws_, kWorkspaceBytes, stream_));
+      CUDA_OK(cudaEventRecord(tune_stop_, stream_));
+      CUDA_OK(cudaEventSynchronize(tune_stop_));
+      float ms = 0.f;
+      CUDA_OK(cudaEventElapsedTime(&ms, tune_start_, tune_stop_));
+      if (rep == 1 || (rep == 2 && ms < t)) t = ms;
+    }
+    if (best == 0.f || t < best) {
+      best = t;
+      p.algo = algo;
+    }
+  }
+  tune_ws_ = Scratch();  // not kept: it can be as large as the output
+}
+
+// GEMMs of at least kTuneMinM rows have their algorithm chosen by timing (once per
+// power-of-two class of M: the offline engine's warm-up forward tunes its batch size).
+int64_t GemmPlanner::TuneClassM(int64_t m) {
+  int64_t b = 1;
+  while (b < m) b <<= 1;
+  return b;
+}
+
+// The plan (descriptor, layouts, algorithm) of one exact GEMM. Large GEMMs (M >=
+// kTuneMinM) use the algorithm timed fastest for their class of M; smaller ones the
+// heuristic's choice for their M bucket. Either is checked against the exact shape with
+// cublasLtMatmulAlgoCheck, so a new batch size costs no heuristic query or timing, and
+// every batch of a class (bucket) computes its rows with the same algorithm. The cache of
+// exact plans is bounded (cleared past kMaxPlans; class and bucket algorithms are kept).
+const GemmPlan* GemmPlanner::Plan(const GemmKey& key, const void* bias, const GemmOperands& ops,
+                                  bool may_time) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return &it->second;
+  if (plans_.size() >= kMaxPlans) {
+    for (auto& [k, plan] : plans_) DestroyPlan(plan);
+    plans_.clear();
+  }
+  GemmPlan& p = plans_[key];
+  CreatePlan(key, bias, p);
+  const auto fits = [&](const cublasLtMatmulAlgo_t& algo) {
+    cublasLtMatmulHeuristicResult_t chk{};
+    return cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.d, &algo, &chk) ==
+               CUBLAS_STATUS_SUCCESS &&
+           chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= kWorkspaceBytes;
+  };
+  if (key.m >= kTuneMinM) {
+    GemmKey ck = key;
+    ck.m = TuneClassM(key.m);
+    auto tit = tuned_.find(ck);
+    if (tit != tuned_.end() && fits(tit->second)) {
+      p.algo = tit->second;
+      p.ok = true;
+      return &p;
+    }
+    Tune(key, p, ops, may_time);
+    if (p.ok && tit == tuned_.end()) tuned_.emplace(ck, p.algo);
+    return &p;
+  }
+  GemmKey bk = key;
+  bk.m = BucketM(key.m);
+  auto ait = bucket_algos_.find(bk);
+  if (ait == bucket_algos_.end()) {
+    GemmPlan tmp;
+    CreatePlan(bk, bias, tmp);
+    Heuristic(bk, tmp);
+    ait = bucket_algos_.emplace(bk, std::make_pair(tmp.algo, tmp.ok)).first;
+    DestroyPlan(tmp);
+  }
+  if (ait->second.second && fits(ait->second.first)) {
+    p.algo = ait->second.first;
+    p.ok = true;
+    return &p;
+  }
+  Heuristic(key, p);  // the bucket's algorithm does not fit this exact shape
+  return &p;
+}
+
+}  // namespace sluice::cuda

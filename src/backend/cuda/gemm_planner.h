@@ -1,0 +1,88 @@
+// cuBLASLt GEMM plans of the CUDA backend: descriptor, layouts and algorithm per exact
+// GEMM, cached. GEMMs of M >= kTuneMinM rows time cuBLASLt's candidate algorithms once per
+// power-of-two class of M on the call's own operands and keep the fastest; smaller ones take
+// the heuristic's first choice per M bucket. Split-K is avoided (fixed reduction order
+// along K), and every batch of a class (bucket) computes its rows with one algorithm.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+
+namespace sluice::cuda {
+
+// Column-major view: D[N, M] = op(A)[N, K] · B[K, M] with A = W (stored [N, K] row-major)
+// and B = X^T (ld = x stride); dtype = the weights' (and B's), odt = C/D's.
+struct GemmKey {
+  int64_t m, n, k, ldb, ldc, ldd;
+  int dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d;
+  auto Tie() const {
+    return std::tie(m, n, k, ldb, ldc, ldd, dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d);
+  }
+  bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
+};
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+};
+
+// The operands of the GEMM a plan is made for, so candidate algorithms can be timed on
+// them (d may be replaced by scratch when it aliases c).
+struct GemmOperands {
+  const void* a;
+  const void* b;
+  const void* c;
+  void* d;
+  float beta;
+};
+
+class GemmPlanner {
+ public:
+  static constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt workspace per GEMM
+  // `workspace` (kWorkspaceBytes, device) and the handle/stream stay owned by the caller.
+  GemmPlanner(cublasLtHandle_t lt, cudaStream_t stream, bool tf32, void* workspace)
+      : lt_(lt), stream_(stream), tf32_(tf32), ws_(workspace) {}
+  ~GemmPlanner();
+  GemmPlanner(const GemmPlanner&) = delete;
+  GemmPlanner& operator=(const GemmPlanner&) = delete;
+
+  // The plan of one exact GEMM (plan->ok false: no algorithm, e.g. for that epilogue).
+  // may_time: false while the stream is being captured; a plan that would need timing then
+  // aborts (timing synchronises; the engine's eager warm-up prepares every plan first).
+  const GemmPlan* Plan(const GemmKey& key, const void* bias, const GemmOperands& ops,
+                       bool may_time);
+
+ private:
+  static constexpr int64_t kTuneMinM = 1024;
+  static constexpr size_t kMaxPlans = 4096;
+  // Rows M of a GEMM -> the M whose heuristic algorithm it uses (M < kTuneMinM).
+  static int64_t BucketM(int64_t m);
+  static int64_t TuneClassM(int64_t m);
+  void CreatePlan(const GemmKey& key, const void* bias, GemmPlan& p);
+  static void DestroyPlan(GemmPlan& p);
+  std::vector<cublasLtMatmulAlgo_t> Candidates(const GemmKey& key, const GemmPlan& p);
+  void Heuristic(const GemmKey& key, GemmPlan& p);
+  void Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time);
+
+  cublasLtHandle_t lt_;
+  cudaStream_t stream_;
+  bool tf32_;
+  void* ws_;
+  std::map<GemmKey, GemmPlan> plans_;
+  std::map<GemmKey, std::pair<cublasLtMatmulAlgo_t, bool>> bucket_algos_;
+  std::map<GemmKey, cublasLtMatmulAlgo_t> tuned_;  // per class of M (TuneClassM)
+  Scratch tune_ws_;
+  cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
+};
+
+}  // namespace sluice::cuda
