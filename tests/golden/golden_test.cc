@@ -13,6 +13,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "golden_inputs.h"
 
 namespace sluice {
 namespace {
@@ -59,15 +60,7 @@ Case LoadCase(const fs::path& path) {
   c.tolerance = doc["tolerance"].get_double().value();
   bool tl;
   if (!doc["token_level"].get(tl)) c.token_level = tl;
-  for (auto in : doc["inputs"].get_array()) {
-    SequenceInput s;
-    for (auto id : in["ids"].get_array()) s.ids.push_back(static_cast<int32_t>(id.get_int64()));
-    simdjson::dom::array types;
-    if (!in["type_ids"].get(types)) {
-      for (auto t : types) s.type_ids.push_back(static_cast<int32_t>(t.get_int64()));
-    }
-    c.inputs.push_back(std::move(s));
-  }
+  c.inputs = testing::GoldenInputs(doc);
   c.outputs = FloatRows(doc, "outputs");
   c.raw = FloatRows(doc, "raw");
   c.outputs_f32 = FloatRows(doc, "outputs_f32");

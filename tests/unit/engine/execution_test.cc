@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include "../../golden/golden_inputs.h"
 #include "engine/engine.h"
 #include "engine/graph_buckets.h"
 
@@ -14,19 +15,7 @@ namespace {
 const std::string kFixtures = SLUICE_FIXTURES_DIR;
 
 std::vector<SequenceInput> GoldenInputs(const std::string& name) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc = parser.load(kFixtures + "/golden/" + name + ".json");
-  std::vector<SequenceInput> v;
-  for (auto in : doc["inputs"].get_array()) {
-    SequenceInput s;
-    for (auto id : in["ids"].get_array()) s.ids.push_back(static_cast<int32_t>(id.get_int64()));
-    simdjson::dom::array types;
-    if (!in["type_ids"].get(types)) {
-      for (auto t : types) s.type_ids.push_back(static_cast<int32_t>(t.get_int64()));
-    }
-    v.push_back(std::move(s));
-  }
-  return v;
+  return testing::GoldenInputs(kFixtures, name);
 }
 
 std::unique_ptr<Engine> Load(const std::string& name, int64_t max_batch_tokens = 8192,

@@ -1,0 +1,36 @@
+// The inputs of a golden fixture (tests/fixtures/golden/<name>.json: "inputs", each with
+// "ids" and optional "type_ids"), shared by the golden test and the engine/CUDA tests that
+// run the fixture models.
+#pragma once
+
+#include <simdjson.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace sluice::testing {
+
+inline std::vector<SequenceInput> GoldenInputs(simdjson::dom::element doc) {
+  std::vector<SequenceInput> v;
+  for (auto in : doc["inputs"].get_array()) {
+    SequenceInput s;
+    for (auto id : in["ids"].get_array()) s.ids.push_back(static_cast<int32_t>(id.get_int64()));
+    simdjson::dom::array types;
+    if (!in["type_ids"].get(types)) {
+      for (auto t : types) s.type_ids.push_back(static_cast<int32_t>(t.get_int64()));
+    }
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+// The inputs of fixture `name` under `fixtures` (the fixtures directory).
+inline std::vector<SequenceInput> GoldenInputs(const std::string& fixtures,
+                                               const std::string& name) {
+  simdjson::dom::parser parser;
+  return GoldenInputs(parser.load(fixtures + "/golden/" + name + ".json"));
+}
+
+}  // namespace sluice::testing
