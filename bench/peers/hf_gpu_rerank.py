@@ -175,6 +175,7 @@ def serve_bench(sluice, model_dir, bodies, extra, port, out):
             time.sleep(0.2)
         res = {}
         for name, conc, nreq in (("c16", 16, len(bodies_lines(bodies))), ("c1", 1, 50)):
+            before = engine_metrics(port)
             r = subprocess.run([sluice, "bench", "--port", str(port), "--endpoint", "/classify",
                                 "--input", bodies, "--concurrency", str(conc), "--requests",
                                 str(nreq)], capture_output=True, text=True)
@@ -185,6 +186,18 @@ def serve_bench(sluice, model_dir, bodies, extra, port, out):
             res[name] = {"req_per_s": float(m.group(1)), "docs_per_s": float(m.group(2)),
                          "p50_ms": float(lat.group(1)), "p95_ms": float(lat.group(2)),
                          "p99_ms": float(lat.group(3)), "errors_none": "errors: none" in txt}
+            # How the engine ran the run: batches, sequences and tokens per batch, and the
+            # share of the run's wall time the engine was busy.
+            after = engine_metrics(port)
+            d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            wall = nreq / res[name]["req_per_s"]
+            nb = max(d.get("sluice_batches_total", 0.0), 1.0)
+            res[name]["engine"] = {
+                "batches": d.get("sluice_batches_total", 0.0),
+                "seqs_per_batch": d.get("sluice_batch_size_sum", 0.0) / nb,
+                "tokens_per_batch": d.get("sluice_batch_tokens_sum", 0.0) / nb,
+                "busy_fraction": d.get("sluice_engine_busy_seconds_total", 0.0) / wall}
+            log(f"engine during {name}: {res[name]['engine']}")
         return res
     finally:
         srv.send_signal(signal.SIGTERM)
@@ -192,6 +205,19 @@ def serve_bench(sluice, model_dir, bodies, extra, port, out):
             srv.wait(timeout=30)
         except subprocess.TimeoutExpired:
             srv.kill()
+
+
+def engine_metrics(port):
+    """The server's unlabelled engine counters from /metrics (name -> value)."""
+    names = ("sluice_batches_total", "sluice_batch_size_sum", "sluice_batch_tokens_sum",
+             "sluice_engine_busy_seconds_total")
+    vals = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in names:
+                vals[parts[0]] = float(parts[1])
+    return vals
 
 
 def bodies_lines(path):
@@ -209,6 +235,8 @@ def main():
     ap.add_argument("--max-batch-tokens", type=int, default=65536)
     ap.add_argument("--max-num-seqs", type=int, default=1024)
     ap.add_argument("--skip", default="", help="comma list of: hf, served, bert, fp32ref")
+    ap.add_argument("--serve-args", default="",
+                    help="extra `sluice serve` arguments for the served rows (space-separated)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     os.makedirs(args.out, exist_ok=True)
@@ -297,9 +325,11 @@ def main():
             for s in range(0, len(seqs), 20):
                 f.write(json.dumps({"input": [x[0] for x in seqs[s:s + 20]]}) + "\n")
         results["qwen3_sluice_served"] = serve_bench(
-            args.sluice, mdir, bodies, limits + ["--prefix-reuse", "off"], 8123, args.out)
+            args.sluice, mdir, bodies, limits + ["--prefix-reuse", "off"] + args.serve_args.split(),
+            8123, args.out)
         results["qwen3_sluice_served_prefix"] = serve_bench(
-            args.sluice, mdir, bodies, limits + ["--prefix-reuse", "on"], 8124, args.out)
+            args.sluice, mdir, bodies, limits + ["--prefix-reuse", "on"] + args.serve_args.split(),
+            8124, args.out)
     del model
     torch.cuda.empty_cache()
 

@@ -257,6 +257,10 @@ class Backend {
 
   // ---- Asynchronous execution. The defaults are synchronous and correct (CPU). ----
 
+  // True when operations are queued and run after the call returns (CUDA); false when
+  // every call has finished its work on return (CPU: a forward runs inside the call).
+  virtual bool asynchronous() const { return false; }
+
   // Host staging memory (pinned on CUDA) of at least `bytes`, for the copies below.
   virtual HostBuffer AllocateHost(size_t bytes);
   // Queues a copy of host memory into a device tensor of the same dtype and size. Unlike

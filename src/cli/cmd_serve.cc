@@ -38,6 +38,7 @@ struct ServeFlags {
   double request_timeout_s = 0;
   int io_threads = 1;
   int workers = 2;
+  std::string batch_coalescing = "on";
 };
 
 StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(const std::string& dir) {
@@ -99,6 +100,7 @@ int RunServe(const ServeFlags& f) {
   lo.limits.max_batch_tokens = (*engine_or)->options().max_batch_tokens;  // device-resolved
   lo.limits.max_num_seqs = (*engine_or)->options().max_num_seqs;
   lo.max_queue_depth = f.max_queue_depth;
+  lo.coalesce = f.batch_coalescing == "on";
   lo.on_batch = [&metrics](const BatchStats& b) {
     metrics.RecordBatch(b.num_seqs, b.num_tokens, b.compute_seconds);
     metrics.RecordPrefixReuse(b.prefix_groups, b.prefix_tokens_saved);
@@ -125,9 +127,9 @@ int RunServe(const ServeFlags& f) {
   if (Status s = http->Start(); !s.ok()) return ReportError(s);
   SLUICE_LOG_INFO(
       "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
-      "max_queue_depth {}, shutdown_timeout {} s{}",
+      "max_queue_depth {}, shutdown_timeout {} s, batch coalescing {}{}",
       ctx.max_inputs_per_request, ctx.max_tokens_per_input, f.truncate ? " (truncating)" : "",
-      f.max_body_bytes, f.max_queue_depth, f.shutdown_timeout_s,
+      f.max_body_bytes, f.max_queue_depth, f.shutdown_timeout_s, f.batch_coalescing,
       f.api_key.empty() ? "" : ", API key required");
   SLUICE_LOG_INFO("serving \"{}\" (task {}, tokenizer {})", ctx.name, ctx.task,
                   tokenizer ? "tokenizer.json" : "none: token ids only");
@@ -192,6 +194,12 @@ Registrar serve_cmd(Command{
           ->capture_default_str();
       sub->add_option("--io-threads", f->io_threads, "HTTP I/O threads")->capture_default_str();
       sub->add_option("--workers", f->workers, "worker threads running IO processors")
+          ->capture_default_str();
+      sub->add_option("--batch-coalescing", f->batch_coalescing,
+                      "on | off: while batches run, form the next one shortly before they are "
+                      "expected to finish, so that requests arriving meanwhile join it (off = "
+                      "as soon as a request is queued)")
+          ->check(CLI::IsMember({"on", "off"}))
           ->capture_default_str();
       return std::function<int()>([f] { return RunServe(*f); });
     }});

@@ -265,6 +265,8 @@ Status Engine::RunPacked(const ForwardBatch& batch, SequenceOutput* outputs) {
   return Status::Ok();
 }
 
+bool Engine::pipelined() const { return backend_->asynchronous(); }
+
 Status Engine::Submit(const ForwardBatch& batch, SequenceOutput* outputs) {
   return SubmitImpl(batch, outputs, true);
 }

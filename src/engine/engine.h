@@ -130,6 +130,9 @@ class Engine {
   Status Submit(const ForwardBatch& batch, SequenceOutput* outputs);
   Status Complete();
   int in_flight() const { return in_flight_; }
+  // True when Submit returns before the forward has run (CUDA), so a second batch can be
+  // queued behind the first; false when Submit runs the forward itself (CPU).
+  bool pipelined() const;
   // Waits for the batches in flight and drops their results (their outputs stay untouched).
   void Abandon();
 

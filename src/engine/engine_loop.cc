@@ -7,8 +7,13 @@
 namespace sluice {
 
 EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options)
-    : engine_(std::move(engine)), options_(std::move(options)), scheduler_(options_.limits) {
+    : engine_(std::move(engine)),
+      options_(std::move(options)),
+      scheduler_(options_.limits),
+      timer_(options_.coalesce) {
   use_types_ = engine_->model().config().type_vocab_size > 1;
+  pipelined_ = engine_->pipelined();
+  max_in_flight_ = pipelined_ ? Engine::kMaxInFlight : 1;
   sched_thread_ = std::thread([this] { SchedulerThread(); });
   engine_thread_ = std::thread([this] { EngineThread(); });
 }
@@ -129,9 +134,16 @@ void EngineLoop::SchedulerThread() {
     int slot = -1;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      sched_cv_.wait(lock, [&] {
-        return stopping_ || (!paused_ && !scheduler_.empty() && ready_ < 0 && free_buffer() >= 0);
-      });
+      while (!stopping_) {
+        if (paused_ || scheduler_.empty() || ready_ >= 0 || free_buffer() < 0) {
+          sched_cv_.wait(lock);
+          continue;
+        }
+        // Batch coalescing: while batches run, wait until shortly before they finish.
+        const auto at = timer_.FormAt(scheduler_.full_batch_queued());
+        if (at <= SteadyClock::now()) break;
+        sched_cv_.wait_until(lock, at);
+      }
       if (stopping_) {
         scheduler_.DropAll(Status(StatusCode::kUnavailable, "the server is shutting down"),
                            &finished);
@@ -167,7 +179,7 @@ void EngineLoop::SchedulerThread() {
 
 int EngineLoop::TakeReady() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ready_ < 0 || static_cast<int>(in_flight_.size()) >= Engine::kMaxInFlight) return -1;
+  if (ready_ < 0 || static_cast<int>(in_flight_.size()) >= max_in_flight_) return -1;
   const int b = ready_;
   ready_ = -1;
   buffers_[b].state = BufferState::kInFlight;
@@ -182,12 +194,28 @@ void EngineLoop::SubmitBuffer(int b) {
     if (it.request->started == SteadyClock::time_point{}) it.request->started = p.submitted;
   }
   const PrefixReuseStats before = engine_->prefix_reuse_stats();
+  {
+    // Counted before Submit: on CPU the forward runs inside it.
+    std::lock_guard<std::mutex> lock(mu_);
+    p.work = p.batch.num_tokens();
+    p.estimate = timer_.OnSubmit(p.work, p.submitted);
+  }
   p.status = engine_->Submit(p.batch, p.outputs.data());
   p.saved = engine_->prefix_reuse_stats().tokens_saved - before.tokens_saved;
   p.groups = engine_->prefix_reuse_stats().groups - before.groups;
   if (!p.status.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      timer_.OnSubmitFailed(p.estimate);
+    }
     Deliver(b);  // nothing in flight for it
     return;
+  }
+  if (p.saved > 0) {  // shared-prefix reuse: fewer tokens computed than packed
+    std::lock_guard<std::mutex> lock(mu_);
+    timer_.OnSubmitFailed(p.estimate);
+    p.work -= p.saved;
+    p.estimate = timer_.OnSubmit(p.work, p.submitted);
   }
   in_flight_.push_back(b);
 }
@@ -250,10 +278,24 @@ void EngineLoop::EngineThread() {
     if (in_flight_.empty()) continue;  // a ready batch waits for room (cannot happen)
     const int oldest = in_flight_.front();
     in_flight_.erase(in_flight_.begin());
+    const auto wait_begin = SteadyClock::now();
     buffers_[oldest].status = engine_->Complete();
-    // The next batch may have become ready while this one ran: give it to the device before
-    // delivering results (callbacks, request bookkeeping) on this thread.
-    if (const int b = TakeReady(); b >= 0) SubmitBuffer(b);
+    const auto done = SteadyClock::now();
+    {
+      // Measured when this thread had to wait for it (or the forward ran in Submit): then
+      // `done` is when it finished.
+      std::lock_guard<std::mutex> lock(mu_);
+      const Prepared& p = buffers_[oldest];
+      const bool exact = !pipelined_ || done - wait_begin >= std::chrono::microseconds(100);
+      timer_.OnComplete(p.estimate, p.status.ok() ? p.work : 0, p.submitted, done, exact);
+    }
+    sched_cv_.notify_one();  // the expected finish moved
+    // On an asynchronous device the next batch may have become ready while this one ran:
+    // give it to the device before delivering results (callbacks, request bookkeeping) on
+    // this thread. On CPU the next forward would run here, before this batch's delivery.
+    if (pipelined_) {
+      if (const int b = TakeReady(); b >= 0) SubmitBuffer(b);
+    }
     Deliver(oldest);
   }
 }

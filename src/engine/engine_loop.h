@@ -5,6 +5,13 @@
 // next batch is ready before the current one completes, it is submitted first, so the
 // device does not wait for the previous batch's head and result delivery.
 //
+// On a backend that runs a forward inside Submit (CPU), one batch is in flight and its
+// results are delivered before the next one starts.
+//
+// Batch coalescing (EngineLoopOptions::coalesce, BatchTimer): while batches run, the next
+// one is formed shortly before they are expected to finish, so requests arriving in the
+// meantime join it.
+//
 // Threads: Submit/Cancel/queue_depth are safe from any thread. on_done callbacks run on
 // the loop's threads (engine thread for completed work, scheduler thread for dropped
 // work), never under the loop's lock. engine() is const after construction and safe to
@@ -18,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/batch_timer.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 
@@ -41,6 +49,9 @@ struct EngineLoopOptions {
   // Requests waiting or running at most; Submit beyond it is refused (ResourceExhausted).
   int max_queue_depth = 1024;
   std::function<void(const BatchStats&)> on_batch;  // optional (metrics)
+  // Batch coalescing (engine/batch_timer.h): form the next batch shortly before the ones
+  // running are expected to finish rather than as soon as a request is queued.
+  bool coalesce = true;
 };
 
 class EngineLoop {
@@ -88,9 +99,11 @@ class EngineLoop {
     std::vector<SequenceOutput> outputs;
     BufferState state = BufferState::kFree;
     SteadyClock::time_point submitted{};
-    int64_t saved = 0;   // prefix tokens this batch did not recompute (stats)
-    int64_t groups = 0;  // and its shared-prefix groups
-    Status status;       // a failed Submit
+    int64_t saved = 0;    // prefix tokens this batch did not recompute (stats)
+    int64_t groups = 0;   // and its shared-prefix groups
+    int64_t work = 0;     // tokens computed (after shared-prefix reuse)
+    double estimate = 0;  // BatchTimer's estimate of its device time
+    Status status;        // a failed Submit
   };
   static constexpr int kBuffers = Engine::kMaxInFlight + 1;
 
@@ -107,11 +120,14 @@ class EngineLoop {
   std::unique_ptr<Engine> engine_;
   EngineLoopOptions options_;
   bool use_types_ = false;
+  bool pipelined_ = false;  // engine_->pipelined()
+  int max_in_flight_ = 1;   // Engine::kMaxInFlight when pipelined, else 1
 
   mutable std::mutex mu_;
   std::condition_variable sched_cv_;   // work arrived / a buffer freed / stop
   std::condition_variable engine_cv_;  // a batch is ready / stop
   Scheduler scheduler_;
+  BatchTimer timer_;
   Prepared buffers_[kBuffers];
   int ready_ = -1;              // index of the buffer ready to run, or -1
   std::vector<int> in_flight_;  // buffers submitted to the engine, oldest first (engine thread)

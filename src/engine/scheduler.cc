@@ -8,11 +8,17 @@ void Scheduler::Add(std::shared_ptr<EngineRequest> request) {
   int64_t t = 0;
   for (const auto& s : request->inputs) t += static_cast<int64_t>(s.ids.size());
   request->total_tokens = t;
+  queued_tokens_ += t;
+  queued_seqs_ += static_cast<int64_t>(request->inputs.size());
   queue_.push_back(std::move(request));
 }
 
 bool Scheduler::DropRest(EngineRequest& r, const Status& status) {
   const size_t rest = r.inputs.size() - r.next;
+  for (size_t i = r.next; i < r.inputs.size(); ++i) {
+    queued_tokens_ -= static_cast<int64_t>(r.inputs[i].ids.size());
+  }
+  queued_seqs_ -= static_cast<int64_t>(rest);
   r.next = r.inputs.size();
   r.unfinished -= rest;
   if (!r.failed) {
@@ -24,6 +30,15 @@ bool Scheduler::DropRest(EngineRequest& r, const Status& status) {
 
 void Scheduler::NextBatch(SteadyClock::time_point now, std::vector<BatchItem>* batch,
                           std::vector<std::shared_ptr<EngineRequest>>* finished) {
+  Fill(now, batch, finished);
+  for (const BatchItem& it : *batch) {
+    queued_tokens_ -= static_cast<int64_t>(it.request->inputs[it.seq].ids.size());
+  }
+  queued_seqs_ -= static_cast<int64_t>(batch->size());
+}
+
+void Scheduler::Fill(SteadyClock::time_point now, std::vector<BatchItem>* batch,
+                     std::vector<std::shared_ptr<EngineRequest>>* finished) {
   batch->clear();
   int64_t tokens = 0;
   int seqs = 0;
@@ -84,6 +99,7 @@ void Scheduler::DropAll(const Status& status,
     if (DropRest(*r, status)) finished->push_back(std::move(r));
   }
   queue_.clear();
+  queued_tokens_ = queued_seqs_ = 0;
 }
 
 }  // namespace sluice

@@ -40,6 +40,14 @@ class Scheduler {
   // Requests with sequences not yet scheduled.
   size_t queued() const { return queue_.size(); }
   bool empty() const { return queue_.empty(); }
+  // Tokens and sequences queued and not yet scheduled (cancelled requests count until
+  // NextBatch drops them).
+  int64_t queued_tokens() const { return queued_tokens_; }
+  int64_t queued_seqs() const { return queued_seqs_; }
+  // True when the queue holds at least one full batch (by tokens or sequences).
+  bool full_batch_queued() const {
+    return queued_tokens_ >= limits_.max_batch_tokens || queued_seqs_ >= limits_.max_num_seqs;
+  }
 
   // Fills `batch` (cleared first) with the next batch. Requests dropped because they were
   // cancelled or expired, and that have nothing left in flight, are appended to
@@ -52,11 +60,16 @@ class Scheduler {
   void DropAll(const Status& status, std::vector<std::shared_ptr<EngineRequest>>* finished);
 
  private:
+  // NextBatch without the queued-work accounting.
+  void Fill(SteadyClock::time_point now, std::vector<BatchItem>* batch,
+            std::vector<std::shared_ptr<EngineRequest>>* finished);
   // Drops the unscheduled part of `r`; true if `r` is now finished.
-  static bool DropRest(EngineRequest& r, const Status& status);
+  bool DropRest(EngineRequest& r, const Status& status);
 
   SchedulerLimits limits_;
   std::deque<std::shared_ptr<EngineRequest>> queue_;
+  int64_t queued_tokens_ = 0;
+  int64_t queued_seqs_ = 0;
 };
 
 }  // namespace sluice

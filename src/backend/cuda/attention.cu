@@ -13,11 +13,12 @@
 //
 // AttentionTcKernel: bf16/f16 q/k/v with head_dim 32, 64 or 128 on tensor cores
 // (mma.sync m16n8k16, fp32 accumulation), FlashAttention-2 style: a block of 4 warps owns
-// 64 query rows of one (sequence, head), each warp 16 rows held as mma fragments in
+// 64 query rows of one (sequence, head) -- or 8 warps the same rows of the two query heads
+// of a GQA pair, which share the K/V tiles --, each warp 16 rows held as mma fragments in
 // registers; K/V tiles (32 keys for head_dim 128, else 64) are double-buffered in shared
-// memory with cp.async, K fragments read with ldmatrix; S = QK^T and the online softmax
-// stay in registers, P is rounded to the input dtype for P·V (as FlashAttention does), O
-// is normalised once at the end and rounded once. Per warp, 8-key blocks past its causal
+// memory with cp.async (one barrier per tile), K fragments read with ldmatrix; S = QK^T and the
+// online softmax stay in registers, P is rounded to the input dtype for P·V (as FlashAttention
+// does), O is normalised once at the end and rounded once. Per warp, 8-key blocks past its causal
 // limit are skipped and tiles no row needs to mask skip the mask. Tiles start at the
 // sequence's first token and all reductions have a fixed order: batch invariant like the
 // others.
@@ -369,7 +370,7 @@ bool LaunchGeneric(const AttentionParams& p, cudaStream_t stream) {
 // ---- Tensor-core kernel (bf16/f16) ----
 
 constexpr int kTcWarps = 4;
-constexpr int kTcQ = 16 * kTcWarps;  // query rows per block
+constexpr int kTcQ = 16 * kTcWarps;  // query rows per block and head
 
 template <typename T>
 __device__ __forceinline__ void Mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -428,17 +429,18 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Two pipeline stages of one K tile and one V tile of KT keys each; the Q tile (kTcQ rows)
-// is staged through stage 1's K and V buffers (contiguous) before the loop.
-template <int D, int KT>
+// NST pipeline stages of one K tile and one V tile of KT keys each, then the HPB Q tiles
+// (kTcQ rows each).
+template <int D, int KT, int HPB, int NST>
 constexpr size_t TcSmemBytes() {
-  static_assert(2 * KT >= kTcQ, "Q is staged in stage 1's buffers");
-  return sizeof(uint16_t) * static_cast<size_t>(4 * KT) * (D + 8);
+  return sizeof(uint16_t) * static_cast<size_t>(2 * NST * KT + HPB * kTcQ) * (D + 8);
 }
 
-// KT: keys per K/V tile; MINB: blocks per SM the registers are budgeted for.
-template <typename T, int D, int KT, int MINB>
-__global__ void __launch_bounds__(kTcWarps * 32, MINB)
+// KT: keys per K/V tile; MINB: blocks per SM the registers are budgeted for; HPB: query
+// heads per block (heads that share a KV head: they share its K/V tiles, 4 warps each);
+// NST: pipeline stages (the copies of NST - 1 tiles are in flight while one is computed).
+template <typename T, int D, int KT, int MINB, int HPB, int NST>
+__global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
     AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                       const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                       const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
@@ -452,10 +454,11 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
   T* const smem_t = reinterpret_cast<T*>(tc_smem);
   // Stage st's K (kv = 0) or V (kv = 1) buffer, [KT][kSt].
   auto buf = [smem_t](int st, int kv) { return smem_t + (2 * st + kv) * KT * kSt; };
-  // Grid: x = query block, y = head, z = sequence (from seq0): the blocks of one sequence
-  // run together, so its K/V (shared by its query blocks and GQA heads) and Q come from
-  // DRAM once and are re-read from L2.
-  const int seq = seq0 + static_cast<int>(blockIdx.z), h = blockIdx.y, kvh = h / group;
+  // Grid: x = query block, y = group of HPB heads, z = sequence (from seq0): the blocks of
+  // one sequence run together, so its K/V (shared by its query blocks and GQA heads) and Q
+  // come from DRAM once and are re-read from L2. Warps 4i..4i+3 serve head h0 + i.
+  const int h0 = blockIdx.y * HPB, kvh = h0 / group;
+  const int seq = seq0 + static_cast<int>(blockIdx.z);
   const int base = cu[seq], len = cu[seq + 1] - base;
   // Keys in logical order: the prefix sequence's rows, then the sequence's own; query rows
   // are local (0..len) and sit at logical positions pre + local.
@@ -466,6 +469,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
+  const int h = h0 + warp / kTcWarps;  // this warp's head
 
   const KeyRange keys = VisibleKeys(pre, len, q0, kTcQ, causal, window, KT);
 
@@ -481,27 +485,33 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
       CpAsync16(buf(st, 1) + r * kSt + c, v + rw * ldv + static_cast<int64_t>(kvh) * D + c, ok);
     }
   };
-  {  // Q tile -> stage 1's buffers; the first K/V tile -> stage 0.
-    T* qs = buf(1, 0);
-    for (int e = threadIdx.x; e < kTcQ * kChunks; e += blockDim.x) {
+  // The Q tiles after the stages, head i's kTcQ rows at row i * kTcQ. One copy group for
+  // Q, then one per K/V tile (empty past the last), so group counts are uniform.
+  T* const qs = smem_t + 2 * NST * KT * kSt;
+  {
+    for (int e = threadIdx.x; e < HPB * kTcQ * kChunks; e += blockDim.x) {
       const int r = e / kChunks, c = (e % kChunks) * 8;
-      const bool ok = q0 + r < len;
+      const int qh = r / kTcQ, qr = r % kTcQ;
+      const bool ok = q0 + qr < len;
       CpAsync16(qs + r * kSt + c,
-                q + static_cast<int64_t>(base + (ok ? q0 + r : 0)) * ldq +
-                    static_cast<int64_t>(h) * D + c,
+                q + static_cast<int64_t>(base + (ok ? q0 + qr : 0)) * ldq +
+                    static_cast<int64_t>(h0 + qh) * D + c,
                 ok);
     }
     CpAsyncCommit();
-    load_kv(keys.begin, 0);
-    CpAsyncCommit();
-    CpAsyncWait<1>();  // Q has landed
+#pragma unroll
+    for (int i = 0; i < NST - 1; ++i) {
+      if (keys.begin + i * KT < keys.end) load_kv(keys.begin + i * KT, i);
+      CpAsyncCommit();
+    }
+    CpAsyncWait<NST - 1>();  // Q has landed
     __syncthreads();
   }
-  const int wq0 = q0 + warp * 16;  // this warp's first query row (in-sequence)
-  const bool active = wq0 < len;   // warp-uniform
+  const int wq0 = q0 + (warp % kTcWarps) * 16;  // this warp's first query row (in-sequence)
+  const bool active = wq0 < len;                // warp-uniform
   uint32_t qf[kKs][4];
   {
-    const T* qw = buf(1, 0) + warp * 16 * kSt;
+    const T* qw = qs + warp * 16 * kSt;
 #pragma unroll
     for (int kk = 0; kk < kKs; ++kk) {
       qf[kk][0] = *reinterpret_cast<const uint32_t*>(qw + g * kSt + kk * 16 + 2 * t);
@@ -510,7 +520,6 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
       qf[kk][3] = *reinterpret_cast<const uint32_t*>(qw + (g + 8) * kSt + kk * 16 + 8 + 2 * t);
     }
   }
-  __syncthreads();  // stage 1 is free for the next tile
   float o[kDt][4];
 #pragma unroll
   for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -520,16 +529,17 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
   // ldmatrix lane roles: matrix mi (of 4), row r8 within it.
   const int mi = lane >> 3, r8 = lane & 7;
 
-  int st = 0;
-  for (int t0 = keys.begin; t0 < keys.end; t0 += KT, st ^= 1) {
-    if (t0 + KT < keys.end) {  // prefetch the next tile into the other stage
-      load_kv(t0 + KT, st ^ 1);
+  int st = 0;  // the stage of tile t0
+  for (int t0 = keys.begin; t0 < keys.end; t0 += KT, st = st + 1 == NST ? 0 : st + 1) {
+    CpAsyncWait<NST - 2>();  // tile t0 has landed (the NST - 2 after it may not have)
+    // Tile t0 is visible to every thread, and every warp is done with the previous tile,
+    // whose stage is refilled now with the tile NST - 1 ahead.
+    __syncthreads();
+    {
+      const int ahead = t0 + (NST - 1) * KT;
+      if (ahead < keys.end) load_kv(ahead, st == 0 ? NST - 1 : st - 1);
       CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
     }
-    __syncthreads();  // this tile is visible to every thread
     const T* ks = buf(st, 0);
     const T* vs = buf(st, 1);
     do {  // this warp's work on the tile (break = nothing to do)
@@ -636,7 +646,6 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
         }
       }
     } while (false);
-    __syncthreads();  // every warp is done with this stage before it is refilled
   }
   if (!active) return;
 #pragma unroll
@@ -658,20 +667,20 @@ __global__ void __launch_bounds__(kTcWarps * 32, MINB)
   }
 }
 
-template <typename T, int D, int KT, int MINB>
+template <typename T, int D, int KT, int MINB, int HPB, int NST>
 bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream) {
-  constexpr size_t kSmem = TcSmemBytes<D, KT>();
+  constexpr size_t kSmem = TcSmemBytes<D, KT, HPB, NST>();
   static const bool raised =
-      kSmem <= 48 * 1024 || cudaFuncSetAttribute(AttentionTcKernel<T, D, KT, MINB>,
+      kSmem <= 48 * 1024 || cudaFuncSetAttribute(AttentionTcKernel<T, D, KT, MINB, HPB, NST>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(kSmem)) == cudaSuccess;
   if (!raised) return false;
   constexpr int kMaxZ = 65535;  // grid z limit: sequences beyond it in further launches
   for (int s0 = 0; s0 < p.num_seqs; s0 += kMaxZ) {
     const dim3 grid(static_cast<unsigned>((p.max_seqlen + kTcQ - 1) / kTcQ),
-                    static_cast<unsigned>(p.num_heads),
+                    static_cast<unsigned>(p.num_heads / HPB),
                     static_cast<unsigned>(std::min(kMaxZ, p.num_seqs - s0)));
-    AttentionTcKernel<T, D, KT, MINB><<<grid, kTcWarps * 32, kSmem, stream>>>(
+    AttentionTcKernel<T, D, KT, MINB, HPB, NST><<<grid, kTcWarps * 32 * HPB, kSmem, stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
         p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window,
@@ -685,17 +694,20 @@ bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream) {
   return true;
 }
 
-// head_dim 128: 32-key tiles and registers budgeted for 4 blocks per SM (128 registers,
-// 35 KB of shared memory): the kernel is latency bound on short sequences and gains from
-// the extra resident warps (0.32 -> 0.29 ms for a Qwen3-0.6B layer's 35,845 tokens on an
-// H200). Smaller heads already fit 4 blocks with 64-key tiles.
+// head_dim 128: 32-key tiles and registers budgeted for 16 resident warps per SM (128
+// registers): the kernel is latency bound on short sequences and gains from the extra
+// resident warps (0.32 -> 0.29 ms for a Qwen3-0.6B layer's 35,845 tokens on an H200).
+// Smaller heads use 64-key tiles. GQA with an even number of query heads per KV head: the
+// two query heads of a pair share one block (8 warps) and its K/V tiles, which halves the
+// K/V traffic from L2 (+1.3% end to end on the Qwen3-0.6B-shaped reranker: 3,990 -> 4,045
+// pairs/s, docs/cuda.md). Two pipeline stages: 3 and 4 measured the same (4,050 / 4,042).
 template <typename T, int D>
 bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
-  if constexpr (D == 128) {
-    return LaunchTcVariant<T, D, 32, 4>(p, stream);
-  } else {
-    return LaunchTcVariant<T, D, 64, 3>(p, stream);
+  constexpr int kKt = D == 128 ? 32 : 64;
+  if ((p.num_heads / p.num_kv_heads) % 2 == 0) {
+    return LaunchTcVariant<T, D, kKt, 2, 2, 2>(p, stream);
   }
+  return LaunchTcVariant < T, D, kKt, D == 128 ? 4 : 3, 1, 2 > (p, stream);
 }
 
 bool TcEligible(const AttentionParams& p) {

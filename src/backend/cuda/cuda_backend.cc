@@ -236,6 +236,7 @@ class CudaBackend final : public Backend {
     }
   }
 
+  bool asynchronous() const override { return true; }
   std::unique_ptr<Fence> CreateFence() override {
     return std::make_unique<CudaFence>(device_, stream_);
   }

@@ -95,39 +95,62 @@ TEST(EngineLoop, ConcurrentRequestsMatchOfflineResults) {
   auto offline = Load();
   auto want = offline->Run(inputs);
   ASSERT_TRUE(want.ok());
-  std::atomic<int> batches{0};
-  EngineLoopOptions o = Opts(300, 16);
-  o.on_batch = [&](const BatchStats& b) {
-    EXPECT_TRUE(b.ok);
-    EXPECT_LE(b.num_seqs, 16);
-    batches++;
-  };
-  EngineLoop loop(Load(), o);
-  // 8 threads each submit requests of 1..5 consecutive inputs.
-  std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      for (size_t start = t; start < inputs.size(); start += 8) {
-        const size_t n = 1 + (start % 5);
-        std::vector<SequenceInput> req;
-        for (size_t k = 0; k < n; ++k) req.push_back(inputs[(start + k) % inputs.size()]);
-        Result r = Submit(loop, req).get();
-        if (!r.status.ok()) {
-          failures++;
-          continue;
+  for (bool coalesce : {true, false}) {
+    std::atomic<int> batches{0};
+    EngineLoopOptions o = Opts(300, 16);
+    o.coalesce = coalesce;
+    o.on_batch = [&](const BatchStats& b) {
+      EXPECT_TRUE(b.ok);
+      EXPECT_LE(b.num_seqs, 16);
+      batches++;
+    };
+    EngineLoop loop(Load(), o);
+    // 8 threads each submit requests of 1..5 consecutive inputs.
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        for (size_t start = t; start < inputs.size(); start += 8) {
+          const size_t n = 1 + (start % 5);
+          std::vector<SequenceInput> req;
+          for (size_t k = 0; k < n; ++k) req.push_back(inputs[(start + k) % inputs.size()]);
+          Result r = Submit(loop, req).get();
+          if (!r.status.ok()) {
+            failures++;
+            continue;
+          }
+          for (size_t k = 0; k < n; ++k) {
+            const auto& a = r.outputs[k].values;
+            const auto& b = (*want)[(start + k) % inputs.size()].values;
+            if (a.size() != b.size() || std::abs(a[0] - b[0]) > 1e-5f) failures++;
+          }
         }
-        for (size_t k = 0; k < n; ++k) {
-          const auto& a = r.outputs[k].values;
-          const auto& b = (*want)[(start + k) % inputs.size()].values;
-          if (a.size() != b.size() || std::abs(a[0] - b[0]) > 1e-5f) failures++;
-        }
-      }
-    });
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(failures.load(), 0) << "coalesce " << coalesce;
+    EXPECT_GT(batches.load(), 0);
   }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
-  EXPECT_GT(batches.load(), 0);
+}
+
+// On CPU the forward runs inside Engine::Submit: a batch's results are delivered before
+// the next batch starts (not after its forward), even when the next one is ready first.
+TEST(EngineLoop, OnCpuResultsAreDeliveredBeforeTheNextBatchRuns) {
+  const auto inputs = GoldenInputs();
+  ASSERT_GE(inputs.size(), 8u);
+  EngineLoop loop(Load(), Opts(8192, 2));  // two sequences per batch: one request each
+  ASSERT_FALSE(loop.engine().pipelined());
+  loop.Pause();
+  std::vector<std::shared_ptr<EngineRequest>> reqs(4);
+  std::vector<std::future<Result>> done;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    done.push_back(Submit(loop, {inputs[2 * i], inputs[2 * i + 1]}, &reqs[i]));
+  }
+  loop.Resume();
+  for (auto& f : done) ASSERT_TRUE(f.get().status.ok());
+  for (size_t i = 0; i + 1 < reqs.size(); ++i) {
+    EXPECT_LE(reqs[i]->finished, reqs[i + 1]->started) << "request " << i;
+  }
 }
 
 TEST(EngineLoop, QueueFullIsResourceExhausted) {

@@ -128,6 +128,35 @@ TEST(Scheduler, CancelAfterPartialRunFinishesWhenInFlightWorkReturns) {
   EXPECT_EQ(a->unfinished, 0u);
 }
 
+// The queued work the engine loop's batch coalescing looks at: tokens and sequences not
+// yet scheduled, through whole requests, splits, drops and DropAll.
+TEST(Scheduler, CountsQueuedWork) {
+  Scheduler s({100, 4});
+  auto a = Req({10, 20, 30, 40, 50}), b = Req({5}), c = Req({7, 7});
+  s.Add(a);
+  s.Add(b);
+  EXPECT_EQ(s.queued_tokens(), 155);
+  EXPECT_EQ(s.queued_seqs(), 6);
+  EXPECT_TRUE(s.full_batch_queued());  // 155 tokens >= 100
+  Step r1 = Next(s);                   // a's first four sequences (100 tokens)
+  ASSERT_EQ(r1.batch.size(), 4u);
+  EXPECT_EQ(s.queued_tokens(), 55);
+  EXPECT_EQ(s.queued_seqs(), 2);
+  EXPECT_FALSE(s.full_batch_queued());
+  s.Add(c);
+  c->cancelled = true;
+  Step r2 = Next(s);  // a's last and b; c dropped
+  EXPECT_EQ(r2.batch.size(), 2u);
+  EXPECT_EQ(s.queued_tokens(), 0);
+  EXPECT_EQ(s.queued_seqs(), 0);
+  s.Add(Req({1, 1, 1, 1}));
+  EXPECT_TRUE(s.full_batch_queued());  // 4 sequences = the cap
+  std::vector<std::shared_ptr<EngineRequest>> fin;
+  s.DropAll(Status(StatusCode::kUnavailable, "bye"), &fin);
+  EXPECT_EQ(s.queued_tokens(), 0);
+  EXPECT_EQ(s.queued_seqs(), 0);
+}
+
 TEST(Scheduler, DropAll) {
   Scheduler s({100, 10});
   s.Add(Req({10}));
