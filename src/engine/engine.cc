@@ -163,7 +163,24 @@ Status Engine::WarmUp() {
   // path, which would size the workspaces for a far smaller batch.
   RETURN_IF_ERROR(SubmitImpl(batch, outputs.data(), false).WithContext("warm-up forward"));
   RETURN_IF_ERROR(Complete());
-  SLUICE_LOG_INFO("warmed up: one forward of {} x {} tokens in {:.2f} s", n, ids.size(),
+  // The CUDA backend picks GEMM algorithms by timing them once per power-of-two class of
+  // rows (from 1024 rows): one forward per class below the budget, so that no request pays
+  // for the timing (~50 ms the first time a batch of a new size class runs).
+  int forwards = 1;
+  if (backend_->asynchronous()) {
+    for (int64_t m = 1024; m < budget; m *= 2) {
+      const int64_t k = std::max<int64_t>(1, m / static_cast<int64_t>(ids.size()));
+      if (k > options_.max_num_seqs) break;
+      ForwardBatch b;
+      for (int64_t i = 0; i < k; ++i) b.Add(ids);
+      outputs.assign(static_cast<size_t>(k), SequenceOutput{});
+      RETURN_IF_ERROR(SubmitImpl(b, outputs.data(), false).WithContext("warm-up forward"));
+      RETURN_IF_ERROR(Complete());
+      ++forwards;
+    }
+  }
+  SLUICE_LOG_INFO("warmed up: {} forward(s), the largest {} x {} tokens, in {:.2f} s", forwards,
+                  n, ids.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   ResetProfile();
   return Status::Ok();
