@@ -102,7 +102,7 @@ int RunServe(const ServeFlags& f) {
   lo.max_queue_depth = f.max_queue_depth;
   lo.coalesce = f.batch_coalescing == "on";
   lo.on_batch = [&metrics](const BatchStats& b) {
-    metrics.RecordBatch(b.num_seqs, b.num_tokens, b.compute_seconds);
+    metrics.RecordBatch(b.num_seqs, b.num_tokens, b.device_seconds);
     metrics.RecordPrefixReuse(b.prefix_groups, b.prefix_tokens_saved);
   };
   EngineLoop loop(std::move(engine_or).value(), lo);

@@ -230,6 +230,7 @@ void EngineLoop::Deliver(int b) {
   bs.num_seqs = p.batch.num_seqs();
   bs.num_tokens = p.batch.num_tokens();
   bs.compute_seconds = secs;
+  bs.device_seconds = p.status.ok() ? p.device_seconds : 0.0;
   bs.prefix_tokens_saved = p.saved;
   bs.prefix_groups = p.groups;
   bs.ok = st.ok();
@@ -281,6 +282,10 @@ void EngineLoop::EngineThread() {
     const auto wait_begin = SteadyClock::now();
     buffers_[oldest].status = engine_->Complete();
     const auto done = SteadyClock::now();
+    buffers_[oldest].device_seconds =
+        std::chrono::duration<double>(done - std::max(buffers_[oldest].submitted, last_done_))
+            .count();
+    last_done_ = done;
     {
       // Measured when this thread had to wait for it (or the forward ran in Submit): then
       // `done` is when it finished.

@@ -39,6 +39,10 @@ struct BatchStats {
   // From submission to the device until the results are back (includes waiting behind the
   // batch submitted before it, so overlapping batches may add up to more than wall time).
   double compute_seconds = 0;
+  // The device's time on this batch alone: from its submission or the previous batch's
+  // completion, whichever is later, until its results are back. Consecutive batches do
+  // not overlap, so these add up to the device's busy time.
+  double device_seconds = 0;
   int64_t prefix_groups = 0;        // shared-prefix reuse: groups sharing a prefix
   int64_t prefix_tokens_saved = 0;  // shared-prefix reuse: prefix tokens not recomputed
   bool ok = true;
@@ -99,11 +103,12 @@ class EngineLoop {
     std::vector<SequenceOutput> outputs;
     BufferState state = BufferState::kFree;
     SteadyClock::time_point submitted{};
-    int64_t saved = 0;    // prefix tokens this batch did not recompute (stats)
-    int64_t groups = 0;   // and its shared-prefix groups
-    int64_t work = 0;     // tokens computed (after shared-prefix reuse)
-    double estimate = 0;  // BatchTimer's estimate of its device time
-    Status status;        // a failed Submit
+    int64_t saved = 0;          // prefix tokens this batch did not recompute (stats)
+    int64_t groups = 0;         // and its shared-prefix groups
+    int64_t work = 0;           // tokens computed (after shared-prefix reuse)
+    double estimate = 0;        // BatchTimer's estimate of its device time
+    double device_seconds = 0;  // measured (BatchStats::device_seconds)
+    Status status;              // a failed Submit
   };
   static constexpr int kBuffers = Engine::kMaxInFlight + 1;
 
@@ -120,8 +125,9 @@ class EngineLoop {
   std::unique_ptr<Engine> engine_;
   EngineLoopOptions options_;
   bool use_types_ = false;
-  bool pipelined_ = false;  // engine_->pipelined()
-  int max_in_flight_ = 1;   // Engine::kMaxInFlight when pipelined, else 1
+  bool pipelined_ = false;               // engine_->pipelined()
+  int max_in_flight_ = 1;                // Engine::kMaxInFlight when pipelined, else 1
+  SteadyClock::time_point last_done_{};  // the latest completion (engine thread)
 
   mutable std::mutex mu_;
   std::condition_variable sched_cv_;   // work arrived / a buffer freed / stop

@@ -97,13 +97,18 @@ TEST(EngineLoop, ConcurrentRequestsMatchOfflineResults) {
   ASSERT_TRUE(want.ok());
   for (bool coalesce : {true, false}) {
     std::atomic<int> batches{0};
+    std::atomic<int64_t> device_ns{0};
     EngineLoopOptions o = Opts(300, 16);
     o.coalesce = coalesce;
     o.on_batch = [&](const BatchStats& b) {
       EXPECT_TRUE(b.ok);
       EXPECT_LE(b.num_seqs, 16);
+      EXPECT_GT(b.device_seconds, 0.0);
+      EXPECT_LE(b.device_seconds, b.compute_seconds);
+      device_ns += static_cast<int64_t>(b.device_seconds * 1e9);
       batches++;
     };
+    const auto began = SteadyClock::now();
     EngineLoop loop(Load(), o);
     // 8 threads each submit requests of 1..5 consecutive inputs.
     std::vector<std::thread> threads;
@@ -130,6 +135,10 @@ TEST(EngineLoop, ConcurrentRequestsMatchOfflineResults) {
     for (auto& th : threads) th.join();
     EXPECT_EQ(failures.load(), 0) << "coalesce " << coalesce;
     EXPECT_GT(batches.load(), 0);
+    // Device time per batch does not overlap: it adds up to at most the wall time.
+    EXPECT_LE(
+        device_ns.load(),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - began).count());
   }
 }
 
