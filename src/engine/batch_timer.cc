@@ -20,7 +20,7 @@ double BatchTimer::OnSubmit(int64_t work, TimePoint now) {
   return est;
 }
 
-void BatchTimer::OnSubmitFailed(double estimate) {
+void BatchTimer::Withdraw(double estimate) {
   busy_until_ -= Seconds(estimate);
   in_flight_estimate_ = std::max(0.0, in_flight_estimate_ - estimate);
   in_flight_ = std::max(0, in_flight_ - 1);

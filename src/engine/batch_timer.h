@@ -36,8 +36,9 @@ class BatchTimer {
   // A batch of `work` tokens to compute was submitted at `now`. Returns its estimated
   // device time in seconds (0 before the first measurement), to pass back below.
   double OnSubmit(int64_t work, TimePoint now);
-  // A submitted batch failed to queue: forgets it.
-  void OnSubmitFailed(double estimate);
+  // Forgets a submitted batch (its Submit failed, or it is re-submitted with its work
+  // corrected).
+  void Withdraw(double estimate);
   // A batch finished: `submitted` as given to OnSubmit, `done` when its results were
   // back. `exact`: the caller was waiting for it, so `done` is when it finished (not
   // later); only exact completions are measured.

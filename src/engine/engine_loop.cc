@@ -206,14 +206,14 @@ void EngineLoop::SubmitBuffer(int b) {
   if (!p.status.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      timer_.OnSubmitFailed(p.estimate);
+      timer_.Withdraw(p.estimate);
     }
     Deliver(b);  // nothing in flight for it
     return;
   }
   if (p.saved > 0) {  // shared-prefix reuse: fewer tokens computed than packed
     std::lock_guard<std::mutex> lock(mu_);
-    timer_.OnSubmitFailed(p.estimate);
+    timer_.Withdraw(p.estimate);
     p.work -= p.saved;
     p.estimate = timer_.OnSubmit(p.work, p.submitted);
   }

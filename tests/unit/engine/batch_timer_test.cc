@@ -66,7 +66,7 @@ TEST(BatchTimer, MinimumMarginAndFailedSubmits) {
   const double e = t.OnSubmit(4000, s);  // 4 ms: 25% is 1 ms, under the 2 ms minimum
   EXPECT_NEAR(Ms(t.FormAt(false) - s), 2.0, 1e-6);
   const double f = t.OnSubmit(4000, s);
-  t.OnSubmitFailed(f);  // forgotten
+  t.Withdraw(f);  // forgotten
   EXPECT_NEAR(Ms(t.FormAt(false) - s), 2.0, 1e-6);
   EXPECT_EQ(t.in_flight(), 1);
   t.OnComplete(e, 4000, s, s + milliseconds(4), true);
