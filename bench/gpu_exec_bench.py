@@ -28,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+from sluice_client import run_bench, wait_ready  # noqa: E402
 
 
 def log(*a):
@@ -68,32 +70,12 @@ def scores(path):
     return [json.loads(line)["score"] for line in open(path)]
 
 
-def wait_ready(srv, port, log_path):
-    for _ in range(900):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except Exception:
-            pass
-        if srv.poll() is not None:
-            raise RuntimeError("server exited:\n" + open(log_path).read()[-3000:])
-        time.sleep(0.1)
-    raise RuntimeError("server not ready")
-
-
 def bench(sluice, port, bodies, conc, nreq):
-    r = subprocess.run([sluice, "bench", "--port", str(port), "--endpoint", "/classify",
-                        "--input", bodies, "--concurrency", str(conc), "--requests", str(nreq)],
-                       capture_output=True, text=True)
-    txt = r.stdout + r.stderr
-    m = re.search(r"([\d.]+) req/s, ([\d.]+) documents/s", txt)
-    lat = re.search(r"p50 ([\d.]+) ms, p95 ([\d.]+) ms, p99 ([\d.]+) ms", txt)
-    if not m or not lat or "errors: none" not in txt:
-        raise RuntimeError("bench failed:\n" + txt[-2000:])
-    return {"req_per_s": float(m.group(1)), "docs_per_s": float(m.group(2)),
-            "p50_ms": float(lat.group(1)), "p95_ms": float(lat.group(2)),
-            "p99_ms": float(lat.group(3))}
+    r = run_bench(sluice, port, bodies, conc, nreq)
+    if not r.pop("errors_none"):
+        raise RuntimeError("bench failed:\n" + r["text"][-2000:])
+    r.pop("text")
+    return r
 
 
 def serve(sluice, mdir, extra, port, out, name, runs):

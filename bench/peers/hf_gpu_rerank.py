@@ -36,7 +36,8 @@ import signal
 import statistics
 import subprocess
 import time
-import urllib.request
+
+from sluice_client import engine_metrics, run_bench, wait_ready
 
 import torch
 from transformers import (BertConfig, BertForSequenceClassification, Qwen3Config,
@@ -163,29 +164,12 @@ def serve_bench(sluice, model_dir, bodies, extra, port, out):
                             str(port)] + extra, stdout=open(log_path, "w"),
                            stderr=subprocess.STDOUT)
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except Exception:
-                pass
-            if srv.poll() is not None:
-                raise RuntimeError("server exited:\n" + open(log_path).read()[-3000:])
-            time.sleep(0.2)
+        wait_ready(srv, port, log_path)
         res = {}
         for name, conc, nreq in (("c16", 16, len(bodies_lines(bodies))), ("c1", 1, 50)):
             before = engine_metrics(port)
-            r = subprocess.run([sluice, "bench", "--port", str(port), "--endpoint", "/classify",
-                                "--input", bodies, "--concurrency", str(conc), "--requests",
-                                str(nreq)], capture_output=True, text=True)
-            txt = r.stdout + r.stderr
-            log(f"sluice bench {name}:\n{txt}")
-            m = re.search(r"([\d.]+) req/s, ([\d.]+) documents/s", txt)
-            lat = re.search(r"p50 ([\d.]+) ms, p95 ([\d.]+) ms, p99 ([\d.]+) ms", txt)
-            res[name] = {"req_per_s": float(m.group(1)), "docs_per_s": float(m.group(2)),
-                         "p50_ms": float(lat.group(1)), "p95_ms": float(lat.group(2)),
-                         "p99_ms": float(lat.group(3)), "errors_none": "errors: none" in txt}
+            res[name] = run_bench(sluice, port, bodies, conc, nreq)
+            log(f"sluice bench {name}:\n{res[name].pop('text')}")
             # How the engine ran the run: batches, sequences and tokens per batch, and the
             # share of the run's wall time the engine was busy.
             after = engine_metrics(port)
@@ -205,19 +189,6 @@ def serve_bench(sluice, model_dir, bodies, extra, port, out):
             srv.wait(timeout=30)
         except subprocess.TimeoutExpired:
             srv.kill()
-
-
-def engine_metrics(port):
-    """The server's unlabelled engine counters from /metrics (name -> value)."""
-    names = ("sluice_batches_total", "sluice_batch_size_sum", "sluice_batch_tokens_sum",
-             "sluice_engine_busy_seconds_total")
-    vals = {}
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] in names:
-                vals[parts[0]] = float(parts[1])
-    return vals
 
 
 def bodies_lines(path):
