@@ -14,14 +14,17 @@
 // AttentionTcKernel: bf16/f16 q/k/v with head_dim 32, 64 or 128 on tensor cores
 // (mma.sync m16n8k16, fp32 accumulation), FlashAttention-2 style: a block of 4 warps owns
 // 64 query rows of one (sequence, head) -- or 8 warps the same rows of the two query heads
-// of a GQA pair, which share the K/V tiles --, each warp 16 rows held as mma fragments in
-// registers; K/V tiles (32 keys for head_dim 128, else 64) are double-buffered in shared
-// memory with cp.async (one barrier per tile), K fragments read with ldmatrix; S = QK^T and the
-// online softmax stay in registers, P is rounded to the input dtype for P·V (as FlashAttention
-// does), O is normalised once at the end and rounded once. Per warp, 8-key blocks past its causal
-// limit are skipped and tiles no row needs to mask skip the mask. Tiles start at the
-// sequence's first token and all reductions have a fixed order: batch invariant like the
-// others.
+// of a GQA pair, which share the K/V tiles --, each warp 16 rows; K/V tiles (32 keys for
+// head_dim 128, else 64) are double-buffered in shared memory with cp.async (one barrier per
+// tile). Q stays in shared memory and its fragments are re-read with ldmatrix per k-step,
+// which leaves registers for the K fragments of every 8-key block of a k-step: the blocks'
+// Q·K^T accumulations interleave instead of running as one dependent mma chain each. S and
+// the online softmax stay in registers, P is rounded to the input dtype for P·V (as
+// FlashAttention does), O is normalised once at the end and rounded once. A row's running
+// maximum only moves when a tile exceeds it by more than 2^8 (kRescaleLog2), so O is
+// rescaled on few tiles instead of every one. Per warp, 8-key blocks past its causal limit
+// are skipped and tiles no row needs to mask skip the mask. Tiles start at the sequence's
+// first token and all reductions have a fixed order: batch invariant like the others.
 //
 // Shared-prefix reuse (AttentionParams::prefix_of): a sequence with a prefix sees the keys
 // of its prefix sequence before its own, in logical order, so key tiles still start at
@@ -75,6 +78,34 @@ __device__ __forceinline__ KeyRange VisibleKeys(int pre, int len, int q0, int ro
   }
   return r;
 }
+
+// Two floats -> two 16-bit values in one register (first in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    r = *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    r = *reinterpret_cast<uint32_t*>(&v);
+  }
+  return r;
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: no global read, the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Rescale threshold of AttentionTcKernel's running maximum (log2 domain): P <= 2^8.
+constexpr float kRescaleLog2 = 8.f;
 
 // Stages the K/V tile of logical keys [t0, t0 + nk) as fp32 in shared memory (K rows `kst`
 // apart, V rows `dim` apart), zero-filling up to kKeys rows.
@@ -390,20 +421,6 @@ __device__ __forceinline__ void Mma16816(float (&d)[4], const uint32_t (&a)[4], 
   }
 }
 
-// Two floats -> two 16-bit values in one register (first in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    r = *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    r = *reinterpret_cast<uint32_t*>(&v);
-  }
-  return r;
-}
-
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -418,22 +435,37 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(addr));
 }
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: no global read, the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // NST pipeline stages of one K tile and one V tile of KT keys each, then the HPB Q tiles
 // (kTcQ rows each).
 template <int D, int KT, int HPB, int NST>
 constexpr size_t TcSmemBytes() {
   return sizeof(uint16_t) * static_cast<size_t>(2 * NST * KT + HPB * kTcQ) * (D + 8);
+}
+
+// S = Q·K^T for the first NB 8-key blocks of a K tile (16 query rows of one warp; qw: the
+// warp's Q rows in shared memory, ks: the K tile), blocks past NB left untouched. Per pair of
+// k-steps the Q fragments and the K fragments of all NB blocks are loaded first, then the NB
+// independent accumulations interleave (no branch inside, so the loads of the next step can
+// be scheduled ahead).
+template <typename T, int KNB, int NB, int KKS, int KST>
+__device__ __forceinline__ void ScoreTile(float (&s)[KNB][4], const T* qw, const T* ks, int lane) {
+  const int mi = lane >> 3, r8 = lane & 7;
+  const T* qa = qw + ((mi & 1) * 8 + r8) * KST + (mi >> 1) * 8;  // A: rows, k halves
+  const T* kb = ks + r8 * KST + (mi >> 1) * 16 + (mi & 1) * 8;   // B: two k-steps
+#pragma unroll
+  for (int j = 0; j < NB; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < KKS; kk += 2) {
+    uint32_t a0[4], a1[4], b[NB][4];
+    LdMatrixX4(a0, qa + kk * 16);
+    LdMatrixX4(a1, qa + (kk + 1) * 16);
+#pragma unroll
+    for (int j = 0; j < NB; ++j) LdMatrixX4(b[j], kb + j * 8 * KST + kk * 16);
+#pragma unroll
+    for (int j = 0; j < NB; ++j) Mma16816<T>(s[j], a0, b[j][0], b[j][1]);
+#pragma unroll
+    for (int j = 0; j < NB; ++j) Mma16816<T>(s[j], a1, b[j][2], b[j][3]);
+  }
 }
 
 // KT: keys per K/V tile; MINB: blocks per SM the registers are budgeted for; HPB: query
@@ -475,21 +507,31 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
 
   // Asynchronous copy of the K/V tile starting at key t0 into stage st (rows past the
   // sequence's end are zero-filled).
+  // Every thread copies the same 16-byte column chunk of kRowsPer rows per tile (the block
+  // size is a multiple of the chunks per row), so the per-tile address work is one row
+  // index and two 64-bit multiply-adds per row.
+  constexpr int kBlk = kTcWarps * 32 * HPB, kRowStep = kBlk / kChunks;
+  static_assert(kBlk % kChunks == 0 && KT % kRowStep == 0, "K/V tile copy layout");
+  const int cr0 = threadIdx.x / kChunks, cc = (threadIdx.x % kChunks) * 8;
+  const T* const kcol = k + static_cast<int64_t>(kvh) * D + cc;
+  const T* const vcol = v + static_cast<int64_t>(kvh) * D + cc;
   auto load_kv = [&](int t0, int st) {
-    for (int e = threadIdx.x; e < KT * kChunks; e += blockDim.x) {
-      const int r = e / kChunks, c = (e % kChunks) * 8;
-      const int kl = t0 + r;
+    T* const kd = buf(st, 0) + cr0 * kSt + cc;
+    T* const vd = buf(st, 1) + cr0 * kSt + cc;
+#pragma unroll
+    for (int i = 0; i < KT / kRowStep; ++i) {
+      const int kl = t0 + cr0 + i * kRowStep;
       const bool ok = kl < klen;
       const int64_t rw = ok ? KeyRow(kl, pre, pbase, base) : base;
-      CpAsync16(buf(st, 0) + r * kSt + c, k + rw * ldk + static_cast<int64_t>(kvh) * D + c, ok);
-      CpAsync16(buf(st, 1) + r * kSt + c, v + rw * ldv + static_cast<int64_t>(kvh) * D + c, ok);
+      CpAsync16(kd + i * kRowStep * kSt, kcol + rw * ldk, ok);
+      CpAsync16(vd + i * kRowStep * kSt, vcol + rw * ldv, ok);
     }
   };
   // The Q tiles after the stages, head i's kTcQ rows at row i * kTcQ. One copy group for
   // Q, then one per K/V tile (empty past the last), so group counts are uniform.
   T* const qs = smem_t + 2 * NST * KT * kSt;
   {
-    for (int e = threadIdx.x; e < HPB * kTcQ * kChunks; e += blockDim.x) {
+    for (int e = threadIdx.x; e < HPB * kTcQ * kChunks; e += kBlk) {
       const int r = e / kChunks, c = (e % kChunks) * 8;
       const int qh = r / kTcQ, qr = r % kTcQ;
       const bool ok = q0 + qr < len;
@@ -509,17 +551,10 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
   }
   const int wq0 = q0 + (warp % kTcWarps) * 16;  // this warp's first query row (in-sequence)
   const bool active = wq0 < len;                // warp-uniform
-  uint32_t qf[kKs][4];
-  {
-    const T* qw = qs + warp * 16 * kSt;
-#pragma unroll
-    for (int kk = 0; kk < kKs; ++kk) {
-      qf[kk][0] = *reinterpret_cast<const uint32_t*>(qw + g * kSt + kk * 16 + 2 * t);
-      qf[kk][1] = *reinterpret_cast<const uint32_t*>(qw + (g + 8) * kSt + kk * 16 + 2 * t);
-      qf[kk][2] = *reinterpret_cast<const uint32_t*>(qw + g * kSt + kk * 16 + 8 + 2 * t);
-      qf[kk][3] = *reinterpret_cast<const uint32_t*>(qw + (g + 8) * kSt + kk * 16 + 8 + 2 * t);
-    }
-  }
+  // Q stays in shared memory: its fragments are re-read with ldmatrix per k-step, which
+  // leaves the registers for the K fragments of all key blocks of a k-step, so the Q·K^T
+  // chains of the key blocks interleave instead of running one after another.
+  const T* const qw = qs + warp * 16 * kSt;
   float o[kDt][4];
 #pragma unroll
   for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -557,19 +592,15 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
       // the diagonal): scale only.
       const bool full = window == 0 && t0 + KT <= klen && (!causal || t0 + KT - 1 <= wl);
       float s[kNb][4];
+      // nb <= kNb / 2 (the causal diagonal tile of every other warp): half the key blocks.
+      if (nb > kNb / 2) {
+        ScoreTile<T, kNb, kNb, kKs, kSt>(s, qw, ks, lane);
+      } else {
+        ScoreTile<T, kNb, kNb / 2, kKs, kSt>(s, qw, ks, lane);
+      }
 #pragma unroll
       for (int j = 0; j < kNb; ++j) {
-        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-        if (j >= nb) continue;
-        // K rows j*8.. as the col-major B operand: ldmatrix gives b0/b1 of two k-steps.
-        const T* kr = ks + (j * 8 + r8) * kSt + (mi >> 1) * 16 + (mi & 1) * 8;
-#pragma unroll
-        for (int kk = 0; kk < kKs; kk += 2) {
-          uint32_t b[4];
-          LdMatrixX4(b, kr + kk * 16);
-          Mma16816<T>(s[j], qf[kk], b[0], b[1]);
-          Mma16816<T>(s[j], qf[kk + 1], b[2], b[3]);
-        }
+        if (j >= nb) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
       }
       // Mask and scale (log2 domain), row maxima over the tile.
       float mx[2] = {-INFINITY, -INFINITY};
@@ -598,16 +629,39 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
           }
         }
       }
-      float corr[2], msub[2];
+      // A row's running maximum m moves only when its tile maximum exceeds it by more than
+      // kRescaleLog2 (or m is still -inf): P = exp2(s - m) then stays below 2^kRescaleLog2,
+      // and O and l are rescaled only on the tiles where some row of the warp moved (rarely
+      // after the first tile) instead of on every tile. O / l is unchanged (both use the same
+      // m); only roundings differ. The decision is per row (rows that did not move get a
+      // factor of exactly 1), so a row's arithmetic never depends on the other rows of its
+      // warp: shared-prefix reuse stays bit-identical to the full computation.
+      float msub[2], corr[2];
+      bool moved = false;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m[r], mx[r]);
-        msub[r] = m_new == -INFINITY ? 0.f : m_new;
-        corr[r] = exp2f(m[r] - msub[r]);
-        m[r] = m_new;
+        corr[r] = 1.f;
+        if (mx[r] > m[r] + kRescaleLog2) {
+          const float m_new = fmaxf(m[r], mx[r]);
+          corr[r] = exp2f(m[r] - m_new);  // 0 on the row's first visible tile (m = -inf)
+          m[r] = m_new;
+          l[r] *= corr[r];
+          moved = true;
+        }
       }
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int i = 0; i < kDt; ++i) {
+          o[i][0] *= corr[0];
+          o[i][1] *= corr[0];
+          o[i][2] *= corr[1];
+          o[i][3] *= corr[1];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) msub[r] = m[r] == -INFINITY ? 0.f : m[r];
       float ps[2] = {0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < kNb; ++j) {
@@ -619,15 +673,8 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
         }
       }
 #pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + ps[r];
-#pragma unroll
-      for (int i = 0; i < kDt; ++i) {
-        o[i][0] *= corr[0];
-        o[i][1] *= corr[0];
-        o[i][2] *= corr[1];
-        o[i][3] *= corr[1];
-      }
-      // O += P·V, 16 keys per step; P comes straight from the S accumulators.
+      for (int r = 0; r < 2; ++r) l[r] += ps[r];
+        // O += P·V, 16 keys per step; P comes straight from the S accumulators.
 #pragma unroll
       for (int kk = 0; kk < KT / 16; ++kk) {
         if (2 * kk >= nb) continue;  // all 16 keys masked
