@@ -268,6 +268,14 @@ def main():
     results["qwen3_prefix_vs_full_score_diff"] = score_diff(pr_scores, sl_scores)
     log(f"sluice offline (prefix reuse): {[round(r, 1) for r in pr_rates]} pairs/s; scores vs "
         f"no reuse: max/mean {results['qwen3_prefix_vs_full_score_diff']}")
+    # The residual stream in bf16 (--residual-dtype activation: transformers' and vLLM's
+    # numerics) instead of sluice's default f32.
+    ar_rates, ar_scores, _ = sluice_score(
+        args.sluice, mdir, inp, os.path.join(args.out, "qwen3.actres.out.jsonl"),
+        limits + ["--prefix-reuse", "off", "--residual-dtype", "activation"], args.reps)
+    results["qwen3_sluice_offline_act_residual"] = ar_rates
+    log(f"sluice offline (no prefix reuse, bf16 residual): {[round(r, 1) for r in ar_rates]} "
+        "pairs/s")
     # sluice's score for num_labels=1 is the raw logit unless the model asks for a sigmoid;
     # compare on whichever scale it reports.
     if hf_scores is not None:
@@ -279,6 +287,9 @@ def main():
                                                   "scale": "logit" if raw else "sigmoid"}
         log(f"sluice vs HF bf16 scores ({'logit' if raw else 'sigmoid'}): max {mx:.4f} "
             f"mean {mean:.4f}")
+        amx, amean = score_diff(ar_scores, ref)
+        results["qwen3_act_residual_score_diff_vs_hf_bf16"] = {"max": amx, "mean": amean}
+        log(f"sluice (bf16 residual) vs HF bf16 scores: max {amx:.4f} mean {amean:.4f}")
         if "fp32ref" not in skip:
             n = min(512, len(seqs))
             model32 = model.float()
@@ -287,6 +298,7 @@ def main():
             results["qwen3_vs_fp32"] = {
                 "pairs": n,
                 "sluice_max_mean": score_diff(sl_scores[:n], ref32),
+                "sluice_bf16_residual_max_mean": score_diff(ar_scores[:n], ref32),
                 "hf_bf16_max_mean": score_diff(ref[:n], ref32)}
             log("vs fp32 evaluation of the same weights:", json.dumps(results["qwen3_vs_fp32"]))
             model = model32.to(torch.bfloat16)
@@ -365,6 +377,9 @@ def main():
         f"{med(sr):.1f} ({min(sr):.1f}-{max(sr):.1f}) |")
     log(f"| sluice offline with shared-prefix reuse (`--prefix-reuse on`) | {med(pr):.1f} "
         f"({min(pr):.1f}-{max(pr):.1f}) |")
+    ar = results["qwen3_sluice_offline_act_residual"]
+    log(f"| sluice offline, bf16 residual stream (`--prefix-reuse off --residual-dtype "
+        f"activation`) | {med(ar):.1f} ({min(ar):.1f}-{max(ar):.1f}) |")
     for key, ref, what in (("qwen3_sluice_served", sr, "no prefix reuse"),
                            ("qwen3_sluice_served_prefix", pr, "prefix reuse")):
         if key in results:
@@ -379,7 +394,7 @@ def main():
     if hf:
         best = max(hf.values())
         log(f"\nsluice offline / best HF path: {med(sr) / best:.2f}x without prefix reuse, "
-            f"{med(pr) / best:.2f}x with it")
+            f"{med(pr) / best:.2f}x with it, {med(ar) / best:.2f}x with the bf16 residual")
         n_lin = 28 * (1024 * 4096 + 2048 * 1024 + 1024 * 6144 + 3072 * 1024)
         flop_tok = 2 * n_lin
         tf = med(sr) * tokens / len(seqs) * flop_tok / 1e12

@@ -23,6 +23,7 @@ struct ModelFlags {
   std::string prefix_reuse = "auto";
   std::string cuda_graphs = "auto";
   int64_t cuda_graph_max_tokens = kDefaultCudaGraphMaxTokens;
+  std::string residual_dtype = "f32";
 };
 
 void AddModelFlags(CLI::App* app, ModelFlags* f);

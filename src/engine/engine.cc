@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   ModelLoadOptions mo;
   mo.dtype = compute;
   mo.prefix = prefix;
+  mo.activation_residual = options.activation_residual;
   ASSIGN_OR_RETURN(e->model_, CreateModel(arch, config, w, e->backend_.get(), mo));
 
   HeadResolveInput hi;
@@ -179,8 +180,8 @@ Status Engine::WarmUp() {
       ++forwards;
     }
   }
-  SLUICE_LOG_INFO("warmed up: {} forward(s), the largest {} x {} tokens, in {:.2f} s", forwards,
-                  n, ids.size(),
+  SLUICE_LOG_INFO("warmed up: {} forward(s), the largest {} x {} tokens, in {:.2f} s", forwards, n,
+                  ids.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   ResetProfile();
   return Status::Ok();

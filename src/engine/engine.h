@@ -61,6 +61,9 @@ struct EngineOptions {
   PrefixReuse prefix_reuse = PrefixReuse::kAuto;
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;
   int64_t cuda_graph_max_tokens = kDefaultCudaGraphMaxTokens;  // capped by max_batch_tokens
+  // Residual stream of pre-norm decoders in the activation dtype (bf16/f16 on CUDA) instead
+  // of f32: ModelLoadOptions::activation_residual.
+  bool activation_residual = false;
 };
 
 // Counters of shared-prefix reuse since load.

@@ -34,8 +34,8 @@ enum Slot {
 
 class Qwen3Model final : public Model {
  public:
-  Qwen3Model(ModelConfig config, Backend* backend, DType dtype)
-      : Model(std::move(config), backend, dtype) {}
+  Qwen3Model(ModelConfig config, Backend* backend, DType dtype, bool activation_residual)
+      : Model(std::move(config), backend, dtype), activation_residual_(activation_residual) {}
 
   Status Load(const WeightStore& store, const std::string& prefix) {
     const auto& c = config_;
@@ -91,10 +91,12 @@ class Qwen3Model final : public Model {
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
     const int D = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    // The residual stream is f32; per-token intermediates (GEMM inputs and outputs,
-    // attention) are in the backend's activation dtype (f32 on CPU, bf16/f16 on CUDA).
+    // The residual stream is f32 (or the activation dtype with activation_residual_);
+    // per-token intermediates (GEMM inputs and outputs, attention) are in the backend's
+    // activation dtype (f32 on CPU, bf16/f16 on CUDA).
     const DType A = backend_->ActivationDType(dtype_);
-    Tensor res = ws.Get(kResidual, DType::kF32, T, H);
+    const DType R = activation_residual_ ? A : DType::kF32;
+    Tensor res = ws.Get(kResidual, R, T, H);
     Tensor x = ws.Get(kNormed, A, T, H);
     Tensor qkv = ws.Get(kQkv, A, T, static_cast<int64_t>(Hq + 2 * Hkv) * D);
     Tensor attn = ws.Get(kAttn, A, T, static_cast<int64_t>(Hq) * D);
@@ -144,7 +146,7 @@ class Qwen3Model final : public Model {
       backend_->Attention(ap);
       if (prune && l + 1 == layers_.size()) {
         // Last layer: only the output rows need the o-proj, MLP and final norm.
-        Tensor rs = ws.Get(kResidualRows, DType::kF32, S, H);
+        Tensor rs = ws.Get(kResidualRows, R, S, H);
         Tensor as = ws.Get(kAttnRows, A, S, attn.cols);
         backend_->GatherRows(attn, rows, S, as);
         backend_->GatherRows(res, rows, S, rs);
@@ -177,6 +179,7 @@ class Qwen3Model final : public Model {
   }
 
  private:
+  bool activation_residual_;
   Buffer embed_, final_norm_;
   std::vector<Qwen3Layer> layers_;
 };
@@ -186,7 +189,8 @@ class Qwen3Model final : public Model {
 StatusOr<std::unique_ptr<Model>> CreateQwen3Model(const ModelConfig& config,
                                                   const WeightStore& weights, Backend* backend,
                                                   const ModelLoadOptions& options) {
-  auto m = std::make_unique<Qwen3Model>(config, backend, options.dtype);
+  auto m =
+      std::make_unique<Qwen3Model>(config, backend, options.dtype, options.activation_residual);
   RETURN_IF_ERROR(m->Load(weights, options.prefix));
   return std::unique_ptr<Model>(std::move(m));
 }

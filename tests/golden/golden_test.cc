@@ -101,9 +101,11 @@ DeviceKind TestDevice() {
 
 std::unique_ptr<Engine> LoadEngine(const Case& c, std::optional<DType> dtype = std::nullopt,
                                    int64_t max_batch_tokens = 8192,
-                                   PrefixReuse prefix_reuse = PrefixReuse::kAuto) {
+                                   PrefixReuse prefix_reuse = PrefixReuse::kAuto,
+                                   bool activation_residual = false) {
   EngineOptions o;
   o.prefix_reuse = prefix_reuse;
+  o.activation_residual = activation_residual;
   o.model_dir = (fs::path(kFixtures) / "models" / c.name).string();
   o.dtype = dtype;
   o.max_batch_tokens = max_batch_tokens;
@@ -169,6 +171,15 @@ TEST_P(GoldenTest, MatchesTransformers) {
       L2Normalize(o.values.data(), c.dimensions);
     }
     ExpectClose(c, t, c.outputs_truncated, c.tolerance, "matryoshka");
+  }
+  if (c.dtype == "bf16") {
+    // The residual stream in the activation dtype (bf16 on CUDA, as transformers keeps it;
+    // f32 on the CPU, where this is the default path) is within the same bf16 tolerance.
+    auto eh = LoadEngine(c, std::nullopt, 8192, PrefixReuse::kAuto, /*activation_residual=*/true);
+    ASSERT_NE(eh, nullptr);
+    auto oh = eh->Run(c.inputs);
+    ASSERT_TRUE(oh.ok()) << oh.status().ToString();
+    ExpectClose(c, *oh, c.outputs, c.tolerance, "activation-residual");
   }
   if (!c.outputs_f32.empty()) {
     // The bf16 checkpoint converted to f32 on request must match HF's fp32 run tightly.

@@ -209,11 +209,12 @@ __global__ void RmsNormRowKernel(void* res, DType rt, int64_t ldr, const void* d
   }
 }
 
-// Fast whole-row RMSNorm without delta: f32 residual -> T, one warp per row, cols = 128 * NV
-// (NV float4 per lane kept in registers), 16-byte loads and 4-element stores.
-template <typename T, int NV>
+// Fast whole-row RMSNorm without delta: R residual (f32, or the activation dtype) -> T, one
+// warp per row, cols = 128 * NV (NV groups of 4 elements per lane kept in registers),
+// 4-element loads and stores.
+template <typename R, typename T, int NV>
 __global__ void __launch_bounds__(256)
-    RmsNormWarpKernel(const float* res, int64_t ldr, const float* w, float eps, T* out, int64_t ldo,
+    RmsNormWarpKernel(const R* res, int64_t ldr, const float* w, float eps, T* out, int64_t ldo,
                       int64_t rows) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(256)
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
-    Load<float, 4>(res + r * ldr + (i * 32 + lane) * 4, v[i]);
+    Load<R, 4>(res + r * ldr + (i * 32 + lane) * 4, v[i]);
 #pragma unroll
     for (int j = 0; j < 4; ++j) s += v[i][j] * v[i][j];
   }
@@ -567,17 +568,17 @@ void WithType(DType dt, F&& f) {
   }
 }
 
-template <typename T>
+template <typename R, typename T>
 bool RmsNormWarp(const Tensor& res, const Tensor& w, float eps, const Tensor& out,
                  cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((res.rows + 7) / 8);
-  const float* r = res.ptr<float>();
+  const R* r = res.ptr<R>();
   T* o = out.ptr<T>();
   const int64_t ldr = res.row_stride(), ldo = out.row_stride();
   switch (res.cols / 128) {
 #define SLUICE_RMS_CASE(NV)                                                          \
   case NV:                                                                           \
-    RmsNormWarpKernel<T, NV>                                                         \
+    RmsNormWarpKernel<R, T, NV>                                                      \
         <<<blocks, 256, 0, stream>>>(r, ldr, w.ptr<float>(), eps, o, ldo, res.rows); \
     return true;
     SLUICE_RMS_CASE(1)
@@ -600,12 +601,14 @@ bool RmsNormWarp(const Tensor& res, const Tensor& w, float eps, const Tensor& ou
 void RmsNorm(const Tensor& residual, const Tensor* delta, const Tensor& weight, float eps,
              const Tensor& out, int group, cudaStream_t stream) {
   if (residual.rows == 0) return;
-  if (delta == nullptr && group <= 0 && residual.dtype == DType::kF32 && residual.cols % 128 == 0 &&
-      Aligned(residual.data, 16) && residual.row_stride() % 4 == 0 &&
+  if (delta == nullptr && group <= 0 && residual.cols % 128 == 0 &&
+      Aligned(residual.data, 4 * DTypeSize(residual.dtype)) && residual.row_stride() % 4 == 0 &&
       Aligned(out.data, 4 * DTypeSize(out.dtype)) && out.row_stride() % 4 == 0) {
     bool done = false;
-    WithType(out.dtype, [&](auto tag) {
-      done = RmsNormWarp<decltype(tag)>(residual, weight, eps, out, stream);
+    WithType(residual.dtype, [&](auto rtag) {
+      WithType(out.dtype, [&](auto tag) {
+        done = RmsNormWarp<decltype(rtag), decltype(tag)>(residual, weight, eps, out, stream);
+      });
     });
     if (done) {
       CheckLaunch("RmsNorm");

@@ -115,6 +115,19 @@ TEST_F(CudaHalfOps, NormsIntoHalf) {
         cpu_->RmsNorm(cx, nullptr, cw, 1e-6f, cout);
         EXPECT_NEAR_ALL(Get(gpu_.get(), gout), Get(cpu_.get(), cout), tol.atol, tol.rtol)
             << DTypeName(dt) << " rmsnorm " << rows << "x" << cols;
+        // RMSNorm of a half residual stream (--residual-dtype activation) into half and f32.
+        auto xh = Rounded(x, dt);
+        Tensor hres = Make(gpu_.get(), xh, rows, cols, dt);
+        Tensor hout = Make(gpu_.get(), std::vector<float>(rows * cols), rows, cols, dt);
+        Tensor fout = Make(gpu_.get(), std::vector<float>(rows * cols), rows, cols, DType::kF32);
+        gpu_->RmsNorm(hres, nullptr, gw, 1e-6f, hout);
+        gpu_->RmsNorm(hres, nullptr, gw, 1e-6f, fout);
+        Tensor cxh = Make(cpu_.get(), xh, rows, cols, DType::kF32);
+        cpu_->RmsNorm(cxh, nullptr, cw, 1e-6f, cout);
+        EXPECT_NEAR_ALL(Get(gpu_.get(), hout), Get(cpu_.get(), cout), tol.atol, tol.rtol)
+            << DTypeName(dt) << " rmsnorm of a half residual " << rows << "x" << cols;
+        EXPECT_NEAR_ALL(Get(gpu_.get(), fout), Get(cpu_.get(), cout), 1e-5, 1e-5)
+            << DTypeName(dt) << " rmsnorm of a half residual, f32 out " << rows << "x" << cols;
         // LayerNorm of a half input into a half output.
         auto xr = Rounded(x, dt);
         Tensor hx = Make(gpu_.get(), xr, rows, cols, dt);

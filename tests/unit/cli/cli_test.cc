@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -349,8 +350,7 @@ TEST(Cli, ProfileBreakdown) {
   auto r = RunSluice("score --profile --model " + kFixtures + "/models/qwen3_reranker --input " +
                      in + " --output /dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  for (const char* op :
-       {"| Linear ", "| Attention |", "| RmsNorm |", "| QkNormRope |"}) {
+  for (const char* op : {"| Linear ", "| Attention |", "| RmsNorm |", "| QkNormRope |"}) {
     EXPECT_NE(r.out.find(op), std::string::npos) << op << "\n" << r.out;
   }
 }
@@ -382,6 +382,21 @@ TEST(Cli, BatchLimitsAndPrefixReuseFlags) {
   auto bad = RunSluice("score" + model + " --prefix-reuse sometimes");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.out.find("--prefix-reuse"), std::string::npos) << bad.out;
+  auto badr = RunSluice("score" + model + " --residual-dtype half");
+  EXPECT_NE(badr.exit_code, 0);
+  EXPECT_NE(badr.out.find("--residual-dtype"), std::string::npos) << badr.out;
+  // On the CPU the activation dtype is f32: the same scores, and the startup log says so.
+  auto act = RunSluice("score" + model + " --output " + TempPath("act.jsonl") +
+                       " --prefix-reuse off --residual-dtype activation");
+  ASSERT_EQ(act.exit_code, 0) << act.out;
+  EXPECT_NE(act.out.find("residual stream (pre-norm decoders): activation dtype"),
+            std::string::npos)
+      << act.out;
+  std::ifstream fa(TempPath("act.jsonl")), fo(TempPath("off.jsonl"));
+  std::string sa((std::istreambuf_iterator<char>(fa)), std::istreambuf_iterator<char>());
+  std::string so((std::istreambuf_iterator<char>(fo)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(sa.empty());
+  EXPECT_EQ(sa, so);
   auto neg = RunSluice("score" + model + " --max-num-seqs -1");
   EXPECT_NE(neg.exit_code, 0);
   EXPECT_NE(neg.out.find("--max-num-seqs"), std::string::npos) << neg.out;
