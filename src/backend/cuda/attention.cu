@@ -443,28 +443,33 @@ constexpr size_t TcSmemBytes() {
 }
 
 // S = Q·K^T for the first NB 8-key blocks of a K tile (16 query rows of one warp; qw: the
-// warp's Q rows in shared memory, ks: the K tile), blocks past NB left untouched. Per pair of
-// k-steps the Q fragments and the K fragments of all NB blocks are loaded first, then the NB
-// independent accumulations interleave (no branch inside, so the loads of the next step can
-// be scheduled ahead).
+// warp's Q rows in shared memory, ks: the K tile), blocks past NB left untouched. Blocks go
+// in groups of up to 4: per pair of k-steps the Q fragments and the K fragments of the
+// group's blocks are loaded first, then the group's independent accumulations interleave
+// (no branch inside, so the loads of the next step can be scheduled ahead).
 template <typename T, int KNB, int NB, int KKS, int KST>
 __device__ __forceinline__ void ScoreTile(float (&s)[KNB][4], const T* qw, const T* ks, int lane) {
+  constexpr int kGroup = NB < 4 ? NB : 4;
+  static_assert(NB % kGroup == 0, "key blocks per group");
   const int mi = lane >> 3, r8 = lane & 7;
   const T* qa = qw + ((mi & 1) * 8 + r8) * KST + (mi >> 1) * 8;  // A: rows, k halves
   const T* kb = ks + r8 * KST + (mi >> 1) * 16 + (mi & 1) * 8;   // B: two k-steps
 #pragma unroll
   for (int j = 0; j < NB; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-  for (int kk = 0; kk < KKS; kk += 2) {
-    uint32_t a0[4], a1[4], b[NB][4];
-    LdMatrixX4(a0, qa + kk * 16);
-    LdMatrixX4(a1, qa + (kk + 1) * 16);
+  for (int j0 = 0; j0 < NB; j0 += kGroup) {
 #pragma unroll
-    for (int j = 0; j < NB; ++j) LdMatrixX4(b[j], kb + j * 8 * KST + kk * 16);
+    for (int kk = 0; kk < KKS; kk += 2) {
+      uint32_t a0[4], a1[4], b[kGroup][4];
+      LdMatrixX4(a0, qa + kk * 16);
+      LdMatrixX4(a1, qa + (kk + 1) * 16);
 #pragma unroll
-    for (int j = 0; j < NB; ++j) Mma16816<T>(s[j], a0, b[j][0], b[j][1]);
+      for (int j = 0; j < kGroup; ++j) LdMatrixX4(b[j], kb + (j0 + j) * 8 * KST + kk * 16);
 #pragma unroll
-    for (int j = 0; j < NB; ++j) Mma16816<T>(s[j], a1, b[j][2], b[j][3]);
+      for (int j = 0; j < kGroup; ++j) Mma16816<T>(s[j0 + j], a0, b[j][0], b[j][1]);
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) Mma16816<T>(s[j0 + j], a1, b[j][2], b[j][3]);
+    }
   }
 }
 
@@ -513,8 +518,11 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
   constexpr int kBlk = kTcWarps * 32 * HPB, kRowStep = kBlk / kChunks;
   static_assert(kBlk % kChunks == 0 && KT % kRowStep == 0, "K/V tile copy layout");
   const int cr0 = threadIdx.x / kChunks, cc = (threadIdx.x % kChunks) * 8;
+  // Logical key kl's row: the prefix's row pbase + kl below pre, else the sequence's own
+  // base + kl - pre (row indices fit in int: batches are far below 2^31 tokens).
   const T* const kcol = k + static_cast<int64_t>(kvh) * D + cc;
   const T* const vcol = v + static_cast<int64_t>(kvh) * D + cc;
+  const int own_off = base - pre, pre_off = static_cast<int>(pbase);
   auto load_kv = [&](int t0, int st) {
     T* const kd = buf(st, 0) + cr0 * kSt + cc;
     T* const vd = buf(st, 1) + cr0 * kSt + cc;
@@ -522,23 +530,26 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
     for (int i = 0; i < KT / kRowStep; ++i) {
       const int kl = t0 + cr0 + i * kRowStep;
       const bool ok = kl < klen;
-      const int64_t rw = ok ? KeyRow(kl, pre, pbase, base) : base;
-      CpAsync16(kd + i * kRowStep * kSt, kcol + rw * ldk, ok);
-      CpAsync16(vd + i * kRowStep * kSt, vcol + rw * ldv, ok);
+      // Past the end: any valid row (the copy is zero-filled).
+      const int64_t r = ok ? kl + (kl >= pre ? own_off : pre_off) : base;
+      CpAsync16(kd + i * kRowStep * kSt, kcol + r * ldk, ok);
+      CpAsync16(vd + i * kRowStep * kSt, vcol + r * ldv, ok);
     }
   };
   // The Q tiles after the stages, head i's kTcQ rows at row i * kTcQ. One copy group for
   // Q, then one per K/V tile (empty past the last), so group counts are uniform.
   T* const qs = smem_t + 2 * NST * KT * kSt;
   {
-    for (int e = threadIdx.x; e < HPB * kTcQ * kChunks; e += kBlk) {
-      const int r = e / kChunks, c = (e % kChunks) * 8;
-      const int qh = r / kTcQ, qr = r % kTcQ;
+    // Rows cr0 + i * kRowStep of the HPB heads' tiles (kTcQ is a multiple of kRowStep and
+    // cr0 < kRowStep, so an iteration's head is a constant).
+    static_assert(kTcQ % kRowStep == 0, "Q tile copy layout");
+    const T* const qsrc =
+        q + static_cast<int64_t>(base + q0) * ldq + static_cast<int64_t>(h0) * D + cc;
+#pragma unroll
+    for (int i = 0; i < HPB * kTcQ / kRowStep; ++i) {
+      const int qh = i * kRowStep / kTcQ, qr = cr0 + (i * kRowStep) % kTcQ;
       const bool ok = q0 + qr < len;
-      CpAsync16(qs + r * kSt + c,
-                q + static_cast<int64_t>(base + (ok ? q0 + qr : 0)) * ldq +
-                    static_cast<int64_t>(h0 + qh) * D + c,
-                ok);
+      CpAsync16(qs + (qh * kTcQ + qr) * kSt + cc, qsrc + (ok ? qr * ldq : 0) + qh * D, ok);
     }
     CpAsyncCommit();
 #pragma unroll
@@ -645,10 +656,14 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
         corr[r] = 1.f;
         if (mx[r] > m[r] + kRescaleLog2) {
           const float m_new = fmaxf(m[r], mx[r]);
-          corr[r] = exp2f(m[r] - m_new);  // 0 on the row's first visible tile (m = -inf)
+          // On the row's first visible tile (m = -inf) O and l are still exactly 0: nothing
+          // to rescale.
+          if (m[r] != -INFINITY) {
+            corr[r] = exp2f(m[r] - m_new);
+            l[r] *= corr[r];
+            moved = true;
+          }
           m[r] = m_new;
-          l[r] *= corr[r];
-          moved = true;
         }
       }
       if (__any_sync(0xffffffffu, moved)) {
@@ -754,7 +769,9 @@ bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
   if ((p.num_heads / p.num_kv_heads) % 2 == 0) {
     return LaunchTcVariant<T, D, kKt, 2, 2, 2>(p, stream);
   }
-  return LaunchTcVariant < T, D, kKt, D == 128 ? 4 : 3, 1, 2 > (p, stream);
+  // One head per block: registers for 4 blocks (16 warps) per SM at every head_dim (the
+  // interleaved Q·K^T of 64-key tiles would otherwise take 168 registers at head_dim 64).
+  return LaunchTcVariant<T, D, kKt, 4, 1, 2>(p, stream);
 }
 
 bool TcEligible(const AttentionParams& p) {
