@@ -386,51 +386,6 @@ __global__ void __launch_bounds__(kQkWarps * 32)
   }
 }
 
-// QK-norm + neox RoPE for half heads of head_dim D (64 or 128): 8 lanes per (token, head),
-// lane l holding the elements [E*l, E*l + E) of both halves (E = D / 16), so a rotation pair
-// (c, c + D/2) sits in one lane: two 16- (8-) byte loads and stores per lane, a 3-step
-// reduction within the lane octet, no partner shuffles; 32 heads per 256-thread block. The
-// one-warp-per-token kernel above kept a single 256-byte load per warp in flight and ran at
-// ~65% of the DRAM bandwidth.
-template <typename T, int D>
-__global__ void __launch_bounds__(256)
-    QkNormRopeOctetKernel(T* __restrict__ x, int64_t ldx, const int32_t* __restrict__ pos,
-                          const float* __restrict__ w, float eps,
-                          const float* __restrict__ inv_freq, const float2* __restrict__ table,
-                          uint32_t n, uint32_t heads) {
-  constexpr int kHalf = D / 2, E = D / 16;
-  const uint32_t gh = blockIdx.x * 32 + threadIdx.x / 8;  // (token, head), token-major
-  if (gh >= n) return;                                    // whole octets leave together
-  const uint32_t t = gh / heads, h = gh - t * heads;
-  const int l = threadIdx.x & 7;
-  T* const xh = x + static_cast<int64_t>(t) * ldx + static_cast<int64_t>(h) * D + l * E;
-  float a[E], b[E];
-  Load<T, E>(xh, a);
-  Load<T, E>(xh + kHalf, b);
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < E; ++j) ss += a[j] * a[j] + b[j] * b[j];
-  // xor butterfly within the octet (its own mask: other octets of the warp may have left):
-  // every lane ends with the same (commutative) sum
-  const unsigned octet = 0xffu << (threadIdx.x & 24);
-  ss += __shfl_xor_sync(octet, ss, 1);
-  ss += __shfl_xor_sync(octet, ss, 2);
-  ss += __shfl_xor_sync(octet, ss, 4);
-  const float rs = rsqrtf(ss / static_cast<float>(D) + eps);
-  const int p = pos[t];
-  float oa[E], ob[E];
-#pragma unroll
-  for (int j = 0; j < E; ++j) {
-    const int k = l * E + j;
-    const float2 cs = CosSin(table, inv_freq, p, k, kHalf);
-    const float va = a[j] * rs * w[k], vb = b[j] * rs * w[k + kHalf];
-    oa[j] = va * cs.x - vb * cs.y;
-    ob[j] = vb * cs.x + va * cs.y;
-  }
-  Store<T, E>(xh, oa);
-  Store<T, E>(xh + kHalf, ob);
-}
-
 __global__ void ActivateKernel(void* x, DType xt, int64_t ldx, int64_t rows, int64_t cols,
                                Activation act) {
   SLUICE_FOR_EACH_ELEMENT(rows, cols) {
@@ -694,29 +649,6 @@ bool QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps, const
   const int64_t n = p.x.rows * p.num_heads;
   if (n == 0) return true;
   const int epl = p.head_dim / 32;
-  const bool half = p.x.dtype == DType::kBF16 || p.x.dtype == DType::kF16;
-  if (half && p.style == RopeStyle::kNeox && rot == p.head_dim &&
-      (p.head_dim == 64 || p.head_dim == 128) &&
-      Aligned(p.x.data, p.head_dim / 16 * DTypeSize(p.x.dtype)) &&
-      p.x.row_stride() % (p.head_dim / 16) == 0 && n < (int64_t{1} << 31)) {
-    const auto blocks = static_cast<unsigned>((n + 31) / 32);
-    WithType(p.x.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (sizeof(T) == 2) {
-        if (p.head_dim == 64) {
-          QkNormRopeOctetKernel<T, 64><<<blocks, 256, 0, stream>>>(
-              p.x.ptr<T>(), p.x.row_stride(), p.positions, norm_weight.ptr<float>(), eps, inv_freq,
-              table, static_cast<uint32_t>(n), static_cast<uint32_t>(p.num_heads));
-        } else {
-          QkNormRopeOctetKernel<T, 128><<<blocks, 256, 0, stream>>>(
-              p.x.ptr<T>(), p.x.row_stride(), p.positions, norm_weight.ptr<float>(), eps, inv_freq,
-              table, static_cast<uint32_t>(n), static_cast<uint32_t>(p.num_heads));
-        }
-      }
-    });
-    CheckLaunch("QkNormRope");
-    return true;
-  }
   if (p.style == RopeStyle::kNeox && rot == p.head_dim && (p.head_dim == 64 || p.head_dim == 128) &&
       Aligned(p.x.data, epl * DTypeSize(p.x.dtype)) && p.x.row_stride() % epl == 0) {
     const unsigned blocks = static_cast<unsigned>((p.x.rows + kQkWarps - 1) / kQkWarps);
