@@ -213,6 +213,54 @@ TEST_F(CudaHalfOps, Attention) {
   }
 }
 
+// Scores that grow along the sequence (keys scaled up with their position, queries
+// positive): a row's maximum moves past the tensor-core kernel's lazy-rescale threshold
+// (2^8) on later tiles, many times per row, so O and l are rescaled from a finite maximum;
+// and scores that shrink (the first tile holds the maximum: no rescale at all). Both
+// against the CPU's exact softmax.
+TEST_F(CudaHalfOps, AttentionRunningMaximumMoves) {
+  const std::vector<int32_t> lens = {1, 40, 100, 257};
+  std::vector<int32_t> cu = {0};
+  for (int l : lens) cu.push_back(cu.back() + l);
+  const int T = cu.back();
+  const AttnCase cases[] = {
+      {16, 8, 128, true, 0}, {4, 4, 128, false, 0}, {4, 2, 64, true, 0}, {6, 6, 32, true, 0}};
+  for (DType dt : kHalf) {
+    const Tol tol = AttnTol(dt);
+    for (bool grow : {true, false}) {
+      for (const auto& ac : cases) {
+        const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim, width = qw + 2 * kw;
+        auto qkv = Random(static_cast<size_t>(T) * width, 23 + ac.dim, -1.f, 1.f);
+        for (size_t s = 0; s < lens.size(); ++s) {
+          for (int i = 0; i < lens[s]; ++i) {
+            float* row = qkv.data() + static_cast<size_t>(cu[s] + i) * width;
+            for (int c = 0; c < qw; ++c) row[c] = 0.5f + 0.5f * std::fabs(row[c]);  // q > 0
+            // k > 0, scaled so that a key's score is ~0.35 * position (or 90 minus it)
+            // in log2 units: dozens of units between the first and the last tile.
+            const float scale = grow ? 0.05f * static_cast<float>(i) + 0.05f
+                                     : 0.05f * static_cast<float>(lens[s] - i) + 0.05f;
+            for (int c = qw; c < qw + kw; ++c) {
+              row[c] = scale * 8.f / std::sqrt(static_cast<float>(ac.dim)) *
+                       (0.5f + 0.5f * std::fabs(row[c]));
+            }
+          }
+        }
+        qkv = Rounded(qkv, dt);
+        auto run = [&](Backend* be, DType t_dt) {
+          Tensor t = Make(be, qkv, T, width, t_dt);
+          Tensor out = Make(be, std::vector<float>(static_cast<size_t>(T) * qw), T, qw, t_dt);
+          be->Attention(AttnParams(t, out, I32(be, cu).ptr<int32_t>(),
+                                   static_cast<int>(lens.size()), 257, ac));
+          return Get(be, out);
+        };
+        EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), tol.atol, tol.rtol)
+            << DTypeName(dt) << (grow ? " growing" : " shrinking") << " scores, heads " << ac.heads
+            << "/" << ac.kv_heads << " dim " << ac.dim << " causal " << ac.causal;
+      }
+    }
+  }
+}
+
 // The tensor-core kernel is batch invariant: a sequence's output is bit-identical alone,
 // in a batch and duplicated.
 TEST_F(CudaHalfOps, AttentionBatchInvariant) {
