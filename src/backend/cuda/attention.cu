@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
 
   // Asynchronous copy of the K/V tile starting at key t0 into stage st (rows past the
   // sequence's end are zero-filled).
-  // Every thread copies the same 16-byte column chunk of kRowsPer rows per tile (the block
+  // Every thread copies the same 16-byte column chunk of KT / kRowStep rows per tile (the block
   // size is a multiple of the chunks per row), so the per-tile address work is one row
   // index and two 64-bit multiply-adds per row.
   constexpr int kBlk = kTcWarps * 32 * HPB, kRowStep = kBlk / kChunks;
