@@ -240,6 +240,52 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Fast whole-row LayerNorm without residual (BERT-family post-norm: the residual rides on
+// the preceding GEMM): X -> T, one warp per row, cols = 128 * NV, the row in registers
+// (4-element loads), two passes over registers (mean, then the squared deviations) with
+// warp reductions, instead of a block per row with two block reductions and three reads.
+template <typename X, typename T, int NV>
+__global__ void __launch_bounds__(256)
+    LayerNormWarpKernel(const X* x, int64_t ldx, const float* __restrict__ gamma,
+                        const float* __restrict__ beta, float eps, T* out, int64_t ldo,
+                        int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  constexpr int n = 128 * NV;
+  float v[NV][4];
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    Load<X, 4>(x + r * ldx + (i * 32 + lane) * 4, v[i]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s += v[i][j];
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float mean = s / static_cast<float>(n);
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float d = v[i][j] - mean;
+      q += d * d;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+  const float rstd = rsqrtf(q / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int c = (i * 32 + lane) * 4;
+    float o4[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      o4[j] = (v[i][j] - mean) * rstd * gamma[c + j] + (beta != nullptr ? beta[c + j] : 0.f);
+    }
+    Store<T, 4>(out + r * ldo + c, o4);
+  }
+}
+
 // Grouped RMSNorm (per-head QK-norm): one warp per (row, group).
 __global__ void RmsNormGroupKernel(void* res, DType rt, int64_t ldr, const void* delta, DType dt,
                                    int64_t ldd, const float* w, float eps, void* out, DType ot,
@@ -538,9 +584,16 @@ void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, const T
   CheckLaunch("EmbeddingGather");
 }
 
+bool LayerNormWarpPath(const Tensor& x, const Tensor& gamma, const Tensor* beta, float eps,
+                       const Tensor& out, cudaStream_t stream);
+
 void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor* beta,
                float eps, const Tensor& out, cudaStream_t stream) {
   if (x.rows == 0) return;
+  if (residual == nullptr && LayerNormWarpPath(x, gamma, beta, eps, out, stream)) {
+    CheckLaunch("LayerNorm");
+    return;
+  }
   LayerNormKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(
       x.data, x.dtype, x.row_stride(), residual ? residual->data : nullptr,
       residual ? residual->dtype : DType::kF32, residual ? residual->row_stride() : 0,
@@ -597,6 +650,44 @@ bool RmsNormWarp(const Tensor& res, const Tensor& w, float eps, const Tensor& ou
 }
 
 }  // namespace
+
+// Dispatches LayerNormWarpKernel: rows of 128 * NV columns (NV in the list below), 4-element
+// aligned; false (nothing launched) otherwise.
+bool LayerNormWarpPath(const Tensor& x, const Tensor& gamma, const Tensor* beta, float eps,
+                       const Tensor& out, cudaStream_t stream) {
+  if (x.cols % 128 != 0 || !Aligned(x.data, 4 * DTypeSize(x.dtype)) || x.row_stride() % 4 != 0 ||
+      !Aligned(out.data, 4 * DTypeSize(out.dtype)) || out.row_stride() % 4 != 0) {
+    return false;
+  }
+  bool done = false;
+  const unsigned blocks = static_cast<unsigned>((x.rows + 7) / 8);
+  const float* b = beta != nullptr ? beta->ptr<float>() : nullptr;
+  WithType(x.dtype, [&](auto xtag) {
+    WithType(out.dtype, [&](auto otag) {
+      using X = decltype(xtag);
+      using T = decltype(otag);
+      switch (x.cols / 128) {
+#define SLUICE_LN_CASE(NV)                                                                   \
+  case NV:                                                                                   \
+    LayerNormWarpKernel<X, T, NV>                                                            \
+        <<<blocks, 256, 0, stream>>>(x.ptr<X>(), x.row_stride(), gamma.ptr<float>(), b, eps, \
+                                     out.ptr<T>(), out.row_stride(), x.rows);                \
+    done = true;                                                                             \
+    break;
+        SLUICE_LN_CASE(1)
+        SLUICE_LN_CASE(2)
+        SLUICE_LN_CASE(3)
+        SLUICE_LN_CASE(4)
+        SLUICE_LN_CASE(6)
+        SLUICE_LN_CASE(8)
+#undef SLUICE_LN_CASE
+        default:
+          break;
+      }
+    });
+  });
+  return done;
+}
 
 void RmsNorm(const Tensor& residual, const Tensor* delta, const Tensor& weight, float eps,
              const Tensor& out, int group, cudaStream_t stream) {
