@@ -36,7 +36,7 @@ void GemmPlanner::CreatePlan(const GemmKey& key, const void* bias, GemmPlan& p) 
   if (bias) {
     BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof(bias)));
-    const cudaDataType_t bias_type = CUDA_R_32F;  // biases are kept in f32
+    const cudaDataType_t bias_type = CudaType(static_cast<DType>(key.bias_dt));
     BLAS_OK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                            sizeof(bias_type)));
   }

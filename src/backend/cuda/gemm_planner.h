@@ -23,8 +23,10 @@ namespace sluice::cuda {
 struct GemmKey {
   int64_t m, n, k, ldb, ldc, ldd;
   int dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d;
+  int bias_dt = static_cast<int>(DType::kF32);  // the epilogue bias's dtype
   auto Tie() const {
-    return std::tie(m, n, k, ldb, ldc, ldd, dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d);
+    return std::tie(m, n, k, ldb, ldc, ldd, dtype, odt, epilogue, beta, al_a, al_b, al_c, al_d,
+                    bias_dt);
   }
   bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
 };
