@@ -584,8 +584,10 @@ void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, const T
   CheckLaunch("EmbeddingGather");
 }
 
+namespace {
 bool LayerNormWarpPath(const Tensor& x, const Tensor& gamma, const Tensor* beta, float eps,
-                       const Tensor& out, cudaStream_t stream);
+                       const Tensor& out, cudaStream_t stream);  // below, with WithType
+}  // namespace
 
 void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor* beta,
                float eps, const Tensor& out, cudaStream_t stream) {
@@ -651,6 +653,8 @@ bool RmsNormWarp(const Tensor& res, const Tensor& w, float eps, const Tensor& ou
 
 }  // namespace
 
+namespace {
+
 // Dispatches LayerNormWarpKernel: rows of 128 * NV columns (NV in the list below), 4-element
 // aligned; false (nothing launched) otherwise.
 bool LayerNormWarpPath(const Tensor& x, const Tensor& gamma, const Tensor* beta, float eps,
@@ -688,6 +692,8 @@ bool LayerNormWarpPath(const Tensor& x, const Tensor& gamma, const Tensor* beta,
   });
   return done;
 }
+
+}  // namespace
 
 void RmsNorm(const Tensor& residual, const Tensor* delta, const Tensor& weight, float eps,
              const Tensor& out, int group, cudaStream_t stream) {
