@@ -1,5 +1,6 @@
 // The CUDA backend: device memory, host<->device copies, cuBLASLt linear layers and the
-// kernels of kernels.cu / attention.cu, all queued on one stream per backend.
+// kernels of kernels.cu, norm_kernels.cu, attention.cu, attention_tc.cu, all queued on one stream
+// per backend.
 //
 // Linear: y = act(x·W^T + b) (+ residual). W is stored [N, K] in the compute dtype (f32,
 // bf16 or f16). Activations in another dtype than the weights are converted in a workspace

@@ -1,6 +1,6 @@
 // The CUDA backend: the Backend interface on one NVIDIA GPU (cuBLASLt GEMMs plus the
-// kernels in kernels.cu / attention.cu). Built only with -DSLUICE_CUDA=ON; backend.cc
-// dispatches DeviceKind::kCuda here.
+// kernels in kernels.cu, norm_kernels.cu, attention.cu, attention_tc.cu). Built only with
+// -DSLUICE_CUDA=ON; backend.cc dispatches DeviceKind::kCuda here.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,7 @@
-// Launchers for the CUDA backend's kernels (kernels.cu, attention.cu). Plain C++ so that
-// host code compiled by the C++ compiler can call them. All pointers in Tensors and the
-// int32 index arrays are device pointers; everything is queued on `stream`.
+// Launchers for the CUDA backend's kernels (kernels.cu, norm_kernels.cu, attention.cu,
+// attention_tc.cu). Plain C++ so that host code compiled by the C++ compiler can call them. All
+// pointers in Tensors and the int32 index arrays are device pointers; everything is queued on
+// `stream`.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,5 +51,10 @@ void Pool(const PoolParams& p, cudaStream_t stream);
 // kMaxHeadDim, mixed dtypes).
 constexpr int kMaxHeadDim = 256;
 bool Attention(const AttentionParams& p, cudaStream_t stream);
+// The tensor-core kernel (attention_tc.cu): bf16/f16 q/k/v with head_dim 32, 64 or 128, rows
+// 16-byte aligned. AttentionTc runs it where AttentionTcEligible(p) (false if the kernel
+// cannot be configured).
+bool AttentionTcEligible(const AttentionParams& p);
+bool AttentionTc(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace sluice::cuda
