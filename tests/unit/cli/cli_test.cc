@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -371,14 +370,19 @@ TEST(Cli, BatchLimitsAndPrefixReuseFlags) {
   ASSERT_EQ(on.exit_code, 0) << on.out;
   EXPECT_NE(on.out.find("max_batch_tokens 4096, max_num_seqs 7"), std::string::npos) << on.out;
   EXPECT_NE(on.out.find("shared-prefix reuse: on"), std::string::npos) << on.out;
-  std::ifstream a(TempPath("off.jsonl")), b(TempPath("on.jsonl"));
-  std::string la, lb;
-  int lines = 0;
-  while (std::getline(a, la) && std::getline(b, lb)) {
-    EXPECT_EQ(la, lb);
-    ++lines;
-  }
-  EXPECT_GT(lines, 0);
+  // Two score files with the same, non-empty lines.
+  const auto expect_same_lines = [](const std::string& pa, const std::string& pb) {
+    auto lines = [](const std::string& path) {
+      std::ifstream f(path);
+      std::vector<std::string> v;
+      for (std::string l; std::getline(f, l);) v.push_back(l);
+      return v;
+    };
+    const auto a = lines(pa), b = lines(pb);
+    EXPECT_FALSE(a.empty()) << pa;
+    EXPECT_EQ(a, b) << pa << " vs " << pb;
+  };
+  expect_same_lines(TempPath("off.jsonl"), TempPath("on.jsonl"));
   auto bad = RunSluice("score" + model + " --prefix-reuse sometimes");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.out.find("--prefix-reuse"), std::string::npos) << bad.out;
@@ -392,11 +396,7 @@ TEST(Cli, BatchLimitsAndPrefixReuseFlags) {
   EXPECT_NE(act.out.find("residual stream (pre-norm decoders): activation dtype"),
             std::string::npos)
       << act.out;
-  std::ifstream fa(TempPath("act.jsonl")), fo(TempPath("off.jsonl"));
-  std::string sa((std::istreambuf_iterator<char>(fa)), std::istreambuf_iterator<char>());
-  std::string so((std::istreambuf_iterator<char>(fo)), std::istreambuf_iterator<char>());
-  EXPECT_FALSE(sa.empty());
-  EXPECT_EQ(sa, so);
+  expect_same_lines(TempPath("act.jsonl"), TempPath("off.jsonl"));
   auto neg = RunSluice("score" + model + " --max-num-seqs -1");
   EXPECT_NE(neg.exit_code, 0);
   EXPECT_NE(neg.out.find("--max-num-seqs"), std::string::npos) << neg.out;
