@@ -150,15 +150,15 @@ int main(int argc, char** argv) {
         return 1;
       }
       const int nseq = static_cast<int>(batch_tokens / seq_len);
-      std::vector<SequenceInput> inputs(nseq);
+      std::vector<TokenSequence> inputs(nseq);
       std::mt19937 rng(5);
       const int vocab = (*engine)->model().config().vocab_size;
       for (auto& in : inputs) {
         for (int t = 0; t < seq_len; ++t) in.ids.push_back(static_cast<int32_t>(rng() % vocab));
       }
-      std::vector<const SequenceInput*> ptrs;
+      std::vector<const TokenSequence*> ptrs;
       for (auto& in : inputs) ptrs.push_back(&in);
-      std::vector<SequenceOutput> outs(nseq);
+      std::vector<PooledOutput> outs(nseq);
       std::vector<double> tps;
       for (int r = 0; r < reps + 1; ++r) {
         const double t0 = Now();

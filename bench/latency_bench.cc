@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     size_t row = 0;
     for (int64_t n : counts) {
       for (int shape = 0; shape < 2; ++shape) {
-        std::vector<SequenceInput> inputs;
+        std::vector<TokenSequence> inputs;
         if (shape == 0) {
           if (n > max_len) continue;
           inputs.resize(1);
@@ -135,13 +135,13 @@ int main(int argc, char** argv) {
             }
           }
         }
-        std::vector<const SequenceInput*> ptrs;
+        std::vector<const TokenSequence*> ptrs;
         int64_t total = 0;
         for (auto& in : inputs) {
           ptrs.push_back(&in);
           total += static_cast<int64_t>(in.ids.size());
         }
-        std::vector<SequenceOutput> outs(inputs.size());
+        std::vector<PooledOutput> outs(inputs.size());
         std::vector<double> ms;
         for (int r = 0; r < reps + 3; ++r) {
           const double a = Now();

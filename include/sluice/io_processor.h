@@ -19,26 +19,12 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/sequence.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
 class Tokenizer;
-
-// One sequence for the engine (a full model input: special tokens included).
-struct TokenSequence {
-  std::vector<int32_t> ids;
-  std::vector<int32_t> type_ids;  // empty = all zero
-};
-
-// The engine's output for one sequence.
-struct PooledOutput {
-  std::vector<float> values;  // embed: vector (rows x dim for token-level pooling);
-                              // classify/score: activated scores
-  std::vector<float> raw;     // classify/score: logits before the activation
-  int rows = 1;
-  std::vector<int32_t> token_indices;  // STEP pooling: positions of the rows
-};
 
 // What a processor may know about the served model. Const after load.
 struct ModelContext {

@@ -48,7 +48,7 @@ struct TextInput {
 };
 
 struct ParsedInputs {
-  std::vector<SequenceInput> seqs;  // text inputs are filled in by EncodeTexts
+  std::vector<TokenSequence> seqs;  // text inputs are filled in by EncodeTexts
   std::vector<TextInput> texts;
 };
 
@@ -80,11 +80,11 @@ Status ReadIds(simdjson::dom::element e, const char* field, size_t line,
 
 StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
   ParsedInputs parsed;
-  std::vector<SequenceInput>& seqs = parsed.seqs;
+  std::vector<TokenSequence>& seqs = parsed.seqs;
   std::vector<int32_t> prefix, separator, suffix;
   auto read_line = [&](size_t lineno, const std::string&, simdjson::dom::element doc) -> Status {
     simdjson::dom::element f;
-    SequenceInput s;
+    TokenSequence s;
     if (!doc["input_ids"].get(f) || !doc["ids"].get(f)) {
       RETURN_IF_ERROR(ReadIds(f, "input_ids", lineno, &s.ids));
       if (!doc["token_type_ids"].get(f)) {
@@ -153,17 +153,13 @@ StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
 Status EncodeTexts(const std::string& path, const std::string& model_dir, const Engine& engine,
                    bool use_types, bool truncate, int threads, ParsedInputs* parsed) {
   if (parsed->texts.empty()) return Status::Ok();
-  namespace fs = std::filesystem;
   const std::string where0 = path + ":" + std::to_string(parsed->texts[0].line);
-  if (!fs::exists(fs::path(model_dir) / "tokenizer.json") &&
-      !fs::exists(fs::path(model_dir) / "vocab.txt")) {
+  if (!engine.bundle().tokenizer) {
     return InvalidArgument(where0 +
                            ": text input needs a tokenizer (tokenizer.json or vocab.txt in " +
                            model_dir + "); pass token ids (\"input_ids\" or \"q\"/\"d\") instead");
   }
-  auto tok_or = Tokenizer::FromDirectory(model_dir);
-  if (!tok_or.ok()) return tok_or.status().WithContext("loading the tokenizer of " + model_dir);
-  const Tokenizer& tok = **tok_or;
+  const Tokenizer& tok = *engine.bundle().tokenizer;
   if (engine.head().yes_no) {
     for (const TextInput& t : parsed->texts) {
       if (t.pair) {
@@ -202,7 +198,7 @@ Status EncodeTexts(const std::string& path, const std::string& model_dir, const 
                                    (t.pair ? " (cuts the second text)" : ""));
             continue;
           }
-          SequenceInput& s = parsed->seqs[t.index];
+          TokenSequence& s = parsed->seqs[t.index];
           s.ids = std::move(enc->ids);
           if (use_types) s.type_ids = std::move(enc->type_ids);
         }
@@ -257,8 +253,7 @@ Status CheckDimensions(const Engine& engine, int dims) {
       head.pooling == PoolingKind::kStep) {
     return InvalidArgument("--dimensions applies to embedding models (one vector per input) only");
   }
-  ASSIGN_OR_RETURN(SluiceOverrides overrides, LoadSluiceOverrides(engine.info().dir));
-  const Matryoshka m = ResolveMatryoshka(engine.model().config(), overrides);
+  const Matryoshka m = ResolveMatryoshka(engine.model().config(), engine.bundle().overrides);
   if (std::string why = MatryoshkaDimensionsError(m, dims, head.output_dim); !why.empty()) {
     return InvalidArgument("--dimensions " + why);
   }
@@ -314,7 +309,7 @@ int RunOffline(const OfflineFlags& f, Task task) {
   const HeadSpec& head = engine.head();
   std::string line;
   for (size_t i = 0; i < out_or->size(); ++i) {
-    SequenceOutput& o = (*out_or)[i];
+    PooledOutput& o = (*out_or)[i];
     line = "{\"index\":" + std::to_string(i);
     if (task == Task::kEmbed) {
       if (o.rows != 1 || head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep) {

@@ -41,24 +41,13 @@ struct ServeFlags {
   std::string batch_coalescing = "on";
 };
 
-StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "vocab.txt")) {
-    SLUICE_LOG_INFO("no tokenizer.json in {}: token-id inputs only", dir);
-    return std::unique_ptr<Tokenizer>();
-  }
-  auto t = Tokenizer::FromDirectory(dir);
-  if (!t.ok()) return t.status().WithContext("tokenizer");
-  return std::move(t).value();
-}
-
 // One forward through the loop, so the first client does not pay for lazy set-up.
 Status WarmUp(EngineLoop& loop, const ModelContext& m) {
   auto promise = std::make_shared<std::promise<Status>>();
   auto r = std::make_shared<EngineRequest>();
   const int n = std::min(16, m.model_max_tokens);
-  r->inputs.push_back(SequenceInput{std::vector<int32_t>(n, 0), {}});
-  r->on_done = [promise](EngineRequest&, const Status& s) { promise->set_value(s); };
+  r->inputs.push_back(TokenSequence{std::vector<int32_t>(n, 0), {}});
+  r->sink.on_done = [promise](EngineRequest&, const Status& s) { promise->set_value(s); };
   RETURN_IF_ERROR(loop.Submit(r));
   return promise->get_future().get().WithContext("warm-up");
 }
@@ -79,9 +68,8 @@ int RunServe(const ServeFlags& f) {
   }
   auto engine_or = LoadEngine(f.model);
   if (!engine_or.ok()) return ReportError(engine_or.status());
-  auto tok_or = MaybeLoadTokenizer(f.model.model);
-  if (!tok_or.ok()) return ReportError(tok_or.status());
-  std::unique_ptr<Tokenizer> tokenizer = std::move(tok_or).value();
+  // The tokenizer comes with the model bundle (null: token-id inputs only).
+  const std::shared_ptr<const Tokenizer> tokenizer = (*engine_or)->bundle().tokenizer;
 
   io::ContextOptions co;
   co.served_name = f.served_name.empty()

@@ -1,5 +1,6 @@
-// The offline engine: loads a model directory (config, weights, model, pooling/head)
-// on a backend and runs token-id sequences in packed batches under a token budget.
+// The pooling engine: a ModelRunner (engine/model_runner.h) and the Pooler output stage
+// (engine/pooler.h) over a model bundle; runs token-id sequences in packed batches under a
+// token budget for embedding, classification and scoring.
 //
 // Execution is pipelined: Submit packs a batch's inputs into pinned staging memory, queues
 // their upload, the forward, the pooling and the head's device part, and the copy of the
@@ -18,9 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph_buckets.h"
+#include "engine/admission.h"
+#include "engine/model_runner.h"
+#include "engine/pooler.h"
 #include "engine/prefix_groups.h"
-#include "pooling/head.h"
 
 namespace sluice {
 
@@ -32,24 +34,12 @@ namespace sluice {
 // CUDA, off for CPU.
 enum class PrefixReuse { kAuto, kOn, kOff };
 
-// CUDA graphs: the forward of a batch of at most cuda_graph_max_tokens tokens replays a
-// graph recorded at load time for its token-count bucket, which removes most of the kernel
-// launch overhead that bounds small batches (attention still launches per layer, with the
-// batch's own sequence structure). auto = on for CUDA (off under --profile), off for CPU;
-// on is an error where graphs cannot be used.
-enum class CudaGraphs { kAuto, kOn, kOff };
-// Largest bucket by default: up to 2048 tokens graph replay beat eager launches on an H200
-// for the Qwen3-0.6B-shaped reranker (1.2x at 16-256 tokens, 1.02-1.07x at 1536-2048);
-// above, padding to the bucket cost as much as the launches saved (0.91-1.03x).
-// docs/benchmarks.md, "Execution".
-constexpr int64_t kDefaultCudaGraphMaxTokens = 2048;
-
 // Default batch limits per device (EngineOptions 0 = these).
 constexpr int64_t kCpuMaxBatchTokens = 8192, kCudaMaxBatchTokens = 65536;
 constexpr int kCpuMaxNumSeqs = 256, kCudaMaxNumSeqs = 1024;
 
 struct EngineOptions {
-  std::string model_dir;
+  std::string model_dir;       // Engine::Load(options) reads the bundle from here
   std::optional<DType> dtype;  // nullopt = "auto": the checkpoint's dtype
   std::optional<Task> task;    // nullopt = inferred from the architecture
   BackendOptions backend;
@@ -71,11 +61,6 @@ struct PrefixReuseStats {
   int64_t batches = 0;       // batches that ran with at least one shared-prefix group
   int64_t groups = 0;        // groups of sequences that shared a prefix computed once
   int64_t tokens_saved = 0;  // prefix tokens not recomputed: per group (members - 1) x prefix
-};
-
-struct SequenceInput {
-  std::vector<int32_t> ids;
-  std::vector<int32_t> type_ids;  // empty = all zero
 };
 
 struct ModelInfo {
@@ -101,27 +86,34 @@ using ProgressFn = std::function<void(size_t, size_t, int64_t)>;
 class Engine {
  public:
   static StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
+  static StatusOr<std::unique_ptr<Engine>> Load(std::shared_ptr<const ModelBundle> bundle,
+                                                const EngineOptions& options);
   ~Engine();
 
   const ModelInfo& info() const { return info_; }
   const EngineOptions& options() const { return options_; }
-  const HeadSpec& head() const { return head_; }
+  const ModelBundle& bundle() const { return runner_->bundle(); }
+  const HeadSpec& head() const { return pooler_->head(); }
   bool prefix_reuse() const { return prefix_reuse_; }
   const PrefixReuseStats& prefix_reuse_stats() const { return prefix_stats_; }
-  const Model& model() const { return *model_; }
+  const Model& model() const { return runner_->model(); }
+  // What admission checks of every input (engine/admission.h).
+  const SequenceLimits& limits() const { return limits_; }
   // Per-op time breakdown since load (markdown table); empty unless options.profile.
   std::string ProfileReport() const;
   void ResetProfile();
 
-  // Runs all inputs, batching by max_batch_tokens / max_num_seqs in input order.
-  // Outputs are in input order. A sequence never depends on its batch neighbours.
-  StatusOr<std::vector<SequenceOutput>> Run(const std::vector<SequenceInput>& inputs,
-                                            const ProgressFn& progress = nullptr);
-  // Runs exactly one packed forward over `inputs` (they must fit the budget).
-  Status RunBatch(const std::vector<const SequenceInput*>& inputs, SequenceOutput* outputs);
+  // Validates every input (admission), then runs them all, batching by max_batch_tokens /
+  // max_num_seqs in input order. Outputs are in input order. A sequence never depends on
+  // its batch neighbours.
+  StatusOr<std::vector<PooledOutput>> Run(const std::vector<TokenSequence>& inputs,
+                                          const ProgressFn& progress = nullptr);
+  // Runs exactly one packed forward over `inputs` (they must fit the budget). RunBatch,
+  // RunPacked and Submit take admitted sequences (ValidateSequences with limits()).
+  Status RunBatch(const std::vector<const TokenSequence*>& inputs, PooledOutput* outputs);
   // Runs one packed forward over a batch the caller already packed and waits for it (and
   // for any batch submitted before it). outputs: one per sequence of `batch`.
-  Status RunPacked(const ForwardBatch& batch, SequenceOutput* outputs);
+  Status RunPacked(const ForwardBatch& batch, PooledOutput* outputs);
 
   // Pipelined execution. Submit queues one packed forward (shared-prefix detection, input
   // upload, forward, pooling, head's device part, results copy) and returns without waiting
@@ -129,8 +121,8 @@ class Engine {
   // valid until the batch's Complete. Complete waits for the oldest submitted batch and
   // writes its outputs. At most kMaxInFlight batches are submitted and not completed
   // (Submit beyond that: FailedPrecondition). A failed Submit (validation) queues nothing.
-  static constexpr int kMaxInFlight = 2;
-  Status Submit(const ForwardBatch& batch, SequenceOutput* outputs);
+  static constexpr int kMaxInFlight = OutputStage::kMaxSlots;
+  Status Submit(const ForwardBatch& batch, PooledOutput* outputs);
   Status Complete();
   int in_flight() const { return in_flight_; }
   // True when Submit returns before the forward has run (CUDA), so a second batch can be
@@ -141,63 +133,37 @@ class Engine {
 
   // CUDA graphs: the recorded token-count buckets (ascending; empty when off) and the
   // number of batches that replayed one since load.
-  std::vector<int64_t> graph_buckets() const;
-  int64_t graph_batches() const { return graph_batches_; }
+  std::vector<int64_t> graph_buckets() const { return runner_->graph_buckets(); }
+  int64_t graph_batches() const { return runner_->graph_batches(); }
 
  private:
-  // One batch between Submit and Complete: pinned staging for its inputs and results, the
-  // fence after its results copy, and what Complete needs to finish it.
+  // One batch between Submit and Complete: pinned staging for its inputs, the fence after
+  // its results copy, and what Complete needs to finish it (the pooler holds the results).
   struct Slot {
-    HostBuffer inputs;   // int32, InputLayout
-    HostBuffer results;  // f32 rows copied back
+    HostBuffer inputs;  // int32, InputLayout
     std::unique_ptr<Fence> done;
     ForwardBatch prefix_batch;  // the batch as run, when it has shared-prefix groups
     // With groups: the result row of each input sequence (prefix sequences have none).
     std::vector<int> packed_index;
-    std::vector<float> gathered;  // those rows, in input order
-    SequenceOutput* outputs = nullptr;
-    int rows = 0;         // result rows (pooled rows, or tokens for ALL/STEP)
-    int width = 0;        // values per result row
-    int first_layer = 0;  // head layers already applied on the device
-    std::vector<int32_t> cu_seqlens, token_ids;  // ALL/STEP pooling: the batch's layout
-  };
-  // A recorded forward of one token-count bucket.
-  struct GraphBucket {
-    int64_t tokens = 0;
-    std::unique_ptr<Recording> recording;
-    Tensor hidden;  // [tokens, hidden] final hidden states, in the graph workspace
+    PooledOutput* outputs = nullptr;
   };
 
   Engine() = default;
   // CUDA: runs one forward over a full token budget at load time (workspaces, GEMM plans).
   Status WarmUp();
-  // CUDA graphs: records the forward of every bucket (options_.cuda_graphs).
-  Status CaptureGraphs();
-  Status SubmitImpl(const ForwardBatch& batch, SequenceOutput* outputs, bool detect_prefix);
-  // Queues the device work of `batch` (as run: prefix already split off) into `slot`.
-  Status Enqueue(const ForwardBatch& batch, Slot& slot);
-  const GraphBucket* FindGraph(int64_t tokens) const;
+  Status SubmitImpl(const ForwardBatch& batch, PooledOutput* outputs, bool detect_prefix);
 
   EngineOptions options_;
   ModelInfo info_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<WeightStore> weights_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Workspace> workspace_;
-  HeadSpec head_;
+  SequenceLimits limits_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Pooler> pooler_;
   ForwardBatch batch_;
   std::vector<PrefixGroup> groups_;
   Slot slots_[kMaxInFlight];
-  int oldest_ = 0;                              // slot of the oldest batch in flight
-  int in_flight_ = 0;                           // batches submitted and not completed
-  std::vector<GraphBucket> graphs_;             // ascending tokens
-  std::unique_ptr<Workspace> graph_workspace_;  // never grows after capture
-  Tensor graph_inputs_;                         // int32, the largest bucket's InputLayout
-  int64_t graph_batches_ = 0;
+  int oldest_ = 0;     // slot of the oldest batch in flight
+  int in_flight_ = 0;  // batches submitted and not completed
   bool prefix_reuse_ = false;
-  // The head's first dense layer (e.g. BERT's pooler) as a device GEMM over the pooled
-  // rows; its activation and the rest of the head run on the host.
-  std::unique_ptr<LinearWeight> head_dense_;
   PrefixReuseStats prefix_stats_;
 };
 

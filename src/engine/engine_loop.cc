@@ -20,46 +20,17 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options
 
 EngineLoop::~EngineLoop() { Shutdown(); }
 
-Status EngineLoop::Validate(const std::vector<SequenceInput>& inputs) const {
-  const ModelConfig& c = engine_->model().config();
-  const int max_len = engine_->info().max_sequence_length;
-  const int types = std::max(1, c.type_vocab_size);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& s = inputs[i];
-    const std::string where = "input " + std::to_string(i);
-    if (s.ids.empty()) return InvalidArgument(where + " has no tokens");
-    if (max_len > 0 && s.ids.size() > static_cast<size_t>(max_len)) {
-      return OutOfRange(where + " has " + std::to_string(s.ids.size()) +
-                        " tokens, over the model's limit of " + std::to_string(max_len));
-    }
-    for (int32_t id : s.ids) {
-      if (id < 0 || id >= c.vocab_size) {
-        return InvalidArgument(where + ": token id " + std::to_string(id) +
-                               " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-      }
-    }
-    if (!s.type_ids.empty()) {
-      if (s.type_ids.size() != s.ids.size()) {
-        return InvalidArgument(where + ": token_type_ids length differs from input_ids");
-      }
-      for (int32_t t : s.type_ids) {
-        if (t < 0 || t >= types) {
-          return InvalidArgument(where + ": token type id " + std::to_string(t) + " outside [0, " +
-                                 std::to_string(types) + ")");
-        }
-      }
-    }
-  }
-  return Status::Ok();
+Status EngineLoop::Validate(const std::vector<TokenSequence>& inputs) const {
+  return ValidateSequences(engine_->limits(), inputs);
 }
 
 Status EngineLoop::Submit(std::shared_ptr<EngineRequest> request) {
   RETURN_IF_ERROR(Validate(request->inputs));
-  request->outputs.assign(request->inputs.size(), SequenceOutput{});
+  request->outputs.assign(request->inputs.size(), PooledOutput{});
   request->enqueued = SteadyClock::now();
   if (request->inputs.empty()) {
     request->started = request->finished = request->enqueued;
-    if (request->on_done) request->on_done(*request, Status::Ok());
+    if (request->sink.on_done) request->sink.on_done(*request, Status::Ok());
     return Status::Ok();
   }
   {
@@ -117,7 +88,7 @@ void EngineLoop::Finish(const std::vector<std::shared_ptr<EngineRequest>>& done)
   for (const auto& r : done) {
     r->finished = now;
     if (r->started == SteadyClock::time_point{}) r->started = now;
-    if (r->on_done) r->on_done(*r, r->failed ? r->failure : Status::Ok());
+    if (r->sink.on_done) r->sink.on_done(*r, r->failed ? r->failure : Status::Ok());
   }
 }
 
@@ -164,7 +135,7 @@ void EngineLoop::SchedulerThread() {
     // Host-side preparation, outside the lock: overlaps the forwards in flight.
     p.batch.Clear();
     for (const BatchItem& it : p.items) {
-      const SequenceInput& in = it.request->inputs[it.seq];
+      const TokenSequence& in = it.request->inputs[it.seq];
       p.batch.Add(in.ids, use_types_ ? in.type_ids : std::vector<int32_t>{});
     }
     p.outputs.resize(p.items.size());

@@ -12,7 +12,7 @@
 // one is formed shortly before they are expected to finish, so requests arriving in the
 // meantime join it.
 //
-// Threads: Submit/Cancel/queue_depth are safe from any thread. on_done callbacks run on
+// Threads: Submit/Cancel/queue_depth are safe from any thread. Sink callbacks run on
 // the loop's threads (engine thread for completed work, scheduler thread for dropped
 // work), never under the loop's lock. engine() is const after construction and safe to
 // read concurrently (info, head, model config); only the loop's thread runs forwards.
@@ -68,16 +68,16 @@ class EngineLoop {
   const Engine& engine() const { return *engine_; }
   const EngineLoopOptions& options() const { return options_; }
 
-  // Checks every sequence against the model (non-empty, length, token and type ids);
-  // the error names the input index. Safe from any thread; Submit calls it too.
-  Status Validate(const std::vector<SequenceInput>& inputs) const;
+  // Admission: checks every sequence against the model (ValidateSequences with the
+  // engine's limits); the error names the input index. Safe from any thread; Submit calls it.
+  Status Validate(const std::vector<TokenSequence>& inputs) const;
 
-  // Queues a request. Errors (on_done is then NOT called): InvalidArgument/OutOfRange from
+  // Queues a request. Errors (the sink is then NOT called): InvalidArgument/OutOfRange from
   // Validate, ResourceExhausted when max_queue_depth requests are already in the loop,
   // Unavailable after Shutdown. A request with no inputs completes at once.
   Status Submit(std::shared_ptr<EngineRequest> request);
 
-  // Marks a request cancelled: sequences not yet scheduled are dropped; on_done is called
+  // Marks a request cancelled: sequences not yet scheduled are dropped; sink.on_done is called
   // with an Unavailable status once nothing of it is in flight.
   void Cancel(EngineRequest& request);
 
@@ -100,7 +100,7 @@ class EngineLoop {
   struct Prepared {
     std::vector<BatchItem> items;
     ForwardBatch batch;
-    std::vector<SequenceOutput> outputs;
+    std::vector<PooledOutput> outputs;
     BufferState state = BufferState::kFree;
     SteadyClock::time_point submitted{};
     int64_t saved = 0;          // prefix tokens this batch did not recompute (stats)

@@ -51,7 +51,7 @@ class Scheduler {
 
   // Fills `batch` (cleared first) with the next batch. Requests dropped because they were
   // cancelled or expired, and that have nothing left in flight, are appended to
-  // `finished` with `failure` set; their on_done is the caller's to call.
+  // `finished` with `failure` set; their sink.on_done is the caller's to call.
   void NextBatch(SteadyClock::time_point now, std::vector<BatchItem>* batch,
                  std::vector<std::shared_ptr<EngineRequest>>* finished);
 

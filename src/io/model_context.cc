@@ -40,7 +40,7 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   m.output_dim = head.output_dim;
   m.normalized = head.normalize;
   m.token_level = head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep;
-  ASSIGN_OR_RETURN(SluiceOverrides overrides, LoadSluiceOverrides(info.dir));
+  const SluiceOverrides& overrides = engine.bundle().overrides;
   const Matryoshka mat = ResolveMatryoshka(engine.model().config(), overrides);
   m.matryoshka = mat.enabled && info.task == Task::kEmbed && !m.token_level;
   if (m.matryoshka) m.matryoshka_dimensions = mat.dimensions;

@@ -5,6 +5,7 @@
 
 #include "models/layers.h"
 #include "models/model.h"
+#include "models/registry.h"
 
 namespace sluice {
 
@@ -160,14 +161,41 @@ class BertModel final : public Model {
   std::vector<BertLayer> layers_;
 };
 
-}  // namespace
-
+template <bool kRoberta>
 StatusOr<std::unique_ptr<Model>> CreateBertModel(const ModelConfig& config,
                                                  const WeightStore& weights, Backend* backend,
-                                                 const ModelLoadOptions& options, bool roberta) {
-  auto m = std::make_unique<BertModel>(config, backend, options.dtype, roberta);
+                                                 const ModelLoadOptions& options) {
+  auto m = std::make_unique<BertModel>(config, backend, options.dtype, kRoberta);
   RETURN_IF_ERROR(m->Load(weights, options.prefix));
   return std::unique_ptr<Model>(std::move(m));
 }
+
+ArchitectureInfo Encoder(std::string name, std::string family, std::string prefix, HeadKind head,
+                         Task task, ModelFactory factory) {
+  ArchitectureInfo a;
+  a.name = std::move(name);
+  a.family = std::move(family);
+  a.prefixes = {std::move(prefix), "", "bert.", "roberta.", "model."};
+  a.probe = "embeddings.word_embeddings.weight";
+  a.pooling = DefaultPooling::kFirst;
+  a.head = head;
+  a.default_task = task;
+  a.factory = factory;
+  return a;
+}
+
+SLUICE_REGISTER_ARCHITECTURES({
+    Encoder("BertModel", "bert", "", HeadKind::kNone, Task::kEmbed, CreateBertModel<false>),
+    Encoder("BertForSequenceClassification", "bert", "bert.", HeadKind::kBertPoolerClassifier,
+            Task::kClassify, CreateBertModel<false>),
+    Encoder("RobertaModel", "roberta", "", HeadKind::kNone, Task::kEmbed, CreateBertModel<true>),
+    Encoder("RobertaForSequenceClassification", "roberta", "roberta.", HeadKind::kRobertaClassifier,
+            Task::kClassify, CreateBertModel<true>),
+    Encoder("XLMRobertaModel", "roberta", "", HeadKind::kNone, Task::kEmbed, CreateBertModel<true>),
+    Encoder("XLMRobertaForSequenceClassification", "roberta", "roberta.",
+            HeadKind::kRobertaClassifier, Task::kClassify, CreateBertModel<true>),
+});
+
+}  // namespace
 
 }  // namespace sluice

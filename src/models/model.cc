@@ -131,8 +131,8 @@ DeviceBatch Model::BindInputs(const ForwardBatch& batch, const InputLayout& layo
   return d;
 }
 
-Status Model::Validate(const ForwardBatch& batch) const {
-  if (batch.num_seqs() == 0) return InvalidArgument("empty batch");
+Status Model::CheckBatch(const ForwardBatch& batch) const {
+  if (batch.num_seqs() == 0) return Internal("empty batch");
   const int S = batch.num_seqs();
   if (!batch.prefix_of.empty()) {
     if (!SupportsPrefixReuse()) return Internal("this model does not support prefix reuse");
@@ -147,112 +147,7 @@ Status Model::Validate(const ForwardBatch& batch) const {
       }
     }
   }
-  for (int s = 0; s < S; ++s) {
-    const int len = batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + batch.PrefixLength(s);
-    if (len <= 0) return InvalidArgument("sequence " + std::to_string(s) + " is empty");
-    if (max_sequence_length() > 0 && len > max_sequence_length()) {
-      return OutOfRange("sequence of " + std::to_string(len) + " tokens exceeds the model's " +
-                        "limit of " + std::to_string(max_sequence_length()) + " tokens");
-    }
-  }
-  for (int32_t id : batch.token_ids) {
-    if (id < 0 || id >= config_.vocab_size) {
-      return InvalidArgument("token id " + std::to_string(id) + " outside the vocabulary [0, " +
-                             std::to_string(config_.vocab_size) + ")");
-    }
-  }
-  for (int32_t t : batch.token_type_ids) {
-    if (t < 0 || t >= std::max(1, config_.type_vocab_size)) {
-      return InvalidArgument("token type id " + std::to_string(t) + " outside [0, " +
-                             std::to_string(std::max(1, config_.type_vocab_size)) + ")");
-    }
-  }
   return Status::Ok();
-}
-
-const char* TaskName(Task t) {
-  switch (t) {
-    case Task::kEmbed:
-      return "embed";
-    case Task::kClassify:
-      return "classify";
-    case Task::kScore:
-      return "score";
-    case Task::kTokenClassify:
-      return "token-classify";
-  }
-  return "?";
-}
-
-bool ParseTask(std::string_view s, Task* out) {
-  if (s == "embed" || s == "embedding")
-    *out = Task::kEmbed;
-  else if (s == "classify" || s == "classification")
-    *out = Task::kClassify;
-  else if (s == "score" || s == "rerank")
-    *out = Task::kScore;
-  else if (s == "token-classify")
-    *out = Task::kTokenClassify;
-  else
-    return false;
-  return true;
-}
-
-namespace {
-
-const std::vector<ArchitectureInfo>& Registry() {
-  static const std::vector<ArchitectureInfo> kArchs = {
-      {"BertModel", "bert", "", "none", Task::kEmbed},
-      {"BertForSequenceClassification", "bert", "bert.", "bert_pooler_classifier", Task::kClassify},
-      {"RobertaModel", "roberta", "", "none", Task::kEmbed},
-      {"RobertaForSequenceClassification", "roberta", "roberta.", "roberta_classifier",
-       Task::kClassify},
-      {"XLMRobertaModel", "roberta", "", "none", Task::kEmbed},
-      {"XLMRobertaForSequenceClassification", "roberta", "roberta.", "roberta_classifier",
-       Task::kClassify},
-      {"Qwen3Model", "qwen3", "", "none", Task::kEmbed},
-      {"Qwen3ForSequenceClassification", "qwen3", "model.", "score_last", Task::kClassify},
-      {"Qwen3ForCausalLM", "qwen3", "model.", "lm_yes_no", Task::kScore},
-  };
-  return kArchs;
-}
-
-}  // namespace
-
-std::vector<std::string> SupportedArchitectures() {
-  std::vector<std::string> out;
-  for (const auto& a : Registry()) out.push_back(a.name);
-  return out;
-}
-
-StatusOr<ArchitectureInfo> LookupArchitecture(const ModelConfig& config) {
-  for (const auto& a : Registry()) {
-    if (a.name == config.architecture) return a;
-  }
-  std::string list;
-  for (const auto& n : SupportedArchitectures()) list += (list.empty() ? "" : ", ") + n;
-  if (config.architecture.empty()) {
-    return Unsupported(config.dir +
-                       "/config.json has no \"architectures\" entry; supported: " + list);
-  }
-  return Unsupported("architecture " + config.architecture +
-                     " is not supported (supported: " + list + ")");
-}
-
-StatusOr<std::unique_ptr<Model>> CreateBertModel(const ModelConfig& config,
-                                                 const WeightStore& weights, Backend* backend,
-                                                 const ModelLoadOptions& options, bool roberta);
-StatusOr<std::unique_ptr<Model>> CreateQwen3Model(const ModelConfig& config,
-                                                  const WeightStore& weights, Backend* backend,
-                                                  const ModelLoadOptions& options);
-
-StatusOr<std::unique_ptr<Model>> CreateModel(const ArchitectureInfo& arch,
-                                             const ModelConfig& config, const WeightStore& weights,
-                                             Backend* backend, const ModelLoadOptions& options) {
-  if (arch.family == "bert") return CreateBertModel(config, weights, backend, options, false);
-  if (arch.family == "roberta") return CreateBertModel(config, weights, backend, options, true);
-  if (arch.family == "qwen3") return CreateQwen3Model(config, weights, backend, options);
-  return Internal("no model factory for family " + arch.family);
 }
 
 }  // namespace sluice

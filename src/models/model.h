@@ -1,4 +1,4 @@
-// Model interface and the architecture registry.
+// Model interface (the architecture registry is models/registry.h).
 //
 // A Model runs the transformer stack of one architecture family on packed batches
 // (no padding) and returns hidden states; pooling and heads (src/pooling) turn those
@@ -128,8 +128,10 @@ class Model {
   DeviceBatch BindInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
                          const Tensor& device, bool bind_prefix_of = false) const;
 
-  // Validates token ids and lengths against the model (vocab, positions, type vocab).
-  Status Validate(const ForwardBatch& batch) const;
+  // Checks a packed batch's structure (non-empty, shared-prefix links). Token ids and
+  // lengths are not checked here: sequences are validated once, at admission
+  // (engine/admission.h), before they are packed.
+  Status CheckBatch(const ForwardBatch& batch) const;
 
  protected:
   Model(ModelConfig config, Backend* backend, DType dtype)
@@ -140,36 +142,5 @@ class Model {
   Backend* backend_;
   DType dtype_;
 };
-
-enum class Task { kEmbed, kClassify, kScore, kTokenClassify };
-const char* TaskName(Task t);
-bool ParseTask(std::string_view s, Task* out);
-
-// What an `architectures[0]` value means to sluice.
-struct ArchitectureInfo {
-  std::string name;    // e.g. "BertForSequenceClassification"
-  std::string family;  // "bert" | "qwen3"
-  std::string prefix;  // weight-name prefix of the base model ("bert.", "model.", ...)
-  std::string head;    // "none" | "bert_pooler_classifier" | "roberta_classifier" |
-                       // "score_last" | "lm_yes_no"
-  Task default_task = Task::kEmbed;
-};
-
-// Looks up an architecture; unknown names are refused with the list of supported ones.
-StatusOr<ArchitectureInfo> LookupArchitecture(const ModelConfig& config);
-std::vector<std::string> SupportedArchitectures();
-
-struct ModelLoadOptions {
-  DType dtype = DType::kF32;  // compute dtype of linear weights
-  std::string prefix;         // weight-name prefix of the base model
-  // Pre-norm decoders (Qwen3): keep the residual stream in the backend's activation dtype
-  // (bf16/f16 on CUDA, as transformers and vLLM do) instead of f32. f32 is the default:
-  // more accurate, a few percent slower on CUDA.
-  bool activation_residual = false;
-};
-
-StatusOr<std::unique_ptr<Model>> CreateModel(const ArchitectureInfo& arch,
-                                             const ModelConfig& config, const WeightStore& weights,
-                                             Backend* backend, const ModelLoadOptions& options);
 
 }  // namespace sluice

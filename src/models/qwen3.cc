@@ -6,6 +6,7 @@
 
 #include "models/layers.h"
 #include "models/model.h"
+#include "models/registry.h"
 
 namespace sluice {
 
@@ -184,8 +185,6 @@ class Qwen3Model final : public Model {
   std::vector<Qwen3Layer> layers_;
 };
 
-}  // namespace
-
 StatusOr<std::unique_ptr<Model>> CreateQwen3Model(const ModelConfig& config,
                                                   const WeightStore& weights, Backend* backend,
                                                   const ModelLoadOptions& options) {
@@ -194,5 +193,27 @@ StatusOr<std::unique_ptr<Model>> CreateQwen3Model(const ModelConfig& config,
   RETURN_IF_ERROR(m->Load(weights, options.prefix));
   return std::unique_ptr<Model>(std::move(m));
 }
+
+ArchitectureInfo Decoder(std::string name, HeadKind head, Task task) {
+  ArchitectureInfo a;
+  a.name = std::move(name);
+  a.family = "qwen3";
+  a.prefixes = {"model.", ""};
+  a.probe = "embed_tokens.weight";
+  a.causal = true;
+  a.pooling = DefaultPooling::kLast;
+  a.head = head;
+  a.default_task = task;
+  a.factory = CreateQwen3Model;
+  return a;
+}
+
+SLUICE_REGISTER_ARCHITECTURES({
+    Decoder("Qwen3Model", HeadKind::kNone, Task::kEmbed),
+    Decoder("Qwen3ForSequenceClassification", HeadKind::kScoreLast, Task::kClassify),
+    Decoder("Qwen3ForCausalLM", HeadKind::kLanguageModel, Task::kScore),
+});
+
+}  // namespace
 
 }  // namespace sluice

@@ -140,7 +140,7 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
   const WeightStore& w = *in.weights;
   HeadSpec h;
   h.task = arch.default_task;
-  if (arch.head != "none" && c.num_labels == 1) h.task = Task::kScore;
+  if (arch.head != HeadKind::kNone && c.num_labels == 1) h.task = Task::kScore;
   if (ov.task) {
     Task t;
     if (!ParseTask(*ov.task, &t)) return InvalidArgument("sluice.json: unknown task " + *ov.task);
@@ -148,16 +148,17 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
   }
   if (in.task) h.task = *in.task;
   const int H = c.hidden_size;
-  const bool decoder = arch.family == "qwen3";
+  const PoolingKind first_or_last =
+      arch.pooling == DefaultPooling::kLast ? PoolingKind::kLast : PoolingKind::kCls;
   std::string desc;
 
-  if (arch.head == "none") {
+  if (arch.head == HeadKind::kNone) {
     if (h.task != Task::kEmbed && h.task != Task::kTokenClassify) {
       return FailedPrecondition(arch.name +
                                 " has no classification head; it can only embed "
                                 "(use --task embed)");
     }
-    h.pooling = decoder ? PoolingKind::kLast : PoolingKind::kCls;
+    h.pooling = first_or_last;
     if (in.st && in.st->pooling) {
       const StPooling& p = *in.st->pooling;
       int modes = p.cls + p.mean + p.max + p.last_token + p.mean_sqrt_len + p.weighted_mean;
@@ -193,27 +194,27 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
   } else {
     if (h.task == Task::kEmbed) {
       // Embedding from a classifier checkpoint: pooled hidden state, no head.
-      h.pooling = decoder ? PoolingKind::kLast : PoolingKind::kCls;
+      h.pooling = first_or_last;
       h.output_dim = H;
-    } else if (arch.head == "bert_pooler_classifier") {
+    } else if (arch.head == HeadKind::kBertPoolerClassifier) {
       h.pooling = PoolingKind::kCls;
       ASSIGN_OR_RETURN(auto pooler,
-                       LoadHostLinear(w, arch.prefix + "pooler.dense", H, H, true, "tanh"));
+                       LoadHostLinear(w, in.weight_prefix + "pooler.dense", H, H, true, "tanh"));
       h.layers.push_back(std::move(pooler));
       ASSIGN_OR_RETURN(auto cls, LoadHostLinear(w, "classifier", c.num_labels, H, true, "none"));
       h.layers.push_back(std::move(cls));
-    } else if (arch.head == "roberta_classifier") {
+    } else if (arch.head == HeadKind::kRobertaClassifier) {
       h.pooling = PoolingKind::kCls;
       ASSIGN_OR_RETURN(auto dense, LoadHostLinear(w, "classifier.dense", H, H, true, "tanh"));
       h.layers.push_back(std::move(dense));
       ASSIGN_OR_RETURN(auto out,
                        LoadHostLinear(w, "classifier.out_proj", c.num_labels, H, true, "none"));
       h.layers.push_back(std::move(out));
-    } else if (arch.head == "score_last") {
+    } else if (arch.head == HeadKind::kScoreLast) {
       h.pooling = PoolingKind::kLast;
       ASSIGN_OR_RETURN(auto score, LoadHostLinear(w, "score", c.num_labels, H, false, "none"));
       h.layers.push_back(std::move(score));
-    } else if (arch.head == "lm_yes_no") {
+    } else if (arch.head == HeadKind::kLanguageModel) {
       h.pooling = PoolingKind::kLast;
       h.yes_no = true;
       if (ov.yes_token_id) h.yes_token_id = *ov.yes_token_id;
@@ -230,7 +231,7 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
         if (id >= c.vocab_size) return InvalidArgument("yes/no token id outside the vocabulary");
       }
       const std::string lm =
-          w.Has("lm_head.weight") ? "lm_head.weight" : arch.prefix + "embed_tokens.weight";
+          w.Has("lm_head.weight") ? "lm_head.weight" : in.weight_prefix + "embed_tokens.weight";
       ASSIGN_OR_RETURN(HostTensor table, w.Get(lm, {c.vocab_size, H}));
       HostLinear rows;
       rows.name = lm + "[yes,no]";
@@ -243,7 +244,7 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       }
       h.layers.push_back(std::move(rows));
     } else {
-      return Internal("unknown head kind " + arch.head);
+      return Internal("unknown head kind of " + arch.name);
     }
     if (h.task != Task::kEmbed) {
       h.output_dim = h.yes_no ? 1 : c.num_labels;
@@ -364,7 +365,7 @@ void HostLinearApply(const HostLinear& l, const float* x, float* y) {
 
 }  // namespace
 
-void HeadRunner::Apply(const float* pooled, int n, int hidden, SequenceOutput* outs) const {
+void HeadRunner::Apply(const float* pooled, int n, int hidden, PooledOutput* outs) const {
   std::vector<float> a, b;
   for (int r = 0; r < n; ++r) {
     a.assign(pooled + static_cast<size_t>(r) * hidden,
@@ -379,7 +380,7 @@ void HeadRunner::Apply(const float* pooled, int n, int hidden, SequenceOutput* o
       HostLinearApply(l, a.data(), b.data());
       a.swap(b);
     }
-    SequenceOutput& o = outs[r];
+    PooledOutput& o = outs[r];
     o.rows = 1;
     if (spec_.task == Task::kEmbed) {
       if (spec_.normalize) L2Normalize(a.data(), static_cast<int>(a.size()));
@@ -404,7 +405,7 @@ void HeadRunner::Apply(const float* pooled, int n, int hidden, SequenceOutput* o
   }
 }
 
-void HeadRunner::ApplyTokens(const float* rows, int n, int hidden, SequenceOutput* out) const {
+void HeadRunner::ApplyTokens(const float* rows, int n, int hidden, PooledOutput* out) const {
   out->rows = n;
   out->values.assign(rows, rows + static_cast<size_t>(n) * hidden);
   if (spec_.normalize) {

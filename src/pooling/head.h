@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "models/model.h"
+#include "models/registry.h"
+#include "sluice/sequence.h"
 
 namespace sluice {
 
@@ -54,20 +56,11 @@ struct HeadResolveInput {
   const SentenceTransformersConfig* st = nullptr;
   const SluiceOverrides* overrides = nullptr;
   const WeightStore* weights = nullptr;
-  std::string weight_prefix_root;  // "" (heads live at the top level of the checkpoint)
-  std::optional<Task> task;        // forced task (--task)
+  std::string weight_prefix;  // the base model's weight-name prefix (ResolveWeightPrefix)
+  std::optional<Task> task;   // forced task (--task)
 };
 
 StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in);
-
-// Output of one sequence.
-struct SequenceOutput {
-  std::vector<float> values;  // embed: vector; classify/score: activated scores;
-                              // token level (ALL/STEP): rows x dim, row-major
-  std::vector<float> raw;     // classify/score: logits after calibration, before activation
-  int rows = 1;
-  std::vector<int32_t> token_indices;  // STEP: positions of the rows in the sequence
-};
 
 // Applies the host part of a head to pooled rows.
 class HeadRunner {
@@ -77,10 +70,10 @@ class HeadRunner {
   // activation (its matrix product ran on the device); the runner applies that activation
   // and the layers from first_layer on.
   HeadRunner(const HeadSpec& spec, int first_layer) : spec_(spec), first_layer_(first_layer) {}
-  // pooled: [n, hidden] row-major. Writes one SequenceOutput per row.
-  void Apply(const float* pooled, int n, int hidden, SequenceOutput* outs) const;
+  // pooled: [n, hidden] row-major. Writes one PooledOutput per row.
+  void Apply(const float* pooled, int n, int hidden, PooledOutput* outs) const;
   // Token-level rows of one sequence (ALL/STEP): keeps per-row vectors, normalised if asked.
-  void ApplyTokens(const float* rows, int n, int hidden, SequenceOutput* out) const;
+  void ApplyTokens(const float* rows, int n, int hidden, PooledOutput* out) const;
 
  private:
   const HeadSpec& spec_;

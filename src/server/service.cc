@@ -168,16 +168,15 @@ void Service::RunProcessor(std::shared_ptr<Call> call) {
   metrics_.RecordStage(Stage::kParse, Seconds(t0, t1));
   metrics_.RecordStage(Stage::kTokenize, Seconds(t1, SteadyClock::now()));
   auto er = std::make_shared<EngineRequest>();
-  er->inputs.reserve(seqs.size());
-  for (auto& t : seqs) er->inputs.push_back(SequenceInput{std::move(t.ids), std::move(t.type_ids)});
+  er->inputs = std::move(seqs);
   if (options_.request_timeout_s > 0) {
     er->deadline =
         SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                  std::chrono::duration<double>(options_.request_timeout_s));
   }
-  // call -> er -> on_done -> call is a cycle until Finish (or a failed Submit) drops er.
+  // call -> er -> sink -> call is a cycle until Finish (or a failed Submit) drops er.
   call->er = er;
-  er->on_done = [this, call](EngineRequest&, const Status& st) {
+  er->sink.on_done = [this, call](EngineRequest&, const Status& st) {
     // Post-processing runs on the worker pool, not on the engine's threads.
     pool_->Post([this, call, st] { Finish(call, st); });
   };
@@ -203,14 +202,7 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
     metrics_.RecordStage(Stage::kCompute, Seconds(er->started, er->finished));
   }
   metrics_.AddTokens(call->state->prompt_tokens);
-  std::vector<PooledOutput> outs(er->outputs.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
-    SequenceOutput& o = er->outputs[i];
-    outs[i].values = std::move(o.values);
-    outs[i].raw = std::move(o.raw);
-    outs[i].rows = o.rows;
-    outs[i].token_indices = std::move(o.token_indices);
-  }
+  std::vector<PooledOutput> outs = std::move(er->outputs);
   er.reset();
   auto resp = call->proc->PostProcess(*model_, *call->state, outs);
   if (!resp.ok()) return Respond(call, StatusResponse(resp.status()));

@@ -68,6 +68,25 @@ class Fields {
     *out = v;
     return Status::Ok();
   }
+  // An integer or a list of integers (token ids), each >= 0.
+  Status IntOrInts(const char* key, std::vector<int>* out) const {
+    element e;
+    if (!Get(key, &e)) return Status::Ok();
+    out->clear();
+    int64_t v;
+    if (!e.get(v)) {
+      if (v < 0 || v > INT32_MAX) return Bad(key, "a token id or a list of token ids");
+      out->push_back(static_cast<int>(v));
+      return Status::Ok();
+    }
+    simdjson::dom::array arr;
+    if (e.get(arr)) return Bad(key, "a token id or a list of token ids");
+    for (auto x : arr) {
+      if (x.get(v) || v < 0 || v > INT32_MAX) return Bad(key, "a token id or a list of token ids");
+      out->push_back(static_cast<int>(v));
+    }
+    return Status::Ok();
+  }
   // A list of positive integers.
   Status Ints(const char* key, std::vector<int>* out) const {
     element e;
@@ -154,6 +173,8 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
   RETURN_IF_ERROR(f.Int("max_position_embeddings", &c.max_position_embeddings));
   RETURN_IF_ERROR(f.Int("type_vocab_size", &c.type_vocab_size));
   RETURN_IF_ERROR(f.OptInt("pad_token_id", &c.pad_token_id));
+  RETURN_IF_ERROR(f.OptInt("bos_token_id", &c.bos_token_id));
+  RETURN_IF_ERROR(f.IntOrInts("eos_token_id", &c.eos_token_ids));
   RETURN_IF_ERROR(f.String("hidden_act", &c.hidden_act));
   RETURN_IF_ERROR(f.String("hidden_activation", &c.hidden_act));
   RETURN_IF_ERROR(f.Double("layer_norm_eps", &c.layer_norm_eps));
@@ -168,6 +189,10 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
       RETURN_IF_ERROR(rf.Double("rope_theta", &c.rope_theta));
       RETURN_IF_ERROR(rf.String("rope_type", &c.rope_type));
       RETURN_IF_ERROR(rf.String("type", &c.rope_type));
+      RETURN_IF_ERROR(rf.Double("factor", &c.rope_factor));
+      RETURN_IF_ERROR(rf.Double("low_freq_factor", &c.rope_low_freq_factor));
+      RETURN_IF_ERROR(rf.Double("high_freq_factor", &c.rope_high_freq_factor));
+      RETURN_IF_ERROR(rf.Int("original_max_position_embeddings", &c.rope_original_max_position));
     }
   }
   RETURN_IF_ERROR(f.String("position_embedding_type", &c.position_embedding_type));
@@ -227,6 +252,43 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   return c;
+}
+
+StatusOr<GenerationConfig> ParseGenerationConfig(std::string_view json, const std::string& origin) {
+  simdjson::dom::parser parser;
+  element doc;
+  if (auto err = parser.parse(json.data(), json.size()).get(doc)) {
+    return InvalidArgument(origin + ": invalid JSON: " + simdjson::error_message(err));
+  }
+  object obj;
+  if (doc.get(obj)) return InvalidArgument(origin + ": not a JSON object");
+  Fields f(obj, origin);
+  GenerationConfig g;
+  g.present = true;
+  RETURN_IF_ERROR(f.IntOrInts("eos_token_id", &g.eos_token_ids));
+  RETURN_IF_ERROR(f.OptInt("bos_token_id", &g.bos_token_id));
+  RETURN_IF_ERROR(f.OptInt("pad_token_id", &g.pad_token_id));
+  RETURN_IF_ERROR(f.Bool("do_sample", &g.do_sample));
+  RETURN_IF_ERROR(f.Double("temperature", &g.temperature));
+  RETURN_IF_ERROR(f.Double("top_p", &g.top_p));
+  RETURN_IF_ERROR(f.Int("top_k", &g.top_k));
+  RETURN_IF_ERROR(f.Double("min_p", &g.min_p));
+  RETURN_IF_ERROR(f.Double("repetition_penalty", &g.repetition_penalty));
+  RETURN_IF_ERROR(f.OptInt("max_new_tokens", &g.max_new_tokens));
+  if (g.temperature < 0 || g.top_p <= 0 || g.top_p > 1 || g.top_k < 0 || g.min_p < 0 ||
+      g.min_p > 1 || g.repetition_penalty <= 0) {
+    return InvalidArgument(origin +
+                           ": temperature >= 0, 0 < top_p <= 1, top_k >= 0, 0 <= min_p <= 1 "
+                           "and repetition_penalty > 0 are required");
+  }
+  return g;
+}
+
+StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "generation_config.json").string();
+  if (!fs::exists(path)) return GenerationConfig{};
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseGenerationConfig(text, path);
 }
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {

@@ -30,11 +30,18 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   int type_vocab_size = 0;
   std::optional<int> pad_token_id;
+  std::optional<int> bos_token_id;
+  std::vector<int> eos_token_ids;  // eos_token_id (an integer or a list)
   std::string hidden_act = "gelu";
   double layer_norm_eps = 1e-12;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  std::string rope_type = "default";  // only "default" is supported
+  std::string rope_type = "default";  // default | linear | llama3 (others refused by models)
+  // rope_scaling parameters (linear: factor; llama3: all four).
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int rope_original_max_position = 0;
   std::string position_embedding_type = "absolute";
   bool attention_bias = false;
   bool tie_word_embeddings = false;
@@ -83,6 +90,24 @@ struct SentenceTransformersConfig {
   int max_seq_length = 0;
   std::vector<std::string> module_types;  // for `sluice inspect`
 };
+
+// generation_config.json (transformers GenerationConfig): the model's sampling defaults and
+// stop tokens. Absent fields keep the values below (transformers' own defaults); an absent
+// file is all defaults with `present` false.
+struct GenerationConfig {
+  bool present = false;
+  std::vector<int> eos_token_ids;  // eos_token_id (an integer or a list)
+  std::optional<int> bos_token_id, pad_token_id;
+  bool do_sample = false;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 50;  // transformers applies it only when do_sample
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
+  std::optional<int> max_new_tokens;
+};
+StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir);
+StatusOr<GenerationConfig> ParseGenerationConfig(std::string_view json, const std::string& origin);
 
 // Optional sluice.json beside the model.
 struct SluiceOverrides {

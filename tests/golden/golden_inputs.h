@@ -12,10 +12,10 @@
 
 namespace sluice::testing {
 
-inline std::vector<SequenceInput> GoldenInputs(simdjson::dom::element doc) {
-  std::vector<SequenceInput> v;
+inline std::vector<TokenSequence> GoldenInputs(simdjson::dom::element doc) {
+  std::vector<TokenSequence> v;
   for (auto in : doc["inputs"].get_array()) {
-    SequenceInput s;
+    TokenSequence s;
     for (auto id : in["ids"].get_array()) s.ids.push_back(static_cast<int32_t>(id.get_int64()));
     simdjson::dom::array types;
     if (!in["type_ids"].get(types)) {
@@ -27,7 +27,7 @@ inline std::vector<SequenceInput> GoldenInputs(simdjson::dom::element doc) {
 }
 
 // The inputs of fixture `name` under `fixtures` (the fixtures directory).
-inline std::vector<SequenceInput> GoldenInputs(const std::string& fixtures,
+inline std::vector<TokenSequence> GoldenInputs(const std::string& fixtures,
                                                const std::string& name) {
   simdjson::dom::parser parser;
   return GoldenInputs(parser.load(fixtures + "/golden/" + name + ".json"));

@@ -28,7 +28,7 @@ struct Case {
   std::string dtype;
   double tolerance = 1e-4;
   bool token_level = false;
-  std::vector<SequenceInput> inputs;
+  std::vector<TokenSequence> inputs;
   std::vector<std::vector<float>> outputs, raw, outputs_f32, outputs_truncated;
   std::vector<std::vector<int32_t>> token_indices;
   std::vector<std::string> labels;
@@ -123,7 +123,7 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-void ExpectClose(const Case& c, const std::vector<SequenceOutput>& got,
+void ExpectClose(const Case& c, const std::vector<PooledOutput>& got,
                  const std::vector<std::vector<float>>& want, double tol, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << c.name;
   double worst = 0;
@@ -148,7 +148,7 @@ TEST_P(GoldenTest, MatchesTransformers) {
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   ExpectClose(c, *out, c.outputs, c.tolerance, "outputs");
   if (!c.raw.empty()) {
-    std::vector<SequenceOutput> raw(out->size());
+    std::vector<PooledOutput> raw(out->size());
     for (size_t i = 0; i < raw.size(); ++i) raw[i].values = (*out)[i].raw;
     ExpectClose(c, raw, c.raw, c.tolerance * 10, "logits");
   }
@@ -165,7 +165,7 @@ TEST_P(GoldenTest, MatchesTransformers) {
   }
   if (c.dimensions > 0) {
     // Matryoshka: the first `dimensions` values, renormalised.
-    std::vector<SequenceOutput> t = *out;
+    std::vector<PooledOutput> t = *out;
     for (auto& o : t) {
       o.values.resize(c.dimensions);
       L2Normalize(o.values.data(), c.dimensions);
@@ -198,7 +198,7 @@ TEST_P(GoldenTest, BatchInvariance) {
   const Case c = LoadCase(fs::path(kFixtures) / "golden" / (GetParam() + ".json"));
   auto engine = LoadEngine(c, DType::kF32);
   ASSERT_NE(engine, nullptr);
-  std::vector<SequenceOutput> alone(c.inputs.size());
+  std::vector<PooledOutput> alone(c.inputs.size());
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     ASSERT_TRUE(engine->RunBatch({&c.inputs[i]}, &alone[i]).ok());
   }
@@ -209,9 +209,9 @@ TEST_P(GoldenTest, BatchInvariance) {
     std::shuffle(order.begin(), order.end(), rng);
     // Add duplicates of a few inputs inside the same batch.
     for (int d = 0; d < 8; ++d) order.push_back(order[d * 3]);
-    std::vector<const SequenceInput*> batch;
+    std::vector<const TokenSequence*> batch;
     for (size_t i : order) batch.push_back(&c.inputs[i]);
-    std::vector<SequenceOutput> mixed(batch.size());
+    std::vector<PooledOutput> mixed(batch.size());
     ASSERT_TRUE(engine->RunBatch(batch, mixed.data()).ok());
     for (size_t j = 0; j < order.size(); ++j) {
       const auto& a = alone[order[j]].values;
@@ -259,8 +259,8 @@ TEST_P(GoldenTest, SharedPrefixReuse) {
   if (P < 5) GTEST_SKIP() << "no room for a prefix under the model's length limit";
   const bool exact = TestDevice() == DeviceKind::kCpu;
   auto make = [&](std::initializer_list<const std::vector<int32_t>*> parts,
-                  const SequenceInput& in) {
-    SequenceInput x;
+                  const TokenSequence& in) {
+    TokenSequence x;
     for (const auto* p : parts) x.ids.insert(x.ids.end(), p->begin(), p->end());
     if (!in.type_ids.empty()) x.type_ids.assign(x.ids.size(), 0);
     x.ids.insert(x.ids.end(), in.ids.begin(), in.ids.end());
@@ -269,7 +269,7 @@ TEST_P(GoldenTest, SharedPrefixReuse) {
   };
   // Runs `inputs` (one batch) with reuse off and on; `dups` are index pairs that must be
   // bit-identical; returns the tokens saved.
-  auto check = [&](const std::vector<SequenceInput>& inputs,
+  auto check = [&](const std::vector<TokenSequence>& inputs,
                    const std::vector<std::pair<size_t, size_t>>& dups, const char* what) {
     const PrefixReuseStats before = on->prefix_reuse_stats();
     auto a = off->Run(inputs);
@@ -301,10 +301,10 @@ TEST_P(GoldenTest, SharedPrefixReuse) {
 
   // 1. One template before every input, a duplicate, the template plus one token.
   std::vector<int32_t> prefix(pool.begin(), pool.begin() + P);
-  std::vector<SequenceInput> inputs;
+  std::vector<TokenSequence> inputs;
   for (const auto& in : c.inputs) inputs.push_back(make({&prefix}, in));
   inputs.push_back(inputs[0]);
-  SequenceInput one;
+  TokenSequence one;
   one.ids = {pool[0]};
   inputs.push_back(make({&prefix}, one));
   const int64_t saved1 = check(inputs, {{0, inputs.size() - 2}}, "all");
@@ -315,7 +315,7 @@ TEST_P(GoldenTest, SharedPrefixReuse) {
   }
 
   // 2. Several groups in one batch, of the inputs that fit after template + query.
-  std::vector<SequenceInput> fit;
+  std::vector<TokenSequence> fit;
   for (const auto& in : c.inputs) {
     if (static_cast<int>(in.ids.size()) + T + Q <= limit) fit.push_back(in);
   }

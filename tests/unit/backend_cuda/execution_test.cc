@@ -252,7 +252,7 @@ TEST(CudaExecution, RecordingReplaysBitForBit) {
 
 const std::string kFixtures = SLUICE_FIXTURES_DIR;
 
-std::vector<SequenceInput> GoldenInputs(const std::string& name) {
+std::vector<TokenSequence> GoldenInputs(const std::string& name) {
   return testing::GoldenInputs(kFixtures, name);
 }
 
@@ -270,7 +270,7 @@ std::unique_ptr<Engine> CudaEngine(const std::string& name, CudaGraphs graphs,
   return e.ok() ? std::move(e).value() : nullptr;
 }
 
-double MaxDiff(const std::vector<SequenceOutput>& a, const std::vector<SequenceOutput>& b) {
+double MaxDiff(const std::vector<PooledOutput>& a, const std::vector<PooledOutput>& b) {
   double m = 0;
   if (a.size() != b.size()) return INFINITY;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -282,7 +282,7 @@ double MaxDiff(const std::vector<SequenceOutput>& a, const std::vector<SequenceO
   return m;
 }
 
-bool SameOutputs(const std::vector<SequenceOutput>& a, const std::vector<SequenceOutput>& b) {
+bool SameOutputs(const std::vector<PooledOutput>& a, const std::vector<PooledOutput>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].values != b[i].values || a[i].raw != b[i].raw) return false;
@@ -302,10 +302,10 @@ TEST(CudaEngineGraphs, ExactBucketIsBitIdenticalToEager) {
   EXPECT_TRUE(off->graph_buckets().empty());
   const auto golden = GoldenInputs("qwen3_pool_mean");
   for (int64_t total : {16, 64, 192}) {
-    std::vector<SequenceInput> in;
+    std::vector<TokenSequence> in;
     int64_t t = 0;
     for (size_t i = 0; t < total; ++i) {
-      SequenceInput s = golden[i % golden.size()];
+      TokenSequence s = golden[i % golden.size()];
       if (t + static_cast<int64_t>(s.ids.size()) > total) s.ids.resize(total - t);
       t += static_cast<int64_t>(s.ids.size());
       in.push_back(std::move(s));
@@ -348,8 +348,8 @@ TEST(CudaEngineGraphs, PaddedBatchesMatchEagerAndPipelineMatchesSerial) {
       }
       // The same batches one at a time (RunBatch waits for each).
       for (Engine* e : {on.get(), off.get()}) {
-        std::vector<SequenceOutput> serial(inputs.size());
-        std::vector<const SequenceInput*> group;
+        std::vector<PooledOutput> serial(inputs.size());
+        std::vector<const TokenSequence*> group;
         size_t start = 0;
         int64_t tokens = 0;
         auto flush = [&] {

@@ -15,12 +15,12 @@ namespace {
 const std::string kModel = std::string(SLUICE_FIXTURES_DIR) + "/models/bert_cross_encoder";
 const std::string kGolden = std::string(SLUICE_FIXTURES_DIR) + "/golden/bert_cross_encoder.json";
 
-std::vector<SequenceInput> GoldenInputs() {
+std::vector<TokenSequence> GoldenInputs() {
   simdjson::dom::parser parser;
   simdjson::dom::element doc = parser.load(kGolden);
-  std::vector<SequenceInput> v;
+  std::vector<TokenSequence> v;
   for (auto in : doc["inputs"].get_array()) {
-    SequenceInput s;
+    TokenSequence s;
     for (auto id : in["ids"].get_array()) s.ids.push_back(static_cast<int32_t>(id.get_int64()));
     for (auto t : in["type_ids"].get_array()) {
       s.type_ids.push_back(static_cast<int32_t>(t.get_int64()));
@@ -43,17 +43,17 @@ std::unique_ptr<Engine> Load(int64_t max_batch_tokens = 8192, int max_num_seqs =
 
 struct Result {
   Status status;
-  std::vector<SequenceOutput> outputs;
+  std::vector<PooledOutput> outputs;
   int batches = 0;
 };
 
 // Submits a request and returns a future for its completion.
-std::future<Result> Submit(EngineLoop& loop, std::vector<SequenceInput> inputs,
+std::future<Result> Submit(EngineLoop& loop, std::vector<TokenSequence> inputs,
                            std::shared_ptr<EngineRequest>* out = nullptr) {
   auto promise = std::make_shared<std::promise<Result>>();
   auto r = std::make_shared<EngineRequest>();
   r->inputs = std::move(inputs);
-  r->on_done = [promise](EngineRequest& req, const Status& s) {
+  r->sink.on_done = [promise](EngineRequest& req, const Status& s) {
     promise->set_value(Result{s, std::move(req.outputs), req.batches});
   };
   if (out) *out = r;
@@ -117,7 +117,7 @@ TEST(EngineLoop, ConcurrentRequestsMatchOfflineResults) {
       threads.emplace_back([&, t] {
         for (size_t start = t; start < inputs.size(); start += 8) {
           const size_t n = 1 + (start % 5);
-          std::vector<SequenceInput> req;
+          std::vector<TokenSequence> req;
           for (size_t k = 0; k < n; ++k) req.push_back(inputs[(start + k) % inputs.size()]);
           Result r = Submit(loop, req).get();
           if (!r.status.ok()) {
@@ -205,9 +205,9 @@ TEST(EngineLoop, ValidationNamesTheInput) {
   Result r = Submit(loop, inputs).get();
   EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status.message().find("input 1"), std::string::npos) << r.status.message();
-  Result e = Submit(loop, {SequenceInput{}}).get();
+  Result e = Submit(loop, {TokenSequence{}}).get();
   EXPECT_EQ(e.status.code(), StatusCode::kInvalidArgument);
-  SequenceInput long_input{std::vector<int32_t>(100000, 5), {}};
+  TokenSequence long_input{std::vector<int32_t>(100000, 5), {}};
   EXPECT_EQ(Submit(loop, {long_input}).get().status.code(), StatusCode::kOutOfRange);
 }
 

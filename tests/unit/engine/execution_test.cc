@@ -14,7 +14,7 @@ namespace {
 
 const std::string kFixtures = SLUICE_FIXTURES_DIR;
 
-std::vector<SequenceInput> GoldenInputs(const std::string& name) {
+std::vector<TokenSequence> GoldenInputs(const std::string& name) {
   return testing::GoldenInputs(kFixtures, name);
 }
 
@@ -133,10 +133,10 @@ TEST(PackInputs, PaddedLayoutWithOffsetsAndPrefix) {
 }
 
 // The batches Run forms (input order under the budget), run one at a time.
-std::vector<SequenceOutput> Serial(Engine& e, const std::vector<SequenceInput>& inputs,
-                                   int64_t budget) {
-  std::vector<SequenceOutput> out(inputs.size());
-  std::vector<const SequenceInput*> group;
+std::vector<PooledOutput> Serial(Engine& e, const std::vector<TokenSequence>& inputs,
+                                 int64_t budget) {
+  std::vector<PooledOutput> out(inputs.size());
+  std::vector<const TokenSequence*> group;
   size_t start = 0;
   int64_t tokens = 0;
   auto flush = [&] {
@@ -157,7 +157,7 @@ std::vector<SequenceOutput> Serial(Engine& e, const std::vector<SequenceInput>& 
   return out;
 }
 
-void ExpectSame(const std::vector<SequenceOutput>& a, const std::vector<SequenceOutput>& b,
+void ExpectSame(const std::vector<PooledOutput>& a, const std::vector<PooledOutput>& b,
                 const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -199,9 +199,9 @@ TEST(PipelinedRun, EqualsSerialBatchesBitForBit) {
   // outputs of each slot stay apart).
   auto on = Load("qwen3_reranker", 120, PrefixReuse::kOn);
   auto serial = Load("qwen3_reranker", 120, PrefixReuse::kOn);
-  std::vector<SequenceInput> inputs;
+  std::vector<TokenSequence> inputs;
   for (const auto& in : GoldenInputs("qwen3_reranker")) {
-    SequenceInput x;
+    TokenSequence x;
     x.ids = {7, 8, 9, 10, 11, 12};
     x.ids.insert(x.ids.end(), in.ids.begin(), in.ids.end());
     inputs.push_back(std::move(x));
@@ -221,7 +221,7 @@ TEST(Submit, OutputsAreWrittenAtCompleteInOrder) {
   ForwardBatch a, b;
   for (int i = 0; i < 5; ++i) a.Add(inputs[i].ids, inputs[i].type_ids);
   for (int i = 5; i < 8; ++i) b.Add(inputs[i].ids, inputs[i].type_ids);
-  std::vector<SequenceOutput> out(8);
+  std::vector<PooledOutput> out(8);
   ASSERT_TRUE(e->Submit(a, out.data()).ok());
   a.Clear();  // the batch may be reused once Submit returns
   ASSERT_TRUE(e->Submit(b, out.data() + 5).ok());
@@ -245,34 +245,40 @@ TEST(Submit, InvalidBatchQueuesNothing) {
   const auto inputs = GoldenInputs("bert_cross_encoder");
   ForwardBatch good, bad;
   good.Add(inputs[0].ids, inputs[0].type_ids);
-  bad.Add({101, 1 << 20, 102});
-  std::vector<SequenceOutput> out(2);
+  // Token ids are admitted before batches are packed (engine/admission.h); what Submit
+  // still refuses is a malformed batch, e.g. a shared prefix on a model without prefix reuse.
+  const int32_t ids[] = {101, 7, 102};
+  bad.AddWithPrefix(ids, 3, -1);
+  bad.AddWithPrefix(ids, 3, 0);
+  std::vector<PooledOutput> out(3);
   ASSERT_TRUE(e->Submit(good, out.data()).ok());
   Status s = e->Submit(bad, out.data() + 1);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
   EXPECT_EQ(e->in_flight(), 1);
   ASSERT_TRUE(e->Complete().ok());
   EXPECT_FALSE(out[0].values.empty());
   EXPECT_TRUE(out[1].values.empty());
   // Abandon drops what is in flight and leaves the outputs alone.
-  std::vector<SequenceOutput> dropped(1);
+  std::vector<PooledOutput> dropped(1);
   ASSERT_TRUE(e->Submit(good, dropped.data()).ok());
   e->Abandon();
   EXPECT_EQ(e->in_flight(), 0);
   EXPECT_TRUE(dropped[0].values.empty());
 }
 
-// A batch that fails in the middle of Run: the error names its inputs, and nothing stays
-// in flight (the batches before it are abandoned, the engine stays usable).
-TEST(PipelinedRun, FailingBatchStopsTheRunCleanly) {
+// An invalid input is refused at admission, before any batch runs: the error names the
+// input, nothing is in flight, and the engine stays usable.
+TEST(PipelinedRun, InvalidInputIsRefusedBeforeAnyBatch) {
   auto e = Load("bert_cross_encoder", 60);
   ASSERT_NE(e, nullptr);
   auto inputs = GoldenInputs("bert_cross_encoder");
   inputs[20].ids[1] = 1 << 20;  // outside the vocabulary
-  auto r = e->Run(inputs);
+  int batches_run = 0;
+  auto r = e->Run(inputs, [&](size_t, size_t, int64_t) { ++batches_run; });
   ASSERT_FALSE(r.ok());
+  EXPECT_EQ(batches_run, 0);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("batch of inputs "), std::string::npos)
+  EXPECT_NE(r.status().message().find("input 20: token id"), std::string::npos)
       << r.status().message();
   EXPECT_NE(r.status().message().find("outside the vocabulary"), std::string::npos);
   EXPECT_EQ(e->in_flight(), 0);

@@ -9,7 +9,7 @@ namespace {
 
 std::shared_ptr<EngineRequest> Req(std::vector<int> lengths) {
   auto r = std::make_shared<EngineRequest>();
-  for (int n : lengths) r->inputs.push_back(SequenceInput{std::vector<int32_t>(n, 1), {}});
+  for (int n : lengths) r->inputs.push_back(TokenSequence{std::vector<int32_t>(n, 1), {}});
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "models/model.h"
+#include "models/registry.h"
 
 namespace sluice {
 namespace {

@@ -1,0 +1,159 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "backend/profiling_backend.h"
+#include "core/log.h"
+
+namespace sluice {
+
+namespace {
+// Workspace slot of the packed inputs (models use small numbers, output stages 2000+).
+constexpr int kSlotInputs = 1000;
+}  // namespace
+
+ModelRunner::~ModelRunner() = default;
+
+StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
+    std::shared_ptr<const ModelBundle> bundle, const RunnerOptions& options) {
+  auto r = std::unique_ptr<ModelRunner>(new ModelRunner());
+  r->bundle_ = std::move(bundle);
+  const ModelBundle& b = *r->bundle_;
+  const DType stored = b.weights->DominantDType();
+  const DType compute = options.dtype.value_or(stored);
+  ASSIGN_OR_RETURN(r->backend_, CreateBackend(options.backend));
+  if (options.profile) r->backend_ = std::make_unique<ProfilingBackend>(std::move(r->backend_));
+  if (r->backend_->kind() == DeviceKind::kCpu && compute == DType::kF16) {
+    return Unsupported(
+        "the checkpoint is float16, which the CPU backend does not compute in; "
+        "pass --dtype float32 or --dtype bfloat16 (a conversion, logged at load)");
+  }
+  if (compute != stored) {
+    SLUICE_LOG_INFO("converting weights from the checkpoint's {} to {} as requested",
+                    DTypeName(stored), DTypeName(compute));
+  }
+  r->checkpoint_dtype_ = stored;
+  r->compute_dtype_ = compute;
+  ModelLoadOptions mo;
+  mo.dtype = compute;
+  mo.prefix = b.weight_prefix;
+  mo.activation_residual = options.activation_residual;
+  mo.lm_head = options.lm_head;
+  ASSIGN_OR_RETURN(r->model_, CreateModel(*b.arch, b.config, *b.weights, r->backend_.get(), mo));
+  r->workspace_ = std::make_unique<Workspace>(r->backend_.get());
+  return r;
+}
+
+StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows rows,
+                                         HostBuffer* staging) {
+  RETURN_IF_ERROR(model_->CheckBatch(batch));
+  const int64_t T = batch.num_tokens();
+  const int S = batch.num_seqs();
+  const GraphBucket* graph = FindGraph(T);
+  const InputLayout layout = graph ? InputLayout{graph->tokens, graph->tokens} : InputLayout{T, S};
+  // Inputs: packed on the host into pinned staging, one asynchronous copy.
+  const size_t in_bytes = static_cast<size_t>(layout.size()) * sizeof(int32_t);
+  if (staging->size() < in_bytes) *staging = backend_->AllocateHost(in_bytes + in_bytes / 4);
+  model_->PackInputs(batch, layout, rows, staging->as<int32_t>());
+  Tensor dev = graph ? graph_inputs_ : workspace_->Get(kSlotInputs, DType::kI32, 1, layout.size());
+  dev.cols = layout.size();
+  backend_->CopyFromHostAsync(staging->data(), dev);
+  RunnerForward f;
+  f.device = model_->BindInputs(batch, layout, rows, dev, graph != nullptr);
+  if (graph) {
+    backend_->Replay(*graph->recording, {S, batch.max_seqlen});
+    f.hidden = graph->hidden.RowSlice(0, T);  // the padding rows after T are never read
+    f.replayed = true;
+    ++graph_batches_;
+    return f;
+  }
+  StatusOr<Tensor> h = model_->Forward(f.device, *workspace_);
+  if (!h.ok()) {
+    backend_->Synchronize();  // the upload may still read the staging memory
+    return h.status();
+  }
+  f.hidden = *h;
+  return f;
+}
+
+Status ModelRunner::CaptureGraphs(int64_t max_tokens, int max_len) {
+  const std::vector<int64_t> buckets = GraphBuckets(max_tokens);
+  if (buckets.empty()) return Status::Ok();
+  const int64_t free_before = backend_->DeviceMemoryFree();
+  const auto t0 = std::chrono::steady_clock::now();
+  graph_workspace_ = std::make_unique<Workspace>(backend_.get());
+  const InputLayout top{buckets.back(), buckets.back()};
+  graph_inputs_ = graph_workspace_->Get(kSlotInputs, DType::kI32, 1, top.size());
+  HostBuffer staging = backend_->AllocateHost(static_cast<size_t>(top.size()) * sizeof(int32_t));
+  // Largest bucket first: its warm-up run sizes the graph workspace (and the backend's
+  // scratch and tables) once, so smaller buckets record into the same buffers.
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+    const int64_t n = *it;
+    ForwardBatch fb;  // n tokens in sequences no longer than the model allows
+    for (int64_t done = 0; done < n;) {
+      const int64_t len = std::min<int64_t>(n - done, max_len);
+      fb.Add(std::vector<int32_t>(static_cast<size_t>(len), 0));
+      done += len;
+    }
+    const InputLayout layout{n, n};
+    model_->PackInputs(fb, layout, OutputRows::kNone, staging.as<int32_t>());
+    Tensor dev = graph_inputs_;
+    dev.cols = layout.size();
+    backend_->CopyFromHostAsync(staging.data(), dev);
+    // RoPE tables must cover every position a replay can have: below min(n, max_len).
+    const DeviceBatch db = model_->BindInputs(fb, layout, OutputRows::kNone, dev, true);
+    RETURN_IF_ERROR(model_->Forward(db, *graph_workspace_).status());  // warm-up, eager
+    backend_->Synchronize();  // `staging` is rewritten for the next bucket
+    RETURN_IF_ERROR(backend_->BeginRecording());
+    StatusOr<Tensor> hidden = model_->Forward(db, *graph_workspace_);
+    StatusOr<std::unique_ptr<Recording>> rec = backend_->EndRecording();
+    RETURN_IF_ERROR(
+        hidden.status().WithContext("recording the forward of " + std::to_string(n) + " tokens"));
+    RETURN_IF_ERROR(
+        rec.status().WithContext("recording the forward of " + std::to_string(n) + " tokens"));
+    graphs_.push_back({n, std::move(rec).value(), *hidden});
+  }
+  std::reverse(graphs_.begin(), graphs_.end());
+  backend_->Synchronize();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t free_after = backend_->DeviceMemoryFree();
+  std::string list;
+  for (const auto& g : graphs_) list += (list.empty() ? "" : ", ") + std::to_string(g.tokens);
+  SLUICE_LOG_INFO(
+      "CUDA graphs: recorded {} token-count buckets ({}) in {:.2f} s, {} MiB of device memory "
+      "(graph workspace and graphs); {} graph segments and {} eager attention calls per "
+      "forward",
+      graphs_.size(), list, secs,
+      free_before >= 0 && free_after >= 0 ? (free_before - free_after) >> 20 : 0,
+      graphs_.front().recording->graph_segments(), graphs_.front().recording->attention_calls());
+  return Status::Ok();
+}
+
+void ModelRunner::DropGraphs() {
+  graphs_.clear();
+  graph_workspace_.reset();
+}
+
+std::vector<int64_t> ModelRunner::graph_buckets() const {
+  std::vector<int64_t> out;
+  for (const auto& g : graphs_) out.push_back(g.tokens);
+  return out;
+}
+
+const ModelRunner::GraphBucket* ModelRunner::FindGraph(int64_t tokens) const {
+  auto it = std::lower_bound(graphs_.begin(), graphs_.end(), tokens,
+                             [](const GraphBucket& g, int64_t t) { return g.tokens < t; });
+  return it == graphs_.end() ? nullptr : &*it;
+}
+
+std::string ModelRunner::ProfileReport() const {
+  auto* p = dynamic_cast<const ProfilingBackend*>(backend_.get());
+  return p ? p->Report() : std::string();
+}
+
+void ModelRunner::ResetProfile() {
+  if (auto* p = dynamic_cast<ProfilingBackend*>(backend_.get())) p->Reset();
+}
+
+}  // namespace sluice
