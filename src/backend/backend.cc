@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -25,6 +26,39 @@ Tensor Tensor::ColSlice(int64_t c0, int64_t n) const {
   t.stride = row_stride();
   t.cols = n;
   return t;
+}
+
+std::vector<float> RopeInverseFrequencies(const RopeParams& p) {
+  const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
+  const int half = rot / 2;
+  std::vector<float> inv(static_cast<size_t>(std::max(half, 0)));
+  // As transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in float32.
+  const float base = static_cast<float>(p.theta);
+  for (int i = 0; i < half; ++i) {
+    inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
+  }
+  const RopeScaling& s = p.scaling;
+  const auto factor = static_cast<float>(s.factor);
+  if (s.kind == RopeScaling::Kind::kLinear) {
+    for (float& f : inv) f /= factor;
+  } else if (s.kind == RopeScaling::Kind::kLlama3) {
+    // transformers' _compute_llama3_parameters, in float32.
+    const auto old_len = static_cast<float>(s.original_max_position);
+    const auto low = static_cast<float>(s.low_freq_factor);
+    const auto high = static_cast<float>(s.high_freq_factor);
+    const float low_wavelen = old_len / low, high_wavelen = old_len / high;
+    for (float& f : inv) {
+      const float wavelen = static_cast<float>(2 * M_PI) / f;
+      float scaled = wavelen > low_wavelen ? f / factor : f;
+      const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+      if (medium) {
+        const float smooth = (old_len / wavelen - low) / (high - low);
+        scaled = (1 - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
 }
 
 namespace {

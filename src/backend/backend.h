@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
@@ -93,6 +94,22 @@ struct LinearParams {
 
 enum class RopeStyle { kNeox, kInterleaved };
 
+// RoPE frequency scaling (config.json rope_scaling / rope_parameters), as transformers
+// computes it: linear divides every inverse frequency by `factor`; llama3 divides the low
+// frequencies by `factor`, keeps the high ones and interpolates in between.
+struct RopeScaling {
+  enum class Kind { kNone, kLinear, kLlama3 };
+  Kind kind = Kind::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position = 0;
+  auto key() const {
+    return std::make_tuple(static_cast<int>(kind), factor, low_freq_factor, high_freq_factor,
+                           original_max_position);
+  }
+};
+
 struct RopeParams {
   Tensor x;                            // [tokens, num_heads * head_dim], f32, rotated in place
   const int32_t* positions = nullptr;  // [tokens], host memory on CPU, device on CUDA
@@ -104,7 +121,12 @@ struct RopeParams {
   // Optional upper bound on positions (every position < max_position); lets a backend
   // use a cached cos/sin table. 0 = unknown.
   int max_position = 0;
+  RopeScaling scaling;
 };
+
+// The inverse frequencies of p's rotation (rotary_dim / 2 values), in float32 as
+// transformers computes them, scaling included. Every backend uses this one function.
+std::vector<float> RopeInverseFrequencies(const RopeParams& p);
 
 // q, k, v and out share one dtype: f32 or the backend's ActivationDType().
 struct AttentionParams {
@@ -131,6 +153,82 @@ struct AttentionParams {
   // 0 .. len(p) - 1) followed by its own; the result equals running the full sequence
   // (p's tokens + own tokens) on its own. A prefix sequence has no prefix itself.
   const int32_t* prefix_of = nullptr;
+  // Paged KV cache (generation; causal only; excludes prefix_of): k and v are one layer's
+  // cache, [num_blocks * kv_block_size, num_kv_heads * head_dim] (row = block * block_size
+  // + offset), already holding every key of every sequence, this batch's included
+  // (WriteKv first). Sequence s's query rows (cu_seqlens) sit at logical positions
+  // kv_start[s], kv_start[s] + 1, ...; its keys at logical positions 0 .. kv_start[s] +
+  // len(s) - 1 are rows of the blocks kv_block_table[s * kv_blocks_per_seq + position /
+  // kv_block_size]. Device memory on CUDA (host on CPU), like cu_seqlens. max_context: the
+  // longest kv_start[s] + len(s).
+  const int32_t* kv_block_table = nullptr;
+  const int32_t* kv_start = nullptr;
+  int kv_blocks_per_seq = 0;
+  int kv_block_size = 16;
+  int max_context = 0;
+  bool paged() const { return kv_block_table != nullptr; }
+};
+
+// WriteKv: this batch's keys and values into the paged cache of one layer.
+struct KvWriteParams {
+  Tensor k, v;                     // [T, kv_dim] (may be strided views of a fused QKV)
+  Tensor k_cache, v_cache;         // [slots, kv_dim], the activation dtype
+  const int32_t* slots = nullptr;  // [T] cache row of each token (device memory on CUDA)
+};
+
+// Sampling (generation): one row of logits per sequence that picks a token this step.
+// Per-row parameters, resolved (defaults applied) by the caller.
+struct SamplingRow {
+  float temperature = 0.f;  // 0 = greedy (argmax; the lowest id among equal maxima)
+  int top_k = 0;            // 0 = all tokens
+  float top_p = 1.f;        // 1 = off
+  float min_p = 0.f;        // 0 = off
+  float repetition_penalty = 1.f;
+  uint64_t seed = 0;      // the sequence's random stream (sampling_math.h)
+  uint64_t counter = 0;   // the draw's index in it (the output token's position)
+  int forced_token = -1;  // >= 0: not sampled, this token is reported (prompt logprobs)
+  int num_logprobs = 0;   // top raw logprobs to report (<= SampleParams::max_logprobs)
+  // Logit adjustments of this row: SampleParams::adjusts[adjust_begin, adjust_end).
+  int adjust_begin = 0, adjust_end = 0;
+};
+// One token's adjustment (distinct tokens within a row): the repetition penalty when
+// `repeat` (HF: logit < 0 ? logit * penalty : logit / penalty), then `add` (presence and
+// frequency penalties, logit_bias; -inf masks a token).
+struct SamplingAdjust {
+  int32_t token = 0;
+  uint32_t repeat = 0;
+  float add = 0.f;
+};
+constexpr int kMaxLogprobs = 20;
+// What comes back per row: the token and its raw logprob (log_softmax of the unadjusted
+// logits, as vLLM reports by default), and the row's top raw logprobs when asked.
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.f;
+  int32_t num_top = 0;
+  int32_t top_ids[kMaxLogprobs];
+  float top_logprobs[kMaxLogprobs];
+};
+struct SampleParams {
+  Tensor logits;  // [n, vocab] f32 on the device; used as scratch (overwritten)
+  int num_rows = 0;
+  // Host memory (pinned staging on CUDA, unchanged until a fence recorded after the call
+  // has passed): the rows and their adjustments.
+  const SamplingRow* rows = nullptr;
+  const SamplingAdjust* adjusts = nullptr;
+  int num_adjusts = 0;
+  int max_logprobs = 0;         // the largest num_logprobs of any row
+  SampledToken* out = nullptr;  // host [n], valid once a fence after the call has passed
+};
+
+// Copies whole KV blocks (every layer's K and V) from src[i] to dst[i] (a sequence forked
+// from another shares its full blocks and gets a copy of the partial last one).
+struct KvCopyParams {
+  const std::vector<Tensor>* caches = nullptr;  // every layer's K and V cache tensor
+  const int32_t* src = nullptr;                 // host [n] block indices
+  const int32_t* dst = nullptr;
+  int num_blocks = 0;
+  int block_size = 16;
 };
 
 enum class PoolMode { kCls, kMean, kLast, kMax };
@@ -241,6 +339,10 @@ class Backend {
     Rope(p);
   }
   virtual void Attention(const AttentionParams& p) = 0;
+  virtual void WriteKv(const KvWriteParams& p) = 0;
+  virtual void CopyKvBlocks(const KvCopyParams& p) = 0;
+  // Picks one token per row (and its logprobs) on the device; see SampleParams.
+  virtual void Sample(const SampleParams& p) = 0;
   // In-place element-wise activation.
   virtual void Activate(Tensor x, Activation act) = 0;
   // Gated activation: gate_up [T, 2I] holds gate in cols [0, I) and up in [I, 2I);

@@ -83,10 +83,20 @@ void ProfilingBackend::Attention(const AttentionParams& p) {
   if (kind() == DeviceKind::kCpu) {
     for (int s = 0; s < p.num_seqs; ++s) {
       const double len = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
-      flops += 4.0 * len * len * p.head_dim * p.num_heads * (p.causal ? 0.5 : 1.0);
+      const double keys = len + (p.paged() ? p.kv_start[s] : 0);
+      flops += 4.0 * len * keys * p.head_dim * p.num_heads * (p.causal ? 0.5 : 1.0);
     }
   }
-  Time("Attention", flops, [&] { inner_->Attention(p); });
+  Time(p.paged() ? "Attention (paged KV)" : "Attention", flops, [&] { inner_->Attention(p); });
+}
+void ProfilingBackend::WriteKv(const KvWriteParams& p) {
+  Time("WriteKv", 0, [&] { inner_->WriteKv(p); });
+}
+void ProfilingBackend::CopyKvBlocks(const KvCopyParams& p) {
+  Time("CopyKvBlocks", 0, [&] { inner_->CopyKvBlocks(p); });
+}
+void ProfilingBackend::Sample(const SampleParams& p) {
+  Time("Sample", 0, [&] { inner_->Sample(p); });
 }
 void ProfilingBackend::Activate(Tensor x, Activation act) {
   Time("Activate", 0, [&] { inner_->Activate(x, act); });

@@ -54,6 +54,9 @@ class ProfilingBackend final : public Backend {
     return inner_->ActivationDType(weight_dtype);
   }
   void Attention(const AttentionParams& p) override;
+  void WriteKv(const KvWriteParams& p) override;
+  void CopyKvBlocks(const KvCopyParams& p) override;
+  void Sample(const SampleParams& p) override;
   void Activate(Tensor x, Activation act) override;
   void GatedActivate(const Tensor& gate_up, Activation act, Tensor out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor out) override;

@@ -60,7 +60,8 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   if (!f.task.empty()) {
     Task t;
     if (!ParseTask(f.task, &t)) {
-      return InvalidArgument("--task: unknown task \"" + f.task + "\" (embed, classify, score)");
+      return InvalidArgument("--task: unknown task \"" + f.task +
+                             "\" (embed, classify, score, token-classify, generate)");
     }
     o.task = t;
   }

@@ -10,6 +10,11 @@ void ForwardBatch::Clear() {
   cu_seqlens.clear();
   max_seqlen = 0;
   prefix_of.clear();
+  kv_start.clear();
+  kv_block_table.clear();
+  kv_blocks_per_seq = 0;
+  kv_slots.clear();
+  output_rows.clear();
 }
 
 void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids) {
@@ -75,8 +80,10 @@ void Model::PackInputs(const ForwardBatch& batch, const InputLayout& layout, Out
     std::fill(types + T, types + layout.tokens, 0);
   }
   for (int s = 0; s < S; ++s) {
-    // A sequence with a prefix continues it: its own tokens start at the prefix's length.
-    const int32_t start = batch.cu_seqlens[s] - batch.PrefixLength(s);
+    // A sequence with a prefix continues it: its own tokens start at the prefix's length;
+    // one with cached tokens continues those.
+    const int32_t before = batch.PrefixLength(s) + (batch.kv_start.empty() ? 0 : batch.kv_start[s]);
+    const int32_t start = batch.cu_seqlens[s] - before;
     for (int32_t i = batch.cu_seqlens[s]; i < batch.cu_seqlens[s + 1]; ++i) {
       positions[i] = i - start + position_offset();
     }
@@ -84,18 +91,40 @@ void Model::PackInputs(const ForwardBatch& batch, const InputLayout& layout, Out
   std::fill(positions + T, positions + layout.tokens, 0);
   std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), cu);
   std::fill(cu + S + 1, cu + layout.seqs + 1, static_cast<int32_t>(T));
-  for (int s = 0; s < S; ++s) {
-    out_rows[s] = rows == OutputRows::kFirst  ? batch.cu_seqlens[s]
-                  : rows == OutputRows::kLast ? batch.cu_seqlens[s + 1] - 1
-                                              : 0;
+  int64_t R = S;
+  if (!batch.output_rows.empty()) {
+    R = static_cast<int64_t>(batch.output_rows.size());
+    std::copy(batch.output_rows.begin(), batch.output_rows.end(), out_rows);
+  } else {
+    for (int s = 0; s < S; ++s) {
+      out_rows[s] = rows == OutputRows::kFirst  ? batch.cu_seqlens[s]
+                    : rows == OutputRows::kLast ? batch.cu_seqlens[s + 1] - 1
+                                                : 0;
+    }
   }
-  std::fill(out_rows + S, out_rows + layout.seqs, 0);
+  std::fill(out_rows + R, out_rows + layout.num_rows(), 0);
   int32_t* prefix_of = host + layout.prefix_of();
   if (batch.prefix_of.empty()) {
     std::fill(prefix_of, prefix_of + layout.seqs, -1);
   } else {
     std::copy(batch.prefix_of.begin(), batch.prefix_of.end(), prefix_of);
     std::fill(prefix_of + S, prefix_of + layout.seqs, -1);
+  }
+  if (layout.blocks_per_seq > 0) {
+    int32_t* kv_start = host + layout.kv_start();
+    int32_t* slots = host + layout.kv_slots();
+    int32_t* table = host + layout.kv_block_table();
+    std::copy(batch.kv_start.begin(), batch.kv_start.end(), kv_start);
+    std::fill(kv_start + S, kv_start + layout.seqs, 0);
+    std::copy(batch.kv_slots.begin(), batch.kv_slots.end(), slots);
+    std::fill(slots + T, slots + layout.tokens, 0);
+    const int64_t B = layout.blocks_per_seq;
+    for (int s = 0; s < S; ++s) {
+      const int32_t* src = batch.kv_block_table.data() + s * batch.kv_blocks_per_seq;
+      std::copy(src, src + batch.kv_blocks_per_seq, table + s * B);
+      std::fill(table + s * B + batch.kv_blocks_per_seq, table + (s + 1) * B, 0);
+    }
+    std::fill(table + S * B, table + layout.seqs * B, 0);
   }
 }
 
@@ -106,8 +135,9 @@ DeviceBatch Model::BindInputs(const ForwardBatch& batch, const InputLayout& layo
   d.max_seqlen = batch.max_seqlen;
   d.num_tokens = batch.num_tokens();
   for (int s = 0; s < d.num_seqs; ++s) {
-    d.max_context = std::max(d.max_context,
-                             batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] + batch.PrefixLength(s));
+    d.max_context = std::max(d.max_context, batch.cu_seqlens[s + 1] - batch.cu_seqlens[s] +
+                                                batch.PrefixLength(s) +
+                                                (batch.kv_start.empty() ? 0 : batch.kv_start[s]));
   }
   auto view = [&](int64_t offset, int64_t n) {
     Tensor t;
@@ -121,12 +151,21 @@ DeviceBatch Model::BindInputs(const ForwardBatch& batch, const InputLayout& layo
   d.type_ids = view(layout.types(), d.num_tokens);
   d.positions = view(layout.positions(), d.num_tokens);
   d.cu_seqlens = view(layout.cu_seqlens(), d.num_seqs + 1);
-  if (rows != OutputRows::kNone) {
+  if (!batch.output_rows.empty()) {
+    d.num_output_rows = static_cast<int>(batch.output_rows.size());
+    d.output_rows = view(layout.rows(), d.num_output_rows);
+  } else if (rows != OutputRows::kNone) {
     d.output_rows = view(layout.rows(), d.num_seqs);
     d.num_output_rows = d.num_seqs;
   }
   if (bind_prefix_of || !batch.prefix_of.empty()) {
     d.prefix_of = view(layout.prefix_of(), d.num_seqs);
+  }
+  if (layout.blocks_per_seq > 0) {
+    d.kv_start = view(layout.kv_start(), d.num_seqs);
+    d.kv_slots = view(layout.kv_slots(), d.num_tokens);
+    d.kv_blocks_per_seq = static_cast<int>(layout.blocks_per_seq);
+    d.kv_block_table = view(layout.kv_block_table(), d.num_seqs * layout.blocks_per_seq);
   }
   return d;
 }
@@ -134,6 +173,15 @@ DeviceBatch Model::BindInputs(const ForwardBatch& batch, const InputLayout& layo
 Status Model::CheckBatch(const ForwardBatch& batch) const {
   if (batch.num_seqs() == 0) return Internal("empty batch");
   const int S = batch.num_seqs();
+  if (!batch.kv_start.empty()) {
+    if (!SupportsKvCache()) return Internal("this model does not support a KV cache");
+    if (!batch.prefix_of.empty()) return Internal("prefix_of and a KV cache exclude each other");
+    if (batch.kv_start.size() != static_cast<size_t>(S) ||
+        batch.kv_slots.size() != static_cast<size_t>(batch.num_tokens()) ||
+        batch.kv_block_table.size() != static_cast<size_t>(S) * batch.kv_blocks_per_seq) {
+      return Internal("KV cache inputs do not match the batch");
+    }
+  }
   if (!batch.prefix_of.empty()) {
     if (!SupportsPrefixReuse()) return Internal("this model does not support prefix reuse");
     if (batch.prefix_of.size() != static_cast<size_t>(S)) {

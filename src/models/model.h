@@ -28,6 +28,17 @@ struct ForwardBatch {
   // without a prefix of its own (its outputs are the caller's to discard). Models that
   // SupportsPrefixReuse() only.
   std::vector<int32_t> prefix_of;
+  // Paged KV cache (generation; models that SupportsKvCache()): per sequence, the tokens of
+  // it already in the cache (its positions continue from there; its queries see them), and
+  // its block table (kv_blocks_per_seq entries, -1 padded); per token, the cache row it is
+  // written to. Empty = no cache.
+  std::vector<int32_t> kv_start;
+  std::vector<int32_t> kv_block_table;
+  int kv_blocks_per_seq = 0;
+  std::vector<int32_t> kv_slots;
+  // Explicit output rows (token indices into the batch), replacing OutputRows' first/last
+  // rows when non-empty: generation asks for the rows it samples from.
+  std::vector<int32_t> output_rows;
 
   int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
@@ -61,15 +72,23 @@ class Workspace {
 // that one copy uploads them all. Capacities, not sizes: a CUDA-graph bucket lays out its
 // token count whatever the batch holds, and entries past the batch are padding.
 struct InputLayout {
-  int64_t tokens = 0;  // ids, type ids, positions: `tokens` entries each
-  int64_t seqs = 0;    // cu_seqlens: seqs + 1 entries; output rows: seqs entries
+  int64_t tokens = 0;          // ids, type ids, positions, KV slots: `tokens` entries each
+  int64_t seqs = 0;            // cu_seqlens: seqs + 1 entries; prefix_of, kv_start: seqs
+  int64_t out_rows = 0;        // output rows (0 = seqs)
+  int64_t blocks_per_seq = 0;  // paged KV block table: seqs x blocks_per_seq (0 = no KV)
+  int64_t num_rows() const { return out_rows > 0 ? out_rows : seqs; }
+  int64_t kv_tokens() const { return blocks_per_seq > 0 ? tokens : 0; }
+  int64_t kv_seqs() const { return blocks_per_seq > 0 ? seqs : 0; }
   int64_t ids() const { return 0; }
   int64_t types() const { return tokens; }
   int64_t positions() const { return 2 * tokens; }
   int64_t cu_seqlens() const { return 3 * tokens; }
   int64_t rows() const { return 3 * tokens + seqs + 1; }
-  int64_t prefix_of() const { return 3 * tokens + 2 * seqs + 1; }  // seqs entries
-  int64_t size() const { return 3 * tokens + 3 * seqs + 1; }
+  int64_t prefix_of() const { return rows() + num_rows(); }
+  int64_t kv_start() const { return prefix_of() + seqs; }
+  int64_t kv_slots() const { return kv_start() + kv_seqs(); }
+  int64_t kv_block_table() const { return kv_slots() + kv_tokens(); }
+  int64_t size() const { return kv_block_table() + kv_seqs() * blocks_per_seq; }
 };
 
 // Which token row of each sequence the head reads (CLS/LAST pooling), if one.
@@ -89,9 +108,17 @@ struct DeviceBatch {
   int64_t num_tokens = 0;
   // Optional: when set (data != nullptr), Forward returns only these token rows
   // ([num_output_rows, hidden], in this order) and may skip the last layer's per-token
-  // work (o-proj, MLP, norms) for every other row. Used for CLS/LAST pooling.
+  // work (o-proj, MLP, norms) for every other row. Used for CLS/LAST pooling and sampling.
   Tensor output_rows;  // i32 [num_output_rows]
   int num_output_rows = 0;
+  // Paged KV cache (ForwardBatch's kv_*): kv_cache holds every layer's K and V cache tensor
+  // (2 * layers: K of layer l at 2l, V at 2l + 1); null without a cache.
+  const std::vector<Tensor>* kv_cache = nullptr;
+  Tensor kv_start;        // i32 [S]
+  Tensor kv_slots;        // i32 [T]
+  Tensor kv_block_table;  // i32 [S * kv_blocks_per_seq]
+  int kv_blocks_per_seq = 0;
+  int kv_block_size = 16;
 };
 
 class Model {
@@ -104,6 +131,19 @@ class Model {
   virtual int max_sequence_length() const { return config_.max_position_embeddings; }
   // Causal models whose Forward accepts ForwardBatch::prefix_of.
   virtual bool SupportsPrefixReuse() const { return false; }
+  // Causal LMs whose Forward accepts a paged KV cache (DeviceBatch::kv_cache).
+  virtual bool SupportsKvCache() const { return false; }
+  // Per layer, the width of a key/value row in the cache (num_kv_heads * head_dim); 0
+  // without KV cache support.
+  virtual int64_t kv_dim() const { return 0; }
+  int num_layers() const { return config_.num_hidden_layers; }
+  // Full-vocabulary logits of final hidden rows ([n, hidden] as Forward returns them) into
+  // out ([n, vocab] f32). Models loaded with ModelLoadOptions::lm_head only.
+  virtual Status Logits(const Tensor& hidden, Tensor out) {
+    (void)hidden;
+    (void)out;
+    return FailedPrecondition("this model was loaded without a language-model head");
+  }
 
   // Runs the stack; returns packed final hidden states [T, hidden] (f32, or the backend's
   // ActivationDType() for models that keep their hidden states in it), or the rows of

@@ -146,7 +146,19 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
     if (!ParseTask(*ov.task, &t)) return InvalidArgument("sluice.json: unknown task " + *ov.task);
     h.task = t;
   }
+  // A causal LM whose sluice.json names yes/no tokens is a causal-LM reranker.
+  if (!ov.task && arch.default_task == Task::kGenerate &&
+      (ov.yes_token || ov.no_token || ov.yes_token_id || ov.no_token_id)) {
+    h.task = Task::kScore;
+  }
   if (in.task) h.task = *in.task;
+  if (h.task == Task::kGenerate) {
+    if (arch.head != HeadKind::kLanguageModel) {
+      return FailedPrecondition(arch.name + " has no language-model head; it cannot generate");
+    }
+    h.description = "language-model head (generation)";
+    return h;
+  }
   const int H = c.hidden_size;
   const PoolingKind first_or_last =
       arch.pooling == DefaultPooling::kLast ? PoolingKind::kLast : PoolingKind::kCls;

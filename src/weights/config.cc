@@ -197,6 +197,18 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
   }
   RETURN_IF_ERROR(f.String("position_embedding_type", &c.position_embedding_type));
   RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
+  RETURN_IF_ERROR(f.Bool("mlp_bias", &c.mlp_bias));
+  RETURN_IF_ERROR(f.Int("max_window_layers", &c.max_window_layers));
+  element layer_types;
+  if (f.Get("layer_types", &layer_types)) {
+    simdjson::dom::array arr;
+    if (layer_types.get(arr)) return InvalidArgument(origin + ": \"layer_types\" must be a list");
+    for (auto x : arr) {
+      std::string_view t;
+      if (x.get(t)) return InvalidArgument(origin + ": \"layer_types\" must hold strings");
+      c.layer_types.emplace_back(t);
+    }
+  }
   RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &c.tie_word_embeddings));
   RETURN_IF_ERROR(f.Bool("use_sliding_window", &c.use_sliding_window));
   RETURN_IF_ERROR(f.Int("sliding_window", &c.sliding_window));

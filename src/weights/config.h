@@ -44,9 +44,13 @@ struct ModelConfig {
   int rope_original_max_position = 0;
   std::string position_embedding_type = "absolute";
   bool attention_bias = false;
+  bool mlp_bias = false;  // Llama
   bool tie_word_embeddings = false;
   bool use_sliding_window = false;
   int sliding_window = 0;
+  int max_window_layers = 0;             // Qwen2/3: layers from here on slide (if use_...)
+  std::vector<std::string> layer_types;  // transformers 5.x: per layer "full_attention" |
+                                         // "sliding_attention"
 
   // Classification heads.
   int num_labels = 2;                 // transformers default when config.json omits it

@@ -23,7 +23,8 @@ constexpr int kSubBlock = 64;
 struct AttnTask {
   int seq, head, q0, q1;
 };
-// Allowed key range [lo, hi] of query i in a sequence of length len (see attention.h).
+// Allowed key range [lo, hi] of the query at logical position i of a sequence of `len`
+// keys (see attention.h).
 inline void KeyRange(const AttentionParams& p, int i, int len, int* lo, int* hi) {
   *lo = p.window > 0 ? std::max(0, i - p.window + 1) : 0;
   if (p.causal) {
@@ -31,6 +32,38 @@ inline void KeyRange(const AttentionParams& p, int i, int len, int* lo, int* hi)
   } else {
     *hi = p.window > 0 ? std::min(len - 1, i + p.window - 1) : len - 1;
   }
+}
+// Where sequence `seq`'s keys are: its queries sit at logical positions pre, pre + 1, ...,
+// its keys at 0 .. klen - 1 are rows Row(kl) of k/v (a shared prefix's rows then its own,
+// or rows of the paged cache through the block table).
+struct SeqKeys {
+  int base = 0, len = 0;  // the sequence's own (query) rows in q/out
+  int pre = 0, klen = 0;
+  int64_t pbase = 0;
+  const int32_t* blocks = nullptr;  // paged: this sequence's block table
+  int block_size = 16;
+  int64_t Row(int kl) const {
+    if (blocks != nullptr) {
+      return static_cast<int64_t>(blocks[kl / block_size]) * block_size + kl % block_size;
+    }
+    return kl < pre ? pbase + kl : base + (kl - pre);
+  }
+};
+inline SeqKeys KeysOf(const AttentionParams& p, int seq) {
+  SeqKeys k;
+  k.base = p.cu_seqlens[seq];
+  k.len = p.cu_seqlens[seq + 1] - k.base;
+  if (p.paged()) {
+    k.pre = p.kv_start[seq];
+    k.blocks = p.kv_block_table + static_cast<int64_t>(seq) * p.kv_blocks_per_seq;
+    k.block_size = p.kv_block_size;
+  } else if (p.prefix_of != nullptr && p.prefix_of[seq] >= 0) {
+    const int q = p.prefix_of[seq];
+    k.pre = p.cu_seqlens[q + 1] - p.cu_seqlens[q];
+    k.pbase = p.cu_seqlens[q];
+  }
+  k.klen = k.pre + k.len;
+  return k;
 }
 }  // namespace sluice::cpu
 #endif
@@ -195,19 +228,20 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const int dim = p.head_dim;
-  const int base = p.cu_seqlens[t.seq];
-  const int len = p.cu_seqlens[t.seq + 1] - base;
+  const SeqKeys sk = KeysOf(p, t.seq);
+  const int base = sk.base, pre = sk.pre, klen = sk.klen;
   const int kvh = t.head / (p.num_heads / p.num_kv_heads);
   const int64_t ldq = p.q.row_stride(), ldk = p.k.row_stride(), ldv = p.v.row_stride();
   const int64_t ldo = p.out.row_stride();
   const float* qb = p.q.ptr<float>() + base * ldq + static_cast<int64_t>(t.head) * dim;
-  const float* kb = p.k.ptr<float>() + base * ldk + static_cast<int64_t>(kvh) * dim;
-  const float* vb = p.v.ptr<float>() + base * ldv + static_cast<int64_t>(kvh) * dim;
+  const float* kb = p.k.ptr<float>() + static_cast<int64_t>(kvh) * dim;
+  const float* vb = p.v.ptr<float>() + static_cast<int64_t>(kvh) * dim;
   float* ob = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(t.head) * dim;
 
+  // Query rows are local (0 .. len - 1); their logical positions start at `pre`.
   int lo, hi, lo_last, hi_last;
-  KeyRange(p, t.q0, len, &lo, &hi);
-  KeyRange(p, t.q1 - 1, len, &lo_last, &hi_last);
+  KeyRange(p, pre + t.q0, klen, &lo, &hi);
+  KeyRange(p, pre + t.q1 - 1, klen, &lo_last, &hi_last);
   const int64_t nk = hi_last - lo + 1;
   const int64_t nkp = (nk + nl - 1) / nl * nl;
   // Kt row stride: one extra vector so that rows do not alias in the L1 sets.
@@ -219,7 +253,7 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
     for (int c0 = 0; c0 < dim; c0 += kTile) {
       const int c1 = std::min(dim, c0 + kTile);
       for (int64_t j = j0; j < j1; ++j) {
-        const float* kr = kb + (lo + j) * ldk;
+        const float* kr = kb + sk.Row(static_cast<int>(lo + j)) * ldk;
         for (int c = c0; c < c1; ++c) kt[c * ldt + j] = kr[c];
       }
     }
@@ -230,7 +264,7 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
   // Contiguous copy of the task's V rows: in the fused QKV matrix they are ~1-5 KiB apart
   // and map to few L1 sets, so P V would stream them from L2 once per query group.
   for (int64_t j = 0; j < nk; ++j) {
-    std::memcpy(vc + j * dim, vb + (lo + j) * ldv, dim * sizeof(float));
+    std::memcpy(vc + j * dim, vb + sk.Row(static_cast<int>(lo + j)) * ldv, dim * sizeof(float));
   }
   // Query rows in sub-blocks of kSubBlock (S holds kSubBlock rows of stride nkp).
   for (int sb = t.q0; sb < t.q1; sb += kSubBlock) {
@@ -239,8 +273,8 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
     // Key range [glo, ghi] (offsets from lo) of query group g (rows sb + g .. + kRows - 1).
     auto group_range = [&](int g, int64_t* glo, int64_t* ghi) {
       int a, b, c2, e;
-      KeyRange(p, sb + g, len, &a, &b);
-      KeyRange(p, std::min(sb + g + kRows - 1, se - 1), len, &c2, &e);
+      KeyRange(p, pre + sb + g, klen, &a, &b);
+      KeyRange(p, pre + std::min(sb + g + kRows - 1, se - 1), klen, &c2, &e);
       *glo = a - lo;
       *ghi = e - lo;
     };
@@ -276,7 +310,7 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* 
         }
         const int i = sb + g + r;
         int rlo, rhi;
-        KeyRange(p, i, len, &rlo, &rhi);
+        KeyRange(p, pre + i, klen, &rlo, &rhi);
         const int64_t a = rlo - lo, b = rhi - lo;
         inv[r] = 1.f / SoftmaxExp(sr + a, b - a + 1);
         for (int64_t j = glo; j < a; ++j) sr[j] = 0.f;
@@ -306,12 +340,13 @@ HWY_EXPORT(AttnTaskRun);
 void AttentionKernel(const AttentionParams& p) {
   static thread_local std::vector<AttnTask> tasks;  // reused across calls
   tasks.clear();
-  int max_len = 0;
+  int max_len = 0, max_keys = 0;
   int64_t pairs = 0;
   for (int s = 0; s < p.num_seqs; ++s) {
-    const int len = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
-    max_len = std::max(max_len, len);
-    pairs += len > 0 ? p.num_heads : 0;
+    const SeqKeys k = KeysOf(p, s);
+    max_len = std::max(max_len, k.len);
+    max_keys = std::max(max_keys, k.klen);
+    pairs += k.len > 0 ? p.num_heads : 0;
   }
   // One task per (sequence, head) transposes K once for all its queries; with too few such
   // pairs to keep the threads busy, split sequences into kSubBlock-row tasks. Results do not
@@ -324,8 +359,8 @@ void AttentionKernel(const AttentionParams& p) {
     }
   }
   if (tasks.empty()) return;
-  // A task's key range spans at most max_len keys; pad to whole vectors (<= 64 lanes).
-  const int64_t nkp = (static_cast<int64_t>(max_len) + 63) / 64 * 64;
+  // A task's key range spans at most max_keys keys; pad to whole vectors (<= 64 lanes).
+  const int64_t nkp = (static_cast<int64_t>(max_keys) + 63) / 64 * 64;
   const int64_t kt_elems = (nkp + 64) * p.head_dim, s_elems = kSubBlock * nkp;
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
   const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly

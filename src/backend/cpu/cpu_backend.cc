@@ -10,6 +10,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_linear.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/sampling.h"
 
 namespace sluice {
 namespace {
@@ -142,60 +143,34 @@ class CpuBackend final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     omp_set_num_threads(threads_);
-    if (p.prefix_of != nullptr) return AttentionWithPrefix(p);
     cpu::AttentionKernel(p);
   }
-
-  // Shared-prefix attention by expansion: each sequence with a prefix is copied as its
-  // prefix's rows + its own rows, the regular kernel runs over the expanded batch, and the
-  // own rows' outputs are copied back. Exactly the full-sequence computation (the kernel is
-  // batch invariant); the CPU gains nothing from it, but runs the same batches as CUDA.
-  void AttentionWithPrefix(const AttentionParams& p) {
-    const int S = p.num_seqs;
-    const int32_t* cu = p.cu_seqlens;
-    auto prefix_len = [&](int s) {
-      const int q = p.prefix_of[s];
-      return q < 0 ? 0 : cu[q + 1] - cu[q];
-    };
-    std::vector<int32_t> ecu = {0};
-    int max_len = 0;
-    for (int s = 0; s < S; ++s) {
-      const int len = cu[s + 1] - cu[s] + prefix_len(s);
-      ecu.push_back(ecu.back() + len);
-      max_len = std::max(max_len, len);
+  void WriteKv(const KvWriteParams& p) override {
+    const size_t kb = static_cast<size_t>(p.k.cols) * DTypeSize(p.k.dtype);
+    const size_t vb = static_cast<size_t>(p.v.cols) * DTypeSize(p.v.dtype);
+    const int64_t ek = DTypeSize(p.k.dtype), ev = DTypeSize(p.v.dtype);
+    for (int64_t i = 0; i < p.k.rows; ++i) {
+      const int64_t slot = p.slots[i];
+      std::memcpy(static_cast<char*>(p.k_cache.data) + slot * p.k_cache.row_stride() * ek,
+                  static_cast<const char*>(p.k.data) + i * p.k.row_stride() * ek, kb);
+      std::memcpy(static_cast<char*>(p.v_cache.data) + slot * p.v_cache.row_stride() * ev,
+                  static_cast<const char*>(p.v.data) + i * p.v.row_stride() * ev, vb);
     }
-    const int64_t T = ecu.back();
-    auto expand = [&](const Tensor& x, std::vector<float>& buf) {
-      buf.resize(static_cast<size_t>(T * x.cols));
-      for (int s = 0; s < S; ++s) {
-        const int pre = prefix_len(s);
-        const int64_t pbase = pre > 0 ? cu[p.prefix_of[s]] : 0;
-        for (int j = 0; j < ecu[s + 1] - ecu[s]; ++j) {
-          const int64_t src = j < pre ? pbase + j : cu[s] + (j - pre);
-          std::memcpy(buf.data() + (ecu[s] + j) * x.cols, x.ptr<float>() + src * x.row_stride(),
-                      static_cast<size_t>(x.cols) * sizeof(float));
-        }
-      }
-      return Tensor{buf.data(), DType::kF32, T, x.cols, 0};
-    };
-    AttentionParams e = p;
-    e.q = expand(p.q, eq_);
-    e.k = expand(p.k, ek_);
-    e.v = expand(p.v, ev_);
-    eo_.resize(static_cast<size_t>(T * p.out.cols));
-    e.out = Tensor{eo_.data(), DType::kF32, T, p.out.cols, 0};
-    e.cu_seqlens = ecu.data();
-    e.max_seqlen = max_len;
-    e.prefix_of = nullptr;
-    cpu::AttentionKernel(e);
-    for (int s = 0; s < S; ++s) {
-      const int pre = prefix_len(s);
-      for (int i = 0; i < cu[s + 1] - cu[s]; ++i) {
-        std::memcpy(p.out.ptr<float>() + (cu[s] + i) * p.out.row_stride(),
-                    eo_.data() + (ecu[s] + pre + i) * p.out.cols,
-                    static_cast<size_t>(p.out.cols) * sizeof(float));
+  }
+  void CopyKvBlocks(const KvCopyParams& p) override {
+    for (const Tensor& c : *p.caches) {
+      const size_t row = static_cast<size_t>(c.row_stride()) * DTypeSize(c.dtype);
+      for (int i = 0; i < p.num_blocks; ++i) {
+        std::memcpy(
+            static_cast<char*>(c.data) + static_cast<size_t>(p.dst[i]) * p.block_size * row,
+            static_cast<const char*>(c.data) + static_cast<size_t>(p.src[i]) * p.block_size * row,
+            p.block_size * row);
       }
     }
+  }
+  void Sample(const SampleParams& p) override {
+    omp_set_num_threads(threads_);
+    cpu::SampleRows(p);
   }
   void Activate(Tensor x, Activation act) override {
     omp_set_num_threads(threads_);
@@ -221,7 +196,6 @@ class CpuBackend final : public Backend {
 
  private:
   int threads_;
-  std::vector<float> eq_, ek_, ev_, eo_;  // AttentionWithPrefix scratch
   cpu::LinearRunner linear_;
 };
 

@@ -332,13 +332,7 @@ void RopeKernel(const RopeParams& p) {
   constexpr int kMaxHalf = 512;
   const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
   const int half = std::min(rot / 2, kMaxHalf);
-  float inv_freq[kMaxHalf];
-  // As Hugging Face: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in float32.
-  const float base = static_cast<float>(p.theta);
-  for (int i = 0; i < half; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(rot);
-    inv_freq[i] = 1.0f / std::pow(base, e);
-  }
+  const std::vector<float> inv_freq = RopeInverseFrequencies(p);
   const int64_t ld = p.x.row_stride();
   float* x = p.x.ptr<float>();
 #pragma omp parallel for schedule(static) if (p.x.numel() >= kParallelMinElems)

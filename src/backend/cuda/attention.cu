@@ -14,7 +14,10 @@
 //
 // Shared-prefix reuse (AttentionParams::prefix_of): a sequence with a prefix sees the keys
 // of its prefix sequence before its own, in logical order, so key tiles still start at
-// logical position 0 and the per-row arithmetic is the same as for the full sequence.
+// logical position 0 and the per-row arithmetic is the same as for the full sequence. A
+// paged KV cache (generation) is read the same way: queries at logical positions
+// kv_start + i, keys 0 .. kv_start + len - 1 gathered from cache rows through the block
+// table (attention_common.cuh, SeqKeys).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,13 +40,13 @@ constexpr int kKeys = 32;  // keys per tile of the CUDA-core kernels (one per la
 template <typename T>
 __device__ __forceinline__ void StageKv(const T* __restrict__ k, int64_t ldk,
                                         const T* __restrict__ v, int64_t ldv, int kvh, int dim,
-                                        int t0, int nk, int pre, int64_t pbase, int base, float* ks,
-                                        int kst, float* vs) {
+                                        int t0, int nk, const SeqKeys& keys, float* ks, int kst,
+                                        float* vs) {
   for (int e = threadIdx.x; e < kKeys * dim; e += blockDim.x) {
     const int j = e / dim, c = e % dim;
     float kv = 0.f, vv = 0.f;
     if (j < nk) {
-      const int64_t row = KeyRow(t0 + j, pre, pbase, base);
+      const int64_t row = keys.Row(t0 + j);
       kv = ToFloat(k[row * ldk + static_cast<int64_t>(kvh) * dim + c]);
       vv = ToFloat(v[row * ldv + static_cast<int64_t>(kvh) * dim + c]);
     }
@@ -59,17 +62,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                     const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                     const int32_t* __restrict__ cu, int group, int dim, float scale, bool causal,
-                    int window, const int32_t* __restrict__ prefix_of) {
+                    int window, KeySource src) {
   extern __shared__ float smem[];
   float* ks = smem;                    // [kKeys][dim + 1]
   float* vs = ks + kKeys * (dim + 1);  // [kKeys][dim]
   float* qs = vs + kKeys * dim;        // [kWarps][dim]
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
-  // Keys in logical order: the prefix sequence's rows, then the sequence's own.
-  const PrefixRows pr = PrefixOf(prefix_of, cu, seq);
-  const int pre = pr.len, klen = pre + len;
-  const int64_t pbase = pr.base;
+  // Keys in logical order: the prefix sequence's rows (or cached keys), then its own.
+  const SeqKeys sk = KeysOf(src, cu, seq);
+  const int pre = sk.pre, klen = pre + len;
   const int q0 = blockIdx.y * kWarps;
   if (q0 >= len) return;  // whole block past this sequence's end
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int t0 = keys.begin; t0 < keys.end; t0 += kKeys) {
     __syncthreads();  // previous tile fully consumed (and qs written, on the first pass)
     const int nk = min(kKeys, klen - t0);
-    StageKv(k, ldk, v, ldv, kvh, dim, t0, nk, pre, pbase, base, ks, dim + 1, vs);
+    StageKv(k, ldk, v, ldv, kvh, dim, t0, nk, sk, ks, dim + 1, vs);
     __syncthreads();
     if (!active) continue;
     // Score of key t0 + lane.
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernelRows(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                         const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                         const int32_t* __restrict__ cu, int group, int dim, float scale,
-                        bool causal, int window, const int32_t* __restrict__ prefix_of) {
+                        bool causal, int window, KeySource src) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int kst = dim + 4;       // padded K row: 16-byte aligned, conflict-free
@@ -160,9 +162,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* qs = vs + kKeys * dim;  // [kBlockQ][dim]
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
-  const PrefixRows pr = PrefixOf(prefix_of, cu, seq);
-  const int pre = pr.len, klen = pre + len;  // logical keys: prefix, own
-  const int64_t pbase = pr.base;
+  const SeqKeys sk = KeysOf(src, cu, seq);
+  const int pre = sk.pre, klen = pre + len;  // logical keys: prefix (or cached), own
   const int q0 = blockIdx.y * kBlockQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int t0 = keys.begin; t0 < keys.end; t0 += kKeys) {
     __syncthreads();
     const int nk = min(kKeys, klen - t0);
-    StageKv(k, ldk, v, ldv, kvh, dim, t0, nk, pre, pbase, base, ks, kst, vs);
+    StageKv(k, ldk, v, ldv, kvh, dim, t0, nk, sk, ks, kst, vs);
     __syncthreads();
     if (r0 >= len) continue;  // warp-uniform: this warp has no rows
     float dot[kRows];
@@ -296,7 +297,7 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     AttentionKernelRows<T, NC><<<grid, kWarps * 32, SmemBytesRows(p.head_dim), stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
-        p.scale, p.causal, p.window, p.prefix_of);
+        p.scale, p.causal, p.window, KeySourceOf(p));
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_seqs),
                     static_cast<unsigned>((p.max_seqlen + kWarps - 1) / kWarps),
@@ -304,7 +305,7 @@ bool Launch(const AttentionParams& p, cudaStream_t stream) {
     AttentionKernel<T, NC><<<grid, kWarps * 32, SmemBytes(p.head_dim), stream>>>(
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens, group, p.head_dim,
-        p.scale, p.causal, p.window, p.prefix_of);
+        p.scale, p.causal, p.window, KeySourceOf(p));
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -334,6 +335,9 @@ bool Attention(const AttentionParams& p, cudaStream_t stream) {
   const DType dt = p.q.dtype;
   if (p.k.dtype != dt || p.v.dtype != dt || p.out.dtype != dt || p.head_dim <= 0 ||
       p.head_dim > kMaxHeadDim || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
+    return false;
+  }
+  if (p.paged() && (p.kv_block_size != kKvBlock || p.prefix_of != nullptr || !p.causal)) {
     return false;
   }
   if (p.num_seqs == 0 || p.max_seqlen == 0 || p.num_heads == 0) return true;

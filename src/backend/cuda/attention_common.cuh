@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "backend/backend.h"
+
 namespace sluice::cuda {
 
 // Shared-prefix reuse: the rows of sequence seq's prefix, prefix_of[seq] (none when
@@ -18,10 +20,48 @@ __device__ __forceinline__ PrefixRows PrefixOf(const int32_t* __restrict__ prefi
   return p < 0 ? PrefixRows{0, 0} : PrefixRows{cu[p + 1] - cu[p], cu[p]};
 }
 
-// Keys are in logical order: a sequence with a prefix sees the prefix's rows (starting at
-// row pbase) before its own (starting at row base).
-__device__ __forceinline__ int64_t KeyRow(int kl, int pre, int64_t pbase, int base) {
-  return kl < pre ? pbase + kl : base + (kl - pre);
+// Where the keys of a batch's sequences are (AttentionParams): their own rows after a
+// shared prefix's (prefix_of), or rows of a paged KV cache through block tables.
+constexpr int kKvBlock = 16;  // KV cache block size the kernels support
+struct KeySource {
+  const int32_t* prefix_of = nullptr;
+  const int32_t* block_table = nullptr;  // paged: [seqs * blocks_per_seq]
+  const int32_t* kv_start = nullptr;     // paged: [seqs] cached tokens before the queries
+  int blocks_per_seq = 0;
+};
+inline KeySource KeySourceOf(const AttentionParams& p) {
+  KeySource s;
+  s.prefix_of = p.prefix_of;
+  s.block_table = p.kv_block_table;
+  s.kv_start = p.kv_start;
+  s.blocks_per_seq = p.kv_blocks_per_seq;
+  return s;
+}
+
+// One sequence's keys in logical order: `pre` keys before its own queries (a shared
+// prefix's rows starting at pbase, or cached tokens), then its own rows starting at base;
+// with a paged cache every key is a cache row found through the block table.
+struct SeqKeys {
+  int pre;
+  int64_t pbase;
+  int base;
+  const int32_t* blocks;  // paged: this sequence's block table, else null
+  __device__ __forceinline__ int64_t Row(int kl) const {
+    if (blocks != nullptr) {
+      return static_cast<int64_t>(blocks[kl / kKvBlock]) * kKvBlock + kl % kKvBlock;
+    }
+    return kl < pre ? pbase + kl : base + (kl - pre);
+  }
+};
+__device__ __forceinline__ SeqKeys KeysOf(const KeySource& src, const int32_t* __restrict__ cu,
+                                          int seq) {
+  const int base = cu[seq];
+  if (src.block_table != nullptr) {
+    return SeqKeys{src.kv_start[seq], 0, base,
+                   src.block_table + static_cast<int64_t>(seq) * src.blocks_per_seq};
+  }
+  const PrefixRows pr = PrefixOf(src.prefix_of, cu, seq);
+  return SeqKeys{pr.len, pr.base, base, nullptr};
 }
 
 // The logical keys [begin, end) that query rows [q0, q0 + rows) of a sequence (local

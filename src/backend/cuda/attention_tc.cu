@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
     AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
                       const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
                       const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
-                      int window, const int32_t* __restrict__ prefix_of, int seq0) {
+                      int window, KeySource src, int seq0) {
   constexpr int kSt = D + 8;      // padded shared-memory row (elements): conflict-free
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kKs = D / 16;     // k-steps of Q·K^T
@@ -157,11 +157,11 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
   const int h0 = blockIdx.y * HPB, kvh = h0 / group;
   const int seq = seq0 + static_cast<int>(blockIdx.z);
   const int base = cu[seq], len = cu[seq + 1] - base;
-  // Keys in logical order: the prefix sequence's rows, then the sequence's own; query rows
-  // are local (0..len) and sit at logical positions pre + local.
-  const PrefixRows pr = PrefixOf(prefix_of, cu, seq);
-  const int pre = pr.len, klen = pre + len;
-  const int64_t pbase = pr.base;
+  // Keys in logical order: the prefix sequence's rows (or cached keys), then the sequence's
+  // own; query rows are local (0..len) and sit at logical positions pre + local.
+  const SeqKeys sk = KeysOf(src, cu, seq);
+  const int pre = sk.pre, klen = pre + len;
+  const int64_t pbase = sk.pbase;
   const int q0 = blockIdx.x * kTcQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -190,8 +190,11 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
     for (int i = 0; i < KT / kRowStep; ++i) {
       const int kl = t0 + cr0 + i * kRowStep;
       const bool ok = kl < klen;
-      // Past the end: any valid row (the copy is zero-filled).
-      const int64_t r = ok ? kl + (kl >= pre ? own_off : pre_off) : base;
+      // Past the end: any valid row (the copy is zero-filled). Paged: a cache row found
+      // through the block table (uniform branch per block).
+      const int64_t r = !ok                    ? (sk.blocks != nullptr ? 0 : base)
+                        : sk.blocks != nullptr ? sk.Row(kl)
+                                               : kl + (kl >= pre ? own_off : pre_off);
       CpAsync16(kd + i * kRowStep * kSt, kcol + r * ldk, ok);
       CpAsync16(vd + i * kRowStep * kSt, vcol + r * ldv, ok);
     }
@@ -406,7 +409,7 @@ bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream) {
         p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
         p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
         p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window,
-        p.prefix_of, s0);
+        KeySourceOf(p), s0);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {

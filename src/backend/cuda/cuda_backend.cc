@@ -402,6 +402,42 @@ class CudaBackend final : public Backend {
       std::abort();
     }
   }
+  void WriteKv(const KvWriteParams& p) override {
+    Device();
+    cuda::WriteKv(p, stream_);
+  }
+  void CopyKvBlocks(const KvCopyParams& p) override {
+    NotRecording("CopyKvBlocks");
+    Device();
+    for (const Tensor& c : *p.caches) {
+      const size_t bytes = static_cast<size_t>(c.row_stride()) * DTypeSize(c.dtype) * p.block_size;
+      for (int i = 0; i < p.num_blocks; ++i) {
+        CUDA_OK(cudaMemcpyAsync(static_cast<char*>(c.data) + bytes * p.dst[i],
+                                static_cast<const char*>(c.data) + bytes * p.src[i], bytes,
+                                cudaMemcpyDeviceToDevice, stream_));
+      }
+    }
+  }
+  void Sample(const SampleParams& p) override {
+    NotRecording("Sample");
+    Device();
+    if (p.num_rows == 0) return;
+    const size_t rows_bytes = sizeof(SamplingRow) * p.num_rows;
+    const size_t adj_bytes = sizeof(SamplingAdjust) * std::max(1, p.num_adjusts);
+    const size_t out_bytes = sizeof(SampledToken) * p.num_rows;
+    auto* rows = static_cast<SamplingRow*>(sample_rows_.Get(rows_bytes, kept_));
+    auto* adj = static_cast<SamplingAdjust*>(sample_adj_.Get(adj_bytes, kept_));
+    auto* raw =
+        static_cast<float*>(sample_raw_.Get(sizeof(float) * std::max(1, p.num_adjusts), kept_));
+    auto* out = static_cast<SampledToken*>(sample_out_.Get(out_bytes, kept_));
+    CUDA_OK(cudaMemcpyAsync(rows, p.rows, rows_bytes, cudaMemcpyHostToDevice, stream_));
+    if (p.num_adjusts > 0) {
+      CUDA_OK(cudaMemcpyAsync(adj, p.adjusts, sizeof(SamplingAdjust) * p.num_adjusts,
+                              cudaMemcpyHostToDevice, stream_));
+    }
+    cuda::Sample(p, rows, adj, raw, out, stream_);
+    CUDA_OK(cudaMemcpyAsync(p.out, out, out_bytes, cudaMemcpyDeviceToHost, stream_));
+  }
   void Activate(Tensor x, Activation act) override {
     Device();
     cuda::Activate(x, act, stream_);
@@ -498,19 +534,19 @@ class CudaBackend final : public Backend {
     cudaGetLastError();  // clear the (non-sticky) error of a failed capture
   }
 
-  // inv_freq as Hugging Face computes it (float32), cached per (theta, rotary_dim).
+  using RopeKey = std::tuple<double, int, decltype(RopeScaling{}.key())>;
+  static RopeKey KeyOf(const RopeParams& p) {
+    return {p.theta, p.rotary_dim > 0 ? p.rotary_dim : p.head_dim, p.scaling.key()};
+  }
+
+  // inv_freq as Hugging Face computes it (float32), cached per (theta, rotary_dim, scaling).
   const float* InvFreq(const RopeParams& p) {
-    const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
-    const auto key = std::make_pair(p.theta, rot);
+    const RopeKey key = KeyOf(p);
     auto it = inv_freq_.find(key);
     if (it != inv_freq_.end()) return it->second.t().ptr<float>();
     NotRecording("RoPE table set-up");
-    const int half = rot / 2;
-    std::vector<float> inv(std::max(1, half));
-    const float base = static_cast<float>(p.theta);
-    for (int i = 0; i < half; ++i) {
-      inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
-    }
+    std::vector<float> inv = RopeInverseFrequencies(p);
+    if (inv.empty()) inv.push_back(0.f);
     Buffer b = Allocate(DType::kF32, 1, static_cast<int64_t>(inv.size()));
     CUDA_OK(cudaMemcpyAsync(b.t().data, inv.data(), inv.size() * sizeof(float),
                             cudaMemcpyHostToDevice, stream_));
@@ -526,17 +562,13 @@ class CudaBackend final : public Backend {
     const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
     const int half = rot / 2;
     if (half == 0) return nullptr;
-    const auto key = std::make_pair(p.theta, rot);
-    auto& entry = cos_sin_[key];
+    auto& entry = cos_sin_[KeyOf(p)];
     if (entry.second < p.max_position) {
       NotRecording("RoPE table growth");
       int cap = 256;
       while (cap < p.max_position) cap *= 2;
-      const float base = static_cast<float>(p.theta);
-      std::vector<float> inv(half), host(static_cast<size_t>(cap) * half * 2);
-      for (int i = 0; i < half; ++i) {
-        inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
-      }
+      const std::vector<float> inv = RopeInverseFrequencies(p);
+      std::vector<float> host(static_cast<size_t>(cap) * half * 2);
       for (int pos = 0; pos < cap; ++pos) {
         for (int i = 0; i < half; ++i) {
           const double ang = static_cast<double>(static_cast<float>(pos) * inv[i]);
@@ -561,6 +593,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
+  Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
   // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are
   // kept alive (retired) rather than freed.
   bool recording_ = false, kept_ = false;
@@ -569,8 +602,8 @@ class CudaBackend final : public Backend {
   std::vector<Buffer> retired_tables_;
   void* gemm_ws_ = nullptr;
   std::unique_ptr<cuda::GemmPlanner> gemm_;
-  std::map<std::pair<double, int>, Buffer> inv_freq_;
-  std::map<std::pair<double, int>, std::pair<Buffer, int>> cos_sin_;  // table, positions
+  std::map<RopeKey, Buffer> inv_freq_;
+  std::map<RopeKey, std::pair<Buffer, int>> cos_sin_;  // table, positions
 };
 
 }  // namespace

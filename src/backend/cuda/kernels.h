@@ -57,4 +57,10 @@ bool Attention(const AttentionParams& p, cudaStream_t stream);
 bool AttentionTcEligible(const AttentionParams& p);
 bool AttentionTc(const AttentionParams& p, cudaStream_t stream);
 
+// Paged KV cache writes and sampling (sampling.cu). rows/adjusts/adj_raw/out: device
+// memory (adj_raw: p.num_adjusts floats of scratch).
+void WriteKv(const KvWriteParams& p, cudaStream_t stream);
+void Sample(const SampleParams& p, const SamplingRow* rows, const SamplingAdjust* adjusts,
+            float* adj_raw, SampledToken* out, cudaStream_t stream);
+
 }  // namespace sluice::cuda
