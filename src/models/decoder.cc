@@ -90,8 +90,8 @@ class DecoderModel final : public Model {
                                              p + "self_attn.v_proj"},
                                             {q_out, kv_out, kv_out}, H, qkv_bias));
       ASSIGN_OR_RETURN(L.o, w.Linear(p + "self_attn.o_proj", H, q_out, o_bias));
-      ASSIGN_OR_RETURN(L.gate_up, w.FusedLinear({p + "mlp.gate_proj", p + "mlp.up_proj"}, {I, I},
-                                                H, mlp_bias));
+      ASSIGN_OR_RETURN(
+          L.gate_up, w.FusedLinear({p + "mlp.gate_proj", p + "mlp.up_proj"}, {I, I}, H, mlp_bias));
       ASSIGN_OR_RETURN(L.down, w.Linear(p + "mlp.down_proj", H, I, mlp_bias));
       ASSIGN_OR_RETURN(L.in_norm, w.Vector(p + "input_layernorm.weight", H));
       ASSIGN_OR_RETURN(L.post_norm, w.Vector(p + "post_attention_layernorm.weight", H));
@@ -108,8 +108,8 @@ class DecoderModel final : public Model {
       const std::string name =
           c.tie_word_embeddings ? prefix + "embed_tokens.weight" : "lm_head.weight";
       WeightLoader top(store, backend_, "", dtype_);
-      ASSIGN_OR_RETURN(lm_head_, top.Linear(name.substr(0, name.size() - 7), c.vocab_size, H,
-                                            false));
+      ASSIGN_OR_RETURN(lm_head_,
+                       top.Linear(name.substr(0, name.size() - 7), c.vocab_size, H, false));
     }
     return Status::Ok();
   }
@@ -277,8 +277,8 @@ class DecoderModel final : public Model {
   }
 
   // res += attn·Wo; x = RMSNorm(res); res += MLP(x), over the rows of attn/res.
-  void PostAttention(const DecoderLayer& L, Tensor attn, Tensor res, Tensor x, Tensor gu, Tensor act,
-                     float eps) {
+  void PostAttention(const DecoderLayer& L, Tensor attn, Tensor res, Tensor x, Tensor gu,
+                     Tensor act, float eps) {
     backend_->Linear({L.o.get(), attn, res, Activation::kNone, &res});
     backend_->RmsNorm(res, nullptr, L.post_norm.t(), eps, x);
     backend_->Linear({L.gate_up.get(), x, gu});
@@ -305,8 +305,8 @@ StatusOr<std::unique_ptr<Model>> CreateDecoder(const ModelConfig& config,
   return std::unique_ptr<Model>(std::move(m));
 }
 
-ArchitectureInfo Decoder(std::string name, std::string family, ModelFactory factory,
-                         HeadKind head, Task task) {
+ArchitectureInfo Decoder(std::string name, std::string family, ModelFactory factory, HeadKind head,
+                         Task task) {
   ArchitectureInfo a;
   a.name = std::move(name);
   a.family = std::move(family);
