@@ -377,6 +377,8 @@ class Backend {
   virtual std::unique_ptr<Fence> CreateFence();
   // Free device memory in bytes, or -1 where the backend does not know (CPU).
   virtual int64_t DeviceMemoryFree() { return -1; }
+  // Total device memory in bytes, or -1 where the backend does not know (CPU).
+  virtual int64_t DeviceMemoryTotal() { return -1; }
 
   // ---- Recorded forwards (CUDA graphs). ----
   //

@@ -68,6 +68,7 @@ class ProfilingBackend final : public Backend {
   void CopyToHostF32Async(const Tensor& src, float* dst) override;
   std::unique_ptr<Fence> CreateFence() override { return inner_->CreateFence(); }
   int64_t DeviceMemoryFree() override { return inner_->DeviceMemoryFree(); }
+  int64_t DeviceMemoryTotal() override { return inner_->DeviceMemoryTotal(); }
   // Recordings stay unsupported: profiling synchronises after every call.
 
  private:

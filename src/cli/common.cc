@@ -162,7 +162,8 @@ ProgressBar::ProgressBar(std::string what, size_t total)
 
 void ProgressBar::Update(size_t done, int64_t tokens) {
   const double now = NowSeconds();
-  if (done == last_done_ || (done < total_ && now - last_draw_ < (tty_ ? 0.1 : 5.0))) return;
+  // Redrawn at most every 0.1 s (5 s without a terminal), and once when all are done.
+  if (done == total_ ? done == last_done_ : now - last_draw_ < (tty_ ? 0.1 : 5.0)) return;
   last_draw_ = now;
   last_done_ = done;
   const double el = std::max(now - start_, 1e-9);

@@ -46,12 +46,20 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 }
 
 StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows rows,
-                                         HostBuffer* staging) {
+                                         HostBuffer* staging,
+                                         const std::vector<Tensor>* kv_cache) {
   RETURN_IF_ERROR(model_->CheckBatch(batch));
+  if ((kv_cache != nullptr) != !batch.kv_start.empty()) {
+    return Internal("a batch with KV cache inputs needs the cache, and only it");
+  }
   const int64_t T = batch.num_tokens();
   const int S = batch.num_seqs();
-  const GraphBucket* graph = FindGraph(T);
-  const InputLayout layout = graph ? InputLayout{graph->tokens, graph->tokens} : InputLayout{T, S};
+  const bool plain = kv_cache == nullptr && batch.output_rows.empty();
+  const GraphBucket* graph = plain ? FindGraph(T) : nullptr;
+  const InputLayout layout =
+      graph ? InputLayout{graph->tokens, graph->tokens}
+            : InputLayout{T, S, static_cast<int64_t>(batch.output_rows.size()),
+                          static_cast<int64_t>(batch.kv_blocks_per_seq)};
   // Inputs: packed on the host into pinned staging, one asynchronous copy.
   const size_t in_bytes = static_cast<size_t>(layout.size()) * sizeof(int32_t);
   if (staging->size() < in_bytes) *staging = backend_->AllocateHost(in_bytes + in_bytes / 4);
@@ -61,6 +69,7 @@ StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows r
   backend_->CopyFromHostAsync(staging->data(), dev);
   RunnerForward f;
   f.device = model_->BindInputs(batch, layout, rows, dev, graph != nullptr);
+  f.device.kv_cache = kv_cache;
   if (graph) {
     backend_->Replay(*graph->recording, {S, batch.max_seqlen});
     f.hidden = graph->hidden.RowSlice(0, T);  // the padding rows after T are never read

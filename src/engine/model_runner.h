@@ -67,7 +67,10 @@ class ModelRunner {
   // the model (replaying the CUDA graph of its token-count bucket when one holds it and
   // rows allow: a replay returns every token row). Returns the hidden states, valid until
   // the next Run.
-  StatusOr<RunnerForward> Run(const ForwardBatch& batch, OutputRows rows, HostBuffer* staging);
+  // With `kv_cache` (the tensors of a KvCache), the batch's kv_* fields place its keys and
+  // values in the paged cache (generation).
+  StatusOr<RunnerForward> Run(const ForwardBatch& batch, OutputRows rows, HostBuffer* staging,
+                              const std::vector<Tensor>* kv_cache = nullptr);
 
   // CUDA graphs: records the forward of every token-count bucket up to max_tokens
   // (sequences no longer than max_len). Logs what it recorded.

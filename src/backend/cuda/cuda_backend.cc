@@ -250,6 +250,12 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaMemGetInfo(&free, &total));
     return static_cast<int64_t>(free);
   }
+  int64_t DeviceMemoryTotal() override {
+    Device();
+    size_t free = 0, total = 0;
+    CUDA_OK(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(total);
+  }
 
   StatusOr<std::unique_ptr<LinearWeight>> PrepareLinear(const HostTensor& weight,
                                                         const HostTensor* bias,

@@ -1,0 +1,140 @@
+// The generation engine: a ModelRunner with a paged KV cache (engine/kv_cache.h), the
+// generation scheduler (engine/gen_scheduler.h) and the Sampler output stage. Each Step
+// runs one forward over the scheduled decode tokens and prompt chunks, samples the next
+// token of every sequence whose known tokens all ran, applies stop conditions, detokenises
+// incrementally and reports through each request's ResponseSink.
+//
+// Not thread-safe: one thread drives a Generator (the offline CLI, or a serving loop);
+// GenerateRequest::cancelled may be set from any thread and is honoured at the next Step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/gen_scheduler.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+
+namespace sluice {
+
+class DecodeStream;
+
+struct TokenLogprobs {
+  float logprob = 0.f;  // of the token itself (raw: before penalties/temperature)
+  std::vector<std::pair<int32_t, float>> top;  // the top raw logprobs asked for
+};
+
+// One of a request's n completions.
+struct CompletionOutput {
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;  // per token, when the request asked for logprobs
+  std::string text;                     // detokenised output (stop string removed)
+  // "" while running; "stop" (eos, a stop token or string), "length" (max_tokens or the
+  // model length), "abort" (cancelled).
+  std::string finish_reason;
+  std::optional<int32_t> stop_token;      // the stop token that ended it (not eos)
+  std::optional<std::string> stop_string;  // the stop string that ended it
+  std::vector<double> token_times;        // seconds since arrival, per token
+};
+
+struct GenerateRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  ResponseSink<GenerateRequest> sink;
+  std::atomic<bool> cancelled{false};
+
+  // Filled by the engine. sink.on_output runs after every step that added tokens to any of
+  // the outputs; on_done once, when all n are finished (or the request failed).
+  std::vector<CompletionOutput> outputs;
+  std::vector<TokenLogprobs> prompt_logprobs;  // positions 1.. of the prompt, when asked
+  int64_t cached_prompt_tokens = 0;            // prompt tokens served by the prefix cache
+  SteadyClock::time_point arrival{}, first_token{}, finished{};
+  bool done = false;
+};
+
+struct GenerationOptions {
+  std::optional<DType> dtype;
+  BackendOptions backend;
+  bool profile = false;
+  bool activation_residual = false;
+  int max_model_len = 0;  // 0 = the model's max_position_embeddings
+  // Step limits; 0 = the device's default (CPU 2048 tokens / 64 sequences, CUDA 8192 / 512).
+  int64_t max_num_batched_tokens = 0;
+  int max_num_seqs = 0;
+  // KV cache size: bytes (0 = from gpu_memory_utilization on CUDA, 2 GiB on CPU).
+  int64_t kv_cache_memory = 0;
+  double gpu_memory_utilization = 0.9;  // CUDA: fraction of the device's memory in use at most
+  bool prefix_caching = true;
+};
+
+struct GenerationStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;     // computed (prefill) tokens
+  int64_t generated_tokens = 0;  // sampled tokens
+  int64_t preemptions = 0;
+  int64_t requests_finished = 0;
+};
+
+class Generator {
+ public:
+  static StatusOr<std::unique_ptr<Generator>> Load(std::shared_ptr<const ModelBundle> bundle,
+                                                   const GenerationOptions& options);
+  ~Generator();
+
+  const GenerationOptions& options() const { return options_; }
+  const ModelBundle& bundle() const { return runner_->bundle(); }
+  const GenerationLimits& limits() const { return limits_; }
+  const BlockPool& blocks() const { return *pool_; }
+  int64_t kv_cache_bytes() const { return kv_->bytes(); }
+  const GenerationStats& stats() const { return stats_; }
+  const ModelRunner& runner() const { return *runner_; }
+  std::vector<int> stop_token_ids() const { return eos_; }
+
+  // Admission: validates the request (limits, sampling fields; errors name the field) and
+  // queues it. On error nothing is queued and the sink is not called.
+  Status Add(std::shared_ptr<GenerateRequest> request);
+  // Cancels a request: its blocks are freed at once, its outputs finish with "abort", and
+  // on_done runs (with an Unavailable status) before Abort returns.
+  void Abort(GenerateRequest& request);
+  bool HasWork() const { return !active_.empty(); }
+  size_t num_requests() const { return active_.size(); }
+  // One step. A failing forward fails the requests of the step (on_done with the error).
+  Status Step();
+
+ private:
+  struct SeqState;
+  Generator() = default;
+  void Finish(SeqState& s, const char* reason);
+  void CompleteRequest(GenerateRequest& r, const Status& status);
+  // Applies one sampled token; true if the sequence finished.
+  bool Accept(SeqState& s, const SampledToken& t, double now_s);
+  void Fail(const std::vector<StepItem>& items, const Status& st);
+
+  GenerationOptions options_;
+  GenerationLimits limits_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<GenScheduler> scheduler_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<int> eos_;
+  std::vector<std::shared_ptr<GenerateRequest>> active_;
+  std::vector<std::unique_ptr<SeqState>> seqs_;
+  GenerationStats stats_;
+  uint64_t seed_state_ = 0x5EED5EED12345678ull;
+  // Per-step scratch.
+  ForwardBatch batch_;
+  std::vector<StepItem> items_;
+  std::vector<GenSequence*> preempted_;
+  HostBuffer staging_;
+  std::unique_ptr<Fence> done_;
+};
+
+}  // namespace sluice

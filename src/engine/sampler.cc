@@ -1,0 +1,49 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace sluice {
+
+namespace {
+constexpr int kSlotLogits = 2100;  // workspace slot (models: small numbers, pooler 2000+)
+
+void Fit(Backend& backend, HostBuffer* b, size_t bytes) {
+  if (b->size() < bytes) *b = backend.AllocateHost(std::max<size_t>(bytes + bytes / 4, 256));
+}
+}  // namespace
+
+Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int index) {
+  (void)batch;
+  const int n = static_cast<int>(rows_.size());
+  if (n != f.hidden.rows) {
+    return Internal("sampler: " + std::to_string(n) + " sampling rows for " +
+                    std::to_string(f.hidden.rows) + " output rows");
+  }
+  if (n == 0) return Status::Ok();
+  Backend& backend = runner_->backend();
+  Model& model = runner_->model();
+  Tensor logits =
+      runner_->workspace().Get(kSlotLogits, DType::kF32, n, model.config().vocab_size);
+  RETURN_IF_ERROR(model.Logits(f.hidden, logits));
+  Slot& s = slots_[index];
+  Fit(backend, &s.rows, sizeof(SamplingRow) * n);
+  Fit(backend, &s.adjusts, sizeof(SamplingAdjust) * std::max<size_t>(1, adjusts_.size()));
+  Fit(backend, &s.out, sizeof(SampledToken) * n);
+  std::memcpy(s.rows.data(), rows_.data(), sizeof(SamplingRow) * n);
+  if (!adjusts_.empty()) {
+    std::memcpy(s.adjusts.data(), adjusts_.data(), sizeof(SamplingAdjust) * adjusts_.size());
+  }
+  SampleParams p;
+  p.logits = logits;
+  p.num_rows = n;
+  p.rows = s.rows.as<SamplingRow>();
+  p.adjusts = s.adjusts.as<SamplingAdjust>();
+  p.num_adjusts = static_cast<int>(adjusts_.size());
+  for (const SamplingRow& r : rows_) p.max_logprobs = std::max(p.max_logprobs, r.num_logprobs);
+  p.out = s.out.as<SampledToken>();
+  backend.Sample(p);
+  return Status::Ok();
+}
+
+}  // namespace sluice

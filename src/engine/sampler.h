@@ -1,0 +1,37 @@
+// The sampler: the output stage of generation. On the device it computes full-vocabulary
+// logits of the rows the step samples from (Model::Logits) and picks one token per row
+// (Backend::Sample: penalties, temperature, top_k/top_p/min_p, seeded draws, logprobs);
+// only the SampledToken rows come back to the host.
+#pragma once
+
+#include <vector>
+
+#include "engine/output_stage.h"
+
+namespace sluice {
+
+class Sampler final : public OutputStage {
+ public:
+  explicit Sampler(ModelRunner* runner) : runner_(runner) {}
+
+  // The step's rows (one per output row of the forward, in order) and their adjustments;
+  // filled by the engine before Enqueue.
+  std::vector<SamplingRow>& sampling_rows() { return rows_; }
+  std::vector<SamplingAdjust>& adjusts() { return adjusts_; }
+
+  OutputRows rows() const override { return OutputRows::kNone; }  // explicit output rows
+  Status Enqueue(const ForwardBatch& batch, const RunnerForward& forward, int slot) override;
+  // After the slot's fence: one result per row.
+  const SampledToken* results(int slot) const { return slots_[slot].out.as<SampledToken>(); }
+
+ private:
+  struct Slot {
+    HostBuffer rows, adjusts, out;  // pinned staging
+  };
+  ModelRunner* runner_;
+  std::vector<SamplingRow> rows_;
+  std::vector<SamplingAdjust> adjusts_;
+  Slot slots_[kMaxSlots];
+};
+
+}  // namespace sluice
