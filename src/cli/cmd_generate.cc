@@ -89,8 +89,7 @@ int RunGenerate(const GenerateFlags& f) {
   SLUICE_LOG_INFO("model {}: {} ({} params, {} layers, hidden {}), task generate", b.dir,
                   b.arch->name, b.weights->TotalParameters(), b.config.num_hidden_layers,
                   b.config.hidden_size);
-  SLUICE_LOG_INFO("dtype {} (checkpoint {}), device {}",
-                  DTypeName(gen.runner().compute_dtype()),
+  SLUICE_LOG_INFO("dtype {} (checkpoint {}), device {}", DTypeName(gen.runner().compute_dtype()),
                   DTypeName(gen.runner().checkpoint_dtype()), gen.runner().backend().Describe());
   SLUICE_LOG_INFO(
       "limits: max_model_len {}, max_num_batched_tokens {}, max_num_seqs {}; stop tokens {}",
@@ -131,8 +130,9 @@ int RunGenerate(const GenerateFlags& f) {
         }
         if (st.ok() && !prompt.empty()) {
           if (!b.tokenizer) {
-            st = InvalidArgument("a text prompt needs the model's tokenizer; give "
-                                 "\"prompt_token_ids\" instead");
+            st = InvalidArgument(
+                "a text prompt needs the model's tokenizer; give "
+                "\"prompt_token_ids\" instead");
           } else {
             auto enc = b.tokenizer->Encode(prompt, true);
             if (!enc.ok()) {
@@ -177,12 +177,11 @@ int RunGenerate(const GenerateFlags& f) {
                "latency p50 %.2f ms p99 %.2f ms; %lld steps, %lld preemptions; prefix cache "
                "hits %lld of %lld tokens\n",
                static_cast<long long>(st.generated_tokens), reqs.size(), wall,
-               st.generated_tokens / std::max(wall, 1e-9),
-               static_cast<long long>(st.prompt_tokens), 1e3 * Percentile(ttft, 0.5),
-               1e3 * Percentile(ttft, 0.99), 1e3 * Percentile(itl, 0.5),
-               1e3 * Percentile(itl, 0.99), static_cast<long long>(st.steps),
-               static_cast<long long>(st.preemptions), static_cast<long long>(pc.hits),
-               static_cast<long long>(pc.queries));
+               st.generated_tokens / std::max(wall, 1e-9), static_cast<long long>(st.prompt_tokens),
+               1e3 * Percentile(ttft, 0.5), 1e3 * Percentile(ttft, 0.99),
+               1e3 * Percentile(itl, 0.5), 1e3 * Percentile(itl, 0.99),
+               static_cast<long long>(st.steps), static_cast<long long>(st.preemptions),
+               static_cast<long long>(pc.hits), static_cast<long long>(pc.queries));
   if (f.profile) std::fprintf(stderr, "%s", gen.runner().ProfileReport().c_str());
 
   std::ofstream file;
@@ -235,8 +234,7 @@ int RunGenerate(const GenerateFlags& f) {
 }
 
 Registrar generate_cmd(Command{
-    "generate", "Generate completions for prompts from a JSONL file (offline)",
-    [](CLI::App* sub) {
+    "generate", "Generate completions for prompts from a JSONL file (offline)", [](CLI::App* sub) {
       auto f = std::make_shared<GenerateFlags>();
       sub->add_option("--model", f->model, "model directory")->required();
       sub->add_option("--input", f->input,

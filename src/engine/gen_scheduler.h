@@ -24,10 +24,10 @@ namespace sluice {
 struct GenSequence {
   std::vector<int32_t> tokens;  // prompt, then output tokens
   int prompt_len = 0;
-  int num_computed = 0;         // leading tokens whose keys/values are in the cache
-  std::vector<int32_t> blocks;  // block table
-  int num_published = 0;        // leading full blocks published to the prefix cache
-  uint64_t last_hash = 0;       // hash chain up to block num_published - 1
+  int num_computed = 0;          // leading tokens whose keys/values are in the cache
+  std::vector<int32_t> blocks;   // block table
+  int num_published = 0;         // leading full blocks published to the prefix cache
+  uint64_t last_hash = 0;        // hash chain up to block num_published - 1
   bool use_prefix_cache = true;  // false when prompt logprobs must be computed
   uint64_t order = 0;            // admission order: preemption takes the newest first
   bool running = false;

@@ -40,8 +40,8 @@ struct Generator::SeqState {
   ResolvedSampling rs;
   std::unique_ptr<DecodeStream> detok;
   bool finished = false;
-  bool fork_pending = false;  // index 0 of n > 1, before its first token: samples n rows
-  int prompt_logprob_next = 1;  // the next prompt position whose logprob is due
+  bool fork_pending = false;        // index 0 of n > 1, before its first token: samples n rows
+  int prompt_logprob_next = 1;      // the next prompt position whose logprob is due
   std::vector<int32_t> prompt_set;  // distinct prompt tokens (repetition penalty)
   std::unordered_map<int32_t, int> output_counts;
   CompletionOutput& out() { return request->outputs[index]; }
@@ -106,15 +106,14 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
     }
     HostBuffer staging;
     ASSIGN_OR_RETURN(RunnerForward f, g->runner_->Run(fb, OutputRows::kNone, &staging));
-    Tensor logits = g->runner_->workspace().Get(2100, DType::kF32, o.max_num_seqs,
-                                                b.config.vocab_size);
+    Tensor logits =
+        g->runner_->workspace().Get(2100, DType::kF32, o.max_num_seqs, b.config.vocab_size);
     Tensor rows = f.hidden.RowSlice(0, std::min<int64_t>(f.hidden.rows, o.max_num_seqs));
     RETURN_IF_ERROR(model.Logits(rows, logits.RowSlice(0, rows.rows)));
     backend.Synchronize();
   }
   const DType kv_dtype = backend.ActivationDType(g->runner_->compute_dtype());
-  const int64_t block_bytes =
-      KvCache::BlockBytes(model.num_layers(), model.kv_dim(), kv_dtype);
+  const int64_t block_bytes = KvCache::BlockBytes(model.num_layers(), model.kv_dim(), kv_dtype);
   int64_t bytes = o.kv_cache_memory;
   if (bytes == 0 && gpu) {
     const int64_t total = backend.DeviceMemoryTotal(), free = backend.DeviceMemoryFree();
@@ -122,9 +121,10 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
     bytes = static_cast<int64_t>(o.gpu_memory_utilization * static_cast<double>(total)) - used;
     if (bytes <= 0) {
       return Status(StatusCode::kResourceExhausted,
-          "no device memory left for the KV cache: " + std::to_string(used >> 20) + " MiB of " +
-          std::to_string(total >> 20) + " MiB in use, --gpu-memory-utilization " +
-          std::to_string(o.gpu_memory_utilization));
+                    "no device memory left for the KV cache: " + std::to_string(used >> 20) +
+                        " MiB of " + std::to_string(total >> 20) +
+                        " MiB in use, --gpu-memory-utilization " +
+                        std::to_string(o.gpu_memory_utilization));
     }
   } else if (bytes == 0) {
     bytes = kCpuKvCacheBytes;
@@ -132,13 +132,14 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
   const int64_t blocks = bytes / block_bytes;
   const int64_t tokens = blocks * kKvBlockSize;
   if (tokens < o.max_model_len) {
-    return Status(StatusCode::kResourceExhausted,
+    return Status(
+        StatusCode::kResourceExhausted,
         "the KV cache of " + std::to_string(bytes >> 20) + " MiB holds " + std::to_string(blocks) +
-        " blocks = " + std::to_string(tokens) + " tokens (" + std::to_string(block_bytes) +
-        " bytes per block of " + std::to_string(kKvBlockSize) +
-        " tokens), less than one sequence of --max-model-len " +
-        std::to_string(o.max_model_len) +
-        "; raise --kv-cache-memory or --gpu-memory-utilization, or lower --max-model-len");
+            " blocks = " + std::to_string(tokens) + " tokens (" + std::to_string(block_bytes) +
+            " bytes per block of " + std::to_string(kKvBlockSize) +
+            " tokens), less than one sequence of --max-model-len " +
+            std::to_string(o.max_model_len) +
+            "; raise --kv-cache-memory or --gpu-memory-utilization, or lower --max-model-len");
   }
   if (blocks > std::numeric_limits<int32_t>::max() / kKvBlockSize) {
     return InvalidArgument("KV cache too large: " + std::to_string(blocks) + " blocks");
@@ -317,8 +318,7 @@ bool Generator::Accept(SeqState& s, const SampledToken& t, double now_s) {
     Finish(s, "stop");
     return true;
   }
-  if (n_out >= s.rs.max_tokens ||
-      static_cast<int>(s.seq.tokens.size()) >= limits_.max_model_len) {
+  if (n_out >= s.rs.max_tokens || static_cast<int>(s.seq.tokens.size()) >= limits_.max_model_len) {
     Finish(s, "length");
     return true;
   }

@@ -38,9 +38,9 @@ struct CompletionOutput {
   // "" while running; "stop" (eos, a stop token or string), "length" (max_tokens or the
   // model length), "abort" (cancelled).
   std::string finish_reason;
-  std::optional<int32_t> stop_token;      // the stop token that ended it (not eos)
+  std::optional<int32_t> stop_token;       // the stop token that ended it (not eos)
   std::optional<std::string> stop_string;  // the stop string that ended it
-  std::vector<double> token_times;        // seconds since arrival, per token
+  std::vector<double> token_times;         // seconds since arrival, per token
 };
 
 struct GenerateRequest {

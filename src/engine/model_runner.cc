@@ -46,8 +46,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 }
 
 StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows rows,
-                                         HostBuffer* staging,
-                                         const std::vector<Tensor>* kv_cache) {
+                                         HostBuffer* staging, const std::vector<Tensor>* kv_cache) {
   RETURN_IF_ERROR(model_->CheckBatch(batch));
   if ((kv_cache != nullptr) != !batch.kv_start.empty()) {
     return Internal("a batch with KV cache inputs needs the cache, and only it");
@@ -56,10 +55,10 @@ StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows r
   const int S = batch.num_seqs();
   const bool plain = kv_cache == nullptr && batch.output_rows.empty();
   const GraphBucket* graph = plain ? FindGraph(T) : nullptr;
-  const InputLayout layout =
-      graph ? InputLayout{graph->tokens, graph->tokens}
-            : InputLayout{T, S, static_cast<int64_t>(batch.output_rows.size()),
-                          static_cast<int64_t>(batch.kv_blocks_per_seq)};
+  const InputLayout layout = graph
+                                 ? InputLayout{graph->tokens, graph->tokens}
+                                 : InputLayout{T, S, static_cast<int64_t>(batch.output_rows.size()),
+                                               static_cast<int64_t>(batch.kv_blocks_per_seq)};
   // Inputs: packed on the host into pinned staging, one asynchronous copy.
   const size_t in_bytes = static_cast<size_t>(layout.size()) * sizeof(int32_t);
   if (staging->size() < in_bytes) *staging = backend_->AllocateHost(in_bytes + in_bytes / 4);

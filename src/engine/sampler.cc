@@ -23,8 +23,7 @@ Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int i
   if (n == 0) return Status::Ok();
   Backend& backend = runner_->backend();
   Model& model = runner_->model();
-  Tensor logits =
-      runner_->workspace().Get(kSlotLogits, DType::kF32, n, model.config().vocab_size);
+  Tensor logits = runner_->workspace().Get(kSlotLogits, DType::kF32, n, model.config().vocab_size);
   RETURN_IF_ERROR(model.Logits(f.hidden, logits));
   Slot& s = slots_[index];
   Fit(backend, &s.rows, sizeof(SamplingRow) * n);

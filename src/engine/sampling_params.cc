@@ -8,8 +8,7 @@ namespace {
 template <typename T>
 Status Range(const char* field, T v, T lo, T hi, const char* rule) {
   if (!(v >= lo && v <= hi)) {
-    return InvalidArgument(std::string(field) + " must be " + rule + ", got " +
-                           std::to_string(v));
+    return InvalidArgument(std::string(field) + " must be " + rule + ", got " + std::to_string(v));
   }
   return Status::Ok();
 }
@@ -83,11 +82,10 @@ Status ValidateGeneration(const SamplingParams& p, size_t prompt_len, const Gene
       return InvalidArgument("max_tokens must be >= 1, got " + std::to_string(*p.max_tokens));
     }
     if (len + *p.max_tokens > l.max_model_len) {
-      return OutOfRange("prompt (" + std::to_string(len) + " tokens) + max_tokens (" +
-                        std::to_string(*p.max_tokens) + ") = " +
-                        std::to_string(len + *p.max_tokens) +
-                        " tokens exceeds the model's maximum length of " +
-                        std::to_string(l.max_model_len));
+      return OutOfRange(
+          "prompt (" + std::to_string(len) + " tokens) + max_tokens (" +
+          std::to_string(*p.max_tokens) + ") = " + std::to_string(len + *p.max_tokens) +
+          " tokens exceeds the model's maximum length of " + std::to_string(l.max_model_len));
     }
     if (p.min_tokens > *p.max_tokens) {
       return InvalidArgument("min_tokens (" + std::to_string(p.min_tokens) +

@@ -16,7 +16,7 @@
 namespace sluice {
 
 struct SamplingParams {
-  int n = 1;  // completions per prompt (they share the prompt's KV blocks)
+  int n = 1;                         // completions per prompt (they share the prompt's KV blocks)
   std::optional<float> temperature;  // 0 = greedy
   std::optional<float> top_p;        // (0, 1]
   std::optional<int> top_k;          // 0 or -1 = all tokens
@@ -25,15 +25,15 @@ struct SamplingParams {
   float presence_penalty = 0.f;             // [-2, 2] (output tokens)
   float frequency_penalty = 0.f;            // [-2, 2] (output tokens)
   std::map<int32_t, float> logit_bias;      // token -> bias in [-100, 100]
-  std::optional<uint64_t> seed;  // unset: a random seed per request
-  std::optional<int> max_tokens;  // unset: up to the model length
-  int min_tokens = 0;             // stop tokens and strings suppressed before this many
-  std::vector<std::string> stop;  // stop strings (matched on the detokenised output)
+  std::optional<uint64_t> seed;             // unset: a random seed per request
+  std::optional<int> max_tokens;            // unset: up to the model length
+  int min_tokens = 0;                       // stop tokens and strings suppressed before this many
+  std::vector<std::string> stop;            // stop strings (matched on the detokenised output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
-  bool detokenize = true;          // produce text (needs the tokenizer)
+  bool detokenize = true;              // produce text (needs the tokenizer)
   std::optional<int> logprobs;         // top raw logprobs per output token (0..20)
   std::optional<int> prompt_logprobs;  // top raw logprobs per prompt token (0..20)
 };

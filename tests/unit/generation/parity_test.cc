@@ -22,8 +22,8 @@ struct Tol {
 };
 
 // Compares one continuation; returns the number of steps compared.
-int Compare(const std::string& what, const CompletionOutput& got, const GreedyRef& want,
-            Tol tol, bool check_top) {
+int Compare(const std::string& what, const CompletionOutput& got, const GreedyRef& want, Tol tol,
+            bool check_top) {
   int n = 0;
   for (size_t i = 0; i < want.tokens.size() && i < got.token_ids.size(); ++i) {
     EXPECT_NEAR(got.logprobs[i].logprob, want.top_logprobs[i][0], tol.logprob)
