@@ -30,6 +30,7 @@ struct GenerateFlags {
   int64_t kv_cache_memory = 0;
   double gpu_memory_utilization = 0.9;
   std::string prefix_caching = "on";
+  std::string cuda_graphs = "on";
   bool profile = false;
 };
 
@@ -56,6 +57,10 @@ StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
                            f.prefix_caching + "\"");
   }
   o.prefix_caching = f.prefix_caching == "on";
+  if (f.cuda_graphs != "on" && f.cuda_graphs != "off") {
+    return InvalidArgument("--cuda-graphs: expected on or off, got \"" + f.cuda_graphs + "\"");
+  }
+  o.cuda_graphs = f.cuda_graphs == "on";
   return o;
 }
 
@@ -182,6 +187,18 @@ int RunGenerate(const GenerateFlags& f) {
                1e3 * Percentile(itl, 0.5), 1e3 * Percentile(itl, 0.99),
                static_cast<long long>(st.steps), static_cast<long long>(st.preemptions),
                static_cast<long long>(pc.hits), static_cast<long long>(pc.queries));
+  const int64_t total = gen.backend().DeviceMemoryTotal();
+  if (total > 0) {
+    std::fprintf(
+        stderr, "device memory in use at the end: %lld MiB of %lld MiB; KV cache %lld MiB\n",
+        static_cast<long long>((total - gen.backend().DeviceMemoryFree()) >> 20),
+        static_cast<long long>(total >> 20), static_cast<long long>(gen.kv_cache_bytes() >> 20));
+  }
+  std::fprintf(
+      stderr,
+      "KV blocks: %d of %d in use at the end, %d cached; decode steps from CUDA graphs: %lld\n",
+      gen.blocks().in_use(), gen.blocks().num_blocks(), gen.blocks().cached(),
+      static_cast<long long>(gen.runner().decode_graph_steps()));
   if (f.profile) std::fprintf(stderr, "%s", gen.runner().ProfileReport().c_str());
 
   std::ofstream file;
@@ -269,6 +286,10 @@ Registrar generate_cmd(Command{
           ->capture_default_str();
       sub->add_option("--enable-prefix-caching", f->prefix_caching,
                       "on | off: reuse the KV blocks of prompt prefixes computed before")
+          ->capture_default_str();
+      sub->add_option("--cuda-graphs", f->cuda_graphs,
+                      "on | off: replay decode steps from CUDA graphs recorded at load (CUDA; "
+                      "off is vLLM's --enforce-eager)")
           ->capture_default_str();
       sub->add_flag("--profile", f->profile, "time every backend op and print a breakdown");
       return std::function<int()>([f] { return RunGenerate(*f); });

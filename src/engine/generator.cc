@@ -129,7 +129,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
   } else if (bytes == 0) {
     bytes = kCpuKvCacheBytes;
   }
-  const int64_t blocks = bytes / block_bytes;
+  const int64_t blocks = bytes / block_bytes - 1;  // one block is the padding sink
   const int64_t tokens = blocks * kKvBlockSize;
   if (tokens < o.max_model_len) {
     return Status(
@@ -153,6 +153,14 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
       blocks, kKvBlockSize, g->kv_->bytes() >> 20, DTypeName(kv_dtype), tokens,
       static_cast<double>(tokens) / o.max_model_len, o.max_model_len,
       o.prefix_caching ? "on" : "off");
+  if (gpu && o.cuda_graphs && !o.profile) {
+    Status st =
+        g->runner_->CaptureDecodeGraphs(o.max_num_seqs, o.max_model_len, &g->kv_->tensors());
+    if (!st.ok()) {
+      SLUICE_LOG_WARN("CUDA graphs for decode off: {}", st.message());
+      g->runner_->DropGraphs();
+    }
+  }
   g->scheduler_ = std::make_unique<GenScheduler>(
       g->pool_.get(), GenSchedulerLimits{o.max_num_batched_tokens, o.max_num_seqs});
   g->sampler_ = std::make_unique<Sampler>(g->runner_.get());

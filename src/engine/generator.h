@@ -72,6 +72,9 @@ struct GenerationOptions {
   int64_t kv_cache_memory = 0;
   double gpu_memory_utilization = 0.9;  // CUDA: fraction of the device's memory in use at most
   bool prefix_caching = true;
+  // CUDA graphs for decode steps (ModelRunner::CaptureDecodeGraphs); CUDA only, off with
+  // profile.
+  bool cuda_graphs = true;
 };
 
 struct GenerationStats {
@@ -95,6 +98,7 @@ class Generator {
   int64_t kv_cache_bytes() const { return kv_->bytes(); }
   const GenerationStats& stats() const { return stats_; }
   const ModelRunner& runner() const { return *runner_; }
+  Backend& backend() { return runner_->backend(); }
   std::vector<int> stop_token_ids() const { return eos_; }
 
   // Admission: validates the request (limits, sampling fields; errors name the field) and

@@ -21,9 +21,9 @@ uint64_t BlockHash(uint64_t parent, std::span<const int32_t> tokens) {
 }
 
 BlockPool::BlockPool(int num_blocks, bool prefix_caching)
-    : prefix_caching_(prefix_caching), meta_(static_cast<size_t>(num_blocks)) {
+    : prefix_caching_(prefix_caching), meta_(static_cast<size_t>(num_blocks) + 1) {
   free_.reserve(static_cast<size_t>(num_blocks));
-  for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 handed out first
+  for (int b = num_blocks; b >= 1; --b) free_.push_back(b);  // block 1 handed out first
 }
 
 void BlockPool::LruPush(int b) {
@@ -121,12 +121,12 @@ int64_t KvCache::BlockBytes(int num_layers, int64_t kv_dim, DType dtype) {
 
 KvCache::KvCache(Backend* backend, int num_layers, int64_t kv_dim, DType dtype, int num_blocks)
     : num_blocks_(num_blocks) {
-  const int64_t rows = static_cast<int64_t>(num_blocks) * kKvBlockSize;
+  const int64_t rows = static_cast<int64_t>(num_blocks + 1) * kKvBlockSize;
   for (int l = 0; l < 2 * num_layers; ++l) {
     buffers_.push_back(backend->Allocate(dtype, rows, kv_dim));
     tensors_.push_back(buffers_.back().t());
   }
-  bytes_ = BlockBytes(num_layers, kv_dim, dtype) * num_blocks;
+  bytes_ = BlockBytes(num_layers, kv_dim, dtype) * (num_blocks + 1);
 }
 
 }  // namespace sluice

@@ -30,11 +30,13 @@ struct PrefixCacheStats {
   int64_t evictions = 0;
 };
 
+// Hands out blocks 1 .. num_blocks: block 0 is never given to a sequence (padded rows of a
+// recorded forward write their keys and values there).
 class BlockPool {
  public:
   BlockPool(int num_blocks, bool prefix_caching);
 
-  int num_blocks() const { return static_cast<int>(meta_.size()); }
+  int num_blocks() const { return static_cast<int>(meta_.size()) - 1; }
   bool prefix_caching() const { return prefix_caching_; }
   // Blocks that Allocate can return now: free ones and unreferenced cached ones.
   int available() const { return static_cast<int>(free_.size()) + lru_size_; }
@@ -86,8 +88,8 @@ class BlockPool {
   PrefixCacheStats stats_;
 };
 
-// Device memory of the cache: per layer a K and a V tensor of [num_blocks * kKvBlockSize,
-// kv_dim] in the activation dtype.
+// Device memory of the cache: per layer a K and a V tensor of [(num_blocks + 1) *
+// kKvBlockSize, kv_dim] in the activation dtype (block 0 is the padding sink, BlockPool).
 class KvCache {
  public:
   KvCache(Backend* backend, int num_layers, int64_t kv_dim, DType dtype, int num_blocks);

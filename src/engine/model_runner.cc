@@ -54,21 +54,33 @@ StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows r
   const int64_t T = batch.num_tokens();
   const int S = batch.num_seqs();
   const bool plain = kv_cache == nullptr && batch.output_rows.empty();
+  const GraphBucket* decode = FindDecodeGraph(batch, kv_cache);
   const GraphBucket* graph = plain ? FindGraph(T) : nullptr;
-  const InputLayout layout = graph
-                                 ? InputLayout{graph->tokens, graph->tokens}
-                                 : InputLayout{T, S, static_cast<int64_t>(batch.output_rows.size()),
-                                               static_cast<int64_t>(batch.kv_blocks_per_seq)};
+  InputLayout layout{T, S, static_cast<int64_t>(batch.output_rows.size()),
+                     static_cast<int64_t>(batch.kv_blocks_per_seq)};
+  if (decode) {
+    layout = InputLayout{decode->tokens, decode->tokens, decode->tokens, decode_blocks_};
+  } else if (graph) {
+    layout = InputLayout{graph->tokens, graph->tokens};
+  }
   // Inputs: packed on the host into pinned staging, one asynchronous copy.
   const size_t in_bytes = static_cast<size_t>(layout.size()) * sizeof(int32_t);
   if (staging->size() < in_bytes) *staging = backend_->AllocateHost(in_bytes + in_bytes / 4);
   model_->PackInputs(batch, layout, rows, staging->as<int32_t>());
-  Tensor dev = graph ? graph_inputs_ : workspace_->Get(kSlotInputs, DType::kI32, 1, layout.size());
+  Tensor dev = decode  ? decode_inputs_
+               : graph ? graph_inputs_
+                       : workspace_->Get(kSlotInputs, DType::kI32, 1, layout.size());
   dev.cols = layout.size();
   backend_->CopyFromHostAsync(staging->data(), dev);
   RunnerForward f;
   f.device = model_->BindInputs(batch, layout, rows, dev, graph != nullptr);
   f.device.kv_cache = kv_cache;
+  if (decode) {
+    backend_->Replay(*decode->recording, {S, 1});
+    f.hidden = decode->hidden.RowSlice(0, S);  // one output row per sequence, in order
+    ++decode_graph_steps_;
+    return f;
+  }
   if (graph) {
     backend_->Replay(*graph->recording, {S, batch.max_seqlen});
     f.hidden = graph->hidden.RowSlice(0, T);  // the padding rows after T are never read
@@ -138,9 +150,94 @@ Status ModelRunner::CaptureGraphs(int64_t max_tokens, int max_len) {
   return Status::Ok();
 }
 
+const ModelRunner::GraphBucket* ModelRunner::FindDecodeGraph(
+    const ForwardBatch& batch, const std::vector<Tensor>* kv_cache) const {
+  if (decode_graphs_.empty() || kv_cache != decode_kv_) return nullptr;
+  const int S = batch.num_seqs();
+  if (batch.num_tokens() != S || batch.output_rows.size() != static_cast<size_t>(S) ||
+      batch.kv_blocks_per_seq > decode_blocks_) {
+    return nullptr;
+  }
+  for (int s = 0; s < S; ++s) {
+    if (batch.output_rows[s] != s) return nullptr;
+  }
+  auto it = std::lower_bound(decode_graphs_.begin(), decode_graphs_.end(), S,
+                             [](const GraphBucket& g, int64_t n) { return g.tokens < n; });
+  return it == decode_graphs_.end() ? nullptr : &*it;
+}
+
+Status ModelRunner::CaptureDecodeGraphs(int max_seqs, int max_model_len,
+                                        const std::vector<Tensor>* kv_cache) {
+  std::vector<int64_t> sizes;
+  for (int64_t n : {1, 2, 4, 8}) {
+    if (n <= max_seqs) sizes.push_back(n);
+  }
+  for (int64_t n : GraphBuckets(max_seqs)) {
+    if (n > 8) sizes.push_back(n);
+  }
+  if (sizes.empty()) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t free_before = backend_->DeviceMemoryFree();
+  decode_blocks_ = (max_model_len + 15) / 16;
+  decode_kv_ = kv_cache;
+  decode_workspace_ = std::make_unique<Workspace>(backend_.get());
+  const int64_t top = sizes.back();
+  const InputLayout top_layout{top, top, top, decode_blocks_};
+  decode_inputs_ = decode_workspace_->Get(kSlotInputs, DType::kI32, 1, top_layout.size());
+  HostBuffer staging =
+      backend_->AllocateHost(static_cast<size_t>(top_layout.size()) * sizeof(int32_t));
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    const int64_t n = *it;
+    // n one-token sequences over block 0 (the padding sink); the first at the last position
+    // of max_model_len, so that the RoPE table covers every position a replay can have.
+    ForwardBatch fb;
+    fb.kv_blocks_per_seq = decode_blocks_;
+    for (int64_t s = 0; s < n; ++s) {
+      fb.Add({0});
+      fb.kv_start.push_back(s == 0 ? max_model_len - 1 : 0);
+      fb.kv_slots.push_back(0);
+      fb.output_rows.push_back(static_cast<int32_t>(s));
+    }
+    fb.kv_block_table.assign(static_cast<size_t>(n * decode_blocks_), 0);
+    const InputLayout layout{n, n, n, decode_blocks_};
+    model_->PackInputs(fb, layout, OutputRows::kNone, staging.as<int32_t>());
+    Tensor dev = decode_inputs_;
+    dev.cols = layout.size();
+    backend_->CopyFromHostAsync(staging.data(), dev);
+    DeviceBatch db = model_->BindInputs(fb, layout, OutputRows::kNone, dev, false);
+    db.kv_cache = kv_cache;
+    RETURN_IF_ERROR(model_->Forward(db, *decode_workspace_).status());  // warm-up, eager
+    backend_->Synchronize();
+    RETURN_IF_ERROR(backend_->BeginRecording());
+    StatusOr<Tensor> hidden = model_->Forward(db, *decode_workspace_);
+    StatusOr<std::unique_ptr<Recording>> rec = backend_->EndRecording();
+    const std::string what = "recording the decode forward of " + std::to_string(n) + " sequences";
+    RETURN_IF_ERROR(hidden.status().WithContext(what));
+    RETURN_IF_ERROR(rec.status().WithContext(what));
+    decode_graphs_.push_back({n, std::move(rec).value(), *hidden});
+  }
+  std::reverse(decode_graphs_.begin(), decode_graphs_.end());
+  backend_->Synchronize();
+  const int64_t free_after = backend_->DeviceMemoryFree();
+  SLUICE_LOG_INFO("CUDA graphs: recorded {} decode batch sizes (1 .. {}) in {:.2f} s, {} MiB",
+                  decode_graphs_.size(), top,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  free_before >= 0 && free_after >= 0 ? (free_before - free_after) >> 20 : 0);
+  return Status::Ok();
+}
+
+std::vector<int64_t> ModelRunner::decode_graph_sizes() const {
+  std::vector<int64_t> out;
+  for (const auto& g : decode_graphs_) out.push_back(g.tokens);
+  return out;
+}
+
 void ModelRunner::DropGraphs() {
   graphs_.clear();
   graph_workspace_.reset();
+  decode_graphs_.clear();
+  decode_workspace_.reset();
+  decode_kv_ = nullptr;
 }
 
 std::vector<int64_t> ModelRunner::graph_buckets() const {

@@ -81,6 +81,15 @@ class ModelRunner {
   std::vector<int64_t> graph_buckets() const;
   int64_t graph_batches() const { return graph_batches_; }
 
+  // Decode graphs (generation, CUDA): the forward of S sequences of one new token each over
+  // the paged KV cache `kv_cache` (block tables up to max_model_len), returning one row per
+  // sequence, recorded for S in {1, 2, 4, 8} and the token-count ladder up to max_seqs. Run
+  // replays the smallest that holds a pure decode batch (padded sequences write their keys
+  // to block 0, which the block pool never hands out).
+  Status CaptureDecodeGraphs(int max_seqs, int max_model_len, const std::vector<Tensor>* kv_cache);
+  std::vector<int64_t> decode_graph_sizes() const;
+  int64_t decode_graph_steps() const { return decode_graph_steps_; }
+
   // Per-op time breakdown since load (markdown table); empty unless options.profile.
   std::string ProfileReport() const;
   void ResetProfile();
@@ -99,10 +108,20 @@ class ModelRunner {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Workspace> workspace_;
   DType checkpoint_dtype_ = DType::kF32, compute_dtype_ = DType::kF32;
+  // A pure decode batch of `batch` sequences replays the smallest decode graph holding it.
+  const GraphBucket* FindDecodeGraph(const ForwardBatch& batch,
+                                     const std::vector<Tensor>* kv_cache) const;
+
   std::vector<GraphBucket> graphs_;             // ascending tokens
   std::unique_ptr<Workspace> graph_workspace_;  // never grows after capture
   Tensor graph_inputs_;                         // int32, the largest bucket's InputLayout
   int64_t graph_batches_ = 0;
+  std::vector<GraphBucket> decode_graphs_;  // ascending sequences (tokens == sequences)
+  std::unique_ptr<Workspace> decode_workspace_;
+  Tensor decode_inputs_;
+  int decode_blocks_ = 0;  // block-table width of the decode graphs
+  const std::vector<Tensor>* decode_kv_ = nullptr;
+  int64_t decode_graph_steps_ = 0;
 };
 
 }  // namespace sluice

@@ -247,7 +247,7 @@ TEST(Generator, KvCacheLimitsAreEnforced) {
   o.backend.device = testing::TestDevice();
   o.backend.num_threads = 2;
   o.max_model_len = 256;
-  o.kv_cache_memory = 8 * KvCache::BlockBytes(2, 64, DType::kF32);  // 128 tokens
+  o.kv_cache_memory = 9 * KvCache::BlockBytes(2, 64, DType::kF32);  // 8 blocks = 128 tokens
   auto g = Generator::Load(*bundle, o);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("less than one sequence of --max-model-len 256"),

@@ -72,8 +72,8 @@ TEST(BatchInvariance, GreedyAloneEqualsMixedBatches) {
       {"one batch", 4096, 64 << 20, true},
       {"chunked prefill, 7-token steps", 7, 64 << 20, true},
       {"chunked prefill, 33-token steps", 33, 64 << 20, false},
-      {"preemptions (cache of 12 blocks)", 64, 12 * block, true},
-      {"preemptions without prefix caching", 256, 12 * block, false},
+      {"preemptions (cache of 12 blocks)", 64, 13 * block, true},
+      {"preemptions without prefix caching", 256, 13 * block, false},
   };
   for (const Variant& v : variants) {
     testing::GenSetup s;
@@ -120,7 +120,7 @@ TEST(BatchInvariance, SeededSamplingAloneEqualsBatchedAndPreempted) {
   }
   testing::GenSetup s;
   s.max_num_batched_tokens = 19;
-  s.kv_cache_memory = 12 * KvCache::BlockBytes(2, 32, DType::kF32);
+  s.kv_cache_memory = 13 * KvCache::BlockBytes(2, 32, DType::kF32);  // 12 + the padding sink
   s.max_model_len = 12 * 16;
   if (testing::OnCuda()) {
     // bf16-free fp32 model on CUDA: one batch only (GEMM shapes change results slightly).
