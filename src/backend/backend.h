@@ -167,6 +167,9 @@ struct AttentionParams {
   int kv_block_size = 16;
   int max_context = 0;
   bool paged() const { return kv_block_table != nullptr; }
+  // num_seqs and max_seqlen hold for every replay of a recording (decode graphs of one batch
+  // size): the call may be captured in the graph instead of running eagerly between graphs.
+  bool fixed_shape = false;
 };
 
 // WriteKv: this batch's keys and values into the paged cache of one layer.

@@ -76,7 +76,9 @@ StatusOr<RunnerForward> ModelRunner::Run(const ForwardBatch& batch, OutputRows r
   f.device = model_->BindInputs(batch, layout, rows, dev, graph != nullptr);
   f.device.kv_cache = kv_cache;
   if (decode) {
-    backend_->Replay(*decode->recording, {S, 1});
+    // The recording holds the whole forward, attention included (fixed shape: padding
+    // sequences have no tokens).
+    backend_->Replay(*decode->recording, {static_cast<int>(decode->tokens), 1});
     f.hidden = decode->hidden.RowSlice(0, S);  // one output row per sequence, in order
     ++decode_graph_steps_;
     return f;
@@ -206,6 +208,7 @@ Status ModelRunner::CaptureDecodeGraphs(int max_seqs, int max_model_len,
     backend_->CopyFromHostAsync(staging.data(), dev);
     DeviceBatch db = model_->BindInputs(fb, layout, OutputRows::kNone, dev, false);
     db.kv_cache = kv_cache;
+    db.fixed_shape = true;  // n sequences of one token at every replay: attention is captured
     RETURN_IF_ERROR(model_->Forward(db, *decode_workspace_).status());  // warm-up, eager
     backend_->Synchronize();
     RETURN_IF_ERROR(backend_->BeginRecording());

@@ -196,6 +196,7 @@ class DecoderModel final : public Model {
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
     ap.causal = true;
     ap.prefix_of = b.prefix_of.ptr<int32_t>();
+    ap.fixed_shape = b.fixed_shape;
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();
     rp.head_dim = D;

@@ -119,6 +119,9 @@ struct DeviceBatch {
   Tensor kv_block_table;  // i32 [S * kv_blocks_per_seq]
   int kv_blocks_per_seq = 0;
   int kv_block_size = 16;
+  // The sequence structure (num_seqs, max_seqlen) is the same for every replay of a
+  // recording of this forward (AttentionParams::fixed_shape).
+  bool fixed_shape = false;
 };
 
 class Model {

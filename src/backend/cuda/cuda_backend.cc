@@ -141,6 +141,7 @@ class CudaBackend final : public Backend {
     describe_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ", sm_" +
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                 std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") + ")";
+    num_sms_ = prop.multiProcessorCount;
     gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
     gemm_ = std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_);
   }
@@ -394,12 +395,27 @@ class CudaBackend final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     Device();
-    if (recording_) {  // not captured: close the segment, run it eagerly on replay
+    if (cuda::DecodeAttentionEligible(p)) {  // one query per sequence: split over the keys
+      const int splits = cuda::DecodeAttentionSplits(p, num_sms_);
+      const size_t bytes = cuda::DecodeAttentionScratch(p, splits);
+      if (recording_ && !p.fixed_shape) {
+        std::fprintf(stderr, "sluice cuda: decode attention recorded without a fixed shape\n");
+        std::abort();
+      }
+      if (!cuda::DecodeAttention(p, splits, static_cast<float*>(decode_ws_.Get(bytes, kept_)),
+                                 stream_)) {
+        std::fprintf(stderr, "sluice cuda: unsupported decode attention\n");
+        std::abort();
+      }
+      return;
+    }
+    if (recording_ && !p.fixed_shape) {  // not captured: close the segment, run it eagerly
       EndSegment();
       rec_->steps.push_back({nullptr, p});
       BeginSegment();
       return;
     }
+    // (Recording with a fixed shape: the launch is captured with the graph.)
     if (!cuda::Attention(p, stream_)) {
       std::fprintf(stderr,
                    "sluice cuda: unsupported attention (head_dim %d, max %d; f32 q/k/v/out; "
@@ -600,6 +616,8 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
+  Scratch decode_ws_;                                           // split-decode attention partials
+  int num_sms_ = 0;
   // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are
   // kept alive (retired) rather than freed.
   bool recording_ = false, kept_ = false;

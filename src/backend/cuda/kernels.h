@@ -57,6 +57,12 @@ bool Attention(const AttentionParams& p, cudaStream_t stream);
 bool AttentionTcEligible(const AttentionParams& p);
 bool AttentionTc(const AttentionParams& p, cudaStream_t stream);
 
+// Decode attention (attention_decode.cu): paged, one query per sequence, split over the keys.
+bool DecodeAttentionEligible(const AttentionParams& p);
+int DecodeAttentionSplits(const AttentionParams& p, int num_sms);
+size_t DecodeAttentionScratch(const AttentionParams& p, int splits);
+bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, cudaStream_t stream);
+
 // Paged KV cache writes and sampling (sampling.cu). rows/adjusts/adj_raw/out: device
 // memory (adj_raw: p.num_adjusts floats of scratch).
 void WriteKv(const KvWriteParams& p, cudaStream_t stream);

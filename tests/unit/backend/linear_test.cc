@@ -1,6 +1,7 @@
 // Linear (oneDNN matmul) vs the double-precision reference, and batch invariance.
 // Tolerances: f32 atol 1e-5 * sqrt(K) + rtol 1e-5; bf16 is checked against the reference
 // run on bf16-rounded x and W (products are exact in f32, accumulation f32), same bound x4.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -184,6 +185,17 @@ TEST(CpuLinear, ThreadCountInvariance) {
         ASSERT_TRUE(lw.ok());
         out[t].resize(m * n);
         be->Linear(LinearParams{lw->get(), View(x, m, k), View(out[t], m, n)});
+      }
+      // oneDNN's AMX bf16 kernels block the K reduction by thread count: there the rows
+      // agree within f32 rounding (the batch-invariance tolerance), elsewhere bit for bit.
+      if (dtype == DType::kBF16 && cpu::LinearRunner::IsaName() == "amx") {
+        double worst = 0, scale = 0;
+        for (int64_t i = 0; i < m * n; ++i) {
+          worst = std::max(worst, static_cast<double>(std::fabs(out[0][i] - out[1][i])));
+          scale = std::max(scale, static_cast<double>(std::fabs(out[0][i])));
+        }
+        EXPECT_LE(worst, 1e-5 * scale) << "bf16 (amx) m=" << m;
+        continue;
       }
       EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), m * n * 4))
           << DTypeName(dtype) << " m=" << m;

@@ -1,0 +1,223 @@
+// Decode attention over the paged KV cache (one query per sequence), split along the keys
+// (flash-decoding): a block of 4 warps takes one (sequence, KV head, split) and all the
+// query heads of that KV head (GQA), its warps striding over the split's keys with an
+// online softmax in fp32; a second kernel merges the splits' partial results (running
+// maximum, sum and weighted values) into the output. With few sequences the splits keep
+// the SMs busy (batch-1 decode); the split count depends only on the batch's sequence and
+// head counts, so a recorded decode graph replays the same launches.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/convert.cuh"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kDecWarps = 4;
+constexpr int kMaxGroup = 8;    // query heads per KV head handled in registers
+constexpr int kMaxPerLane = 4;  // head_dim <= 128
+
+template <typename T, int G, int PL>
+__global__ void __launch_bounds__(kDecWarps * 32)
+    DecodeSplitKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
+                      const T* __restrict__ v, int64_t ldv, const int32_t* __restrict__ cu,
+                      KeySource src, int dim, float scale, int window, int splits,
+                      float* __restrict__ part) {
+  const int kvh = blockIdx.x, seq = blockIdx.y, split = blockIdx.z;
+  const int num_kv = gridDim.x;
+  const int len = cu[seq + 1] - cu[seq];
+  // Partial results: [seq][kv head][split][G] (m, l) then [G][dim] weighted values.
+  const int64_t slot = (static_cast<int64_t>(seq) * num_kv + kvh) * splits + split;
+  float* out_ml = part + slot * G * (2 + dim);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (len == 0) return;  // a padding sequence of a recorded batch
+  const SeqKeys sk = KeysOf(src, cu, seq);
+  const int qpos = sk.pre;  // the query's logical position (its own key is the last)
+  const int klen = qpos + 1;
+  int kbegin = window > 0 ? max(0, qpos - window + 1) : 0;
+  const int span = klen - kbegin;
+  const int chunk = (span + splits - 1) / splits;
+  const int k0 = kbegin + split * chunk, k1 = min(klen, k0 + chunk);
+
+  // This lane's query elements: dims lane + 32 * i.
+  float qr[G][PL];
+  const int64_t qrow = cu[seq];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int d = lane + 32 * i;
+      qr[g][i] = d < dim
+                     ? ToFloat(q[qrow * ldq + static_cast<int64_t>(kvh * G + g) * dim + d]) * scale
+                     : 0.f;
+    }
+  }
+  float m[G], l[G], o[G][PL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) o[g][i] = 0.f;
+  }
+  for (int key = k0 + warp; key < k1; key += kDecWarps) {
+    const int64_t row = sk.Row(key);
+    const T* kr = k + row * ldk + static_cast<int64_t>(kvh) * dim;
+    const T* vr = v + row * ldv + static_cast<int64_t>(kvh) * dim;
+    float kv[PL], vv[PL];
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int d = lane + 32 * i;
+      kv[i] = d < dim ? ToFloat(kr[d]) : 0.f;
+      vv[i] = d < dim ? ToFloat(vr[d]) : 0.f;
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) s = fmaf(qr[g][i], kv[i], s);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      const float mn = fmaxf(m[g], s);
+      const float corr = __expf(m[g] - mn);  // 0 on the first key (m = -inf)
+      const float p = __expf(s - mn);
+      l[g] = l[g] * corr + p;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) o[g][i] = fmaf(p, vv[i], o[g][i] * corr);
+      m[g] = mn;
+    }
+  }
+  // Merge the warps of the block in shared memory, then write the split's partial.
+  __shared__ float sm[kDecWarps][G][2];
+  __shared__ float so[kDecWarps][G][32 * PL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) {
+      sm[warp][g][0] = m[g];
+      sm[warp][g][1] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < PL; ++i) so[warp][g][lane + 32 * i] = o[g][i];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * dim; e += blockDim.x) {
+    const int g = e / dim, d = e % dim;
+    float mx = -INFINITY;
+    for (int w = 0; w < kDecWarps; ++w) mx = fmaxf(mx, sm[w][g][0]);
+    float ls = 0.f, os = 0.f;
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float f = sm[w][g][0] == -INFINITY ? 0.f : __expf(sm[w][g][0] - mx);
+      ls += sm[w][g][1] * f;
+      os += so[w][g][d] * f;
+    }
+    if (d == 0) {
+      out_ml[g * 2] = mx;
+      out_ml[g * 2 + 1] = ls;
+    }
+    out_ml[G * 2 + g * dim + d] = os;
+  }
+}
+
+template <typename T, int G>
+__global__ void DecodeMergeKernel(const float* __restrict__ part, const int32_t* __restrict__ cu,
+                                  int dim, int splits, T* __restrict__ out, int64_t ldo) {
+  const int kvh = blockIdx.x, seq = blockIdx.y, num_kv = gridDim.x;
+  if (cu[seq + 1] == cu[seq]) return;
+  const int64_t base = (static_cast<int64_t>(seq) * num_kv + kvh) * splits;
+  for (int e = threadIdx.x; e < G * dim; e += blockDim.x) {
+    const int g = e / dim, d = e % dim;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, part[(base + s) * G * (2 + dim) + g * 2]);
+    float ls = 0.f, os = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float* p = part + (base + s) * G * (2 + dim);
+      const float ms = p[g * 2];
+      if (ms == -INFINITY) continue;  // an empty split
+      const float f = __expf(ms - mx);
+      ls += p[g * 2 + 1] * f;
+      os += p[G * 2 + g * dim + d] * f;
+    }
+    out[static_cast<int64_t>(cu[seq]) * ldo + static_cast<int64_t>(kvh * G + g) * dim + d] =
+        FromFloat<T>(ls > 0.f ? os / ls : 0.f);
+  }
+}
+
+template <typename T, int G>
+void LaunchDecode(const AttentionParams& p, int splits, float* part, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs),
+                  static_cast<unsigned>(splits));
+  const KeySource src = KeySourceOf(p);
+  if (p.head_dim <= 64) {
+    DecodeSplitKernel<T, G, 2><<<grid, kDecWarps * 32, 0, stream>>>(
+        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
+        p.v.row_stride(), p.cu_seqlens, src, p.head_dim, p.scale, p.window, splits, part);
+  } else {
+    DecodeSplitKernel<T, G, 4><<<grid, kDecWarps * 32, 0, stream>>>(
+        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
+        p.v.row_stride(), p.cu_seqlens, src, p.head_dim, p.scale, p.window, splits, part);
+  }
+  CheckLaunch("DecodeSplit");
+  DecodeMergeKernel<T, G>
+      <<<dim3(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs)), 128, 0,
+         stream>>>(part, p.cu_seqlens, p.head_dim, splits, p.out.ptr<T>(), p.out.row_stride());
+  CheckLaunch("DecodeMerge");
+}
+
+template <typename T>
+bool LaunchDecodeTyped(const AttentionParams& p, int splits, float* part, cudaStream_t stream) {
+  switch (p.num_heads / p.num_kv_heads) {
+    case 1:
+      LaunchDecode<T, 1>(p, splits, part, stream);
+      return true;
+    case 2:
+      LaunchDecode<T, 2>(p, splits, part, stream);
+      return true;
+    case 4:
+      LaunchDecode<T, 4>(p, splits, part, stream);
+      return true;
+    case 8:
+      LaunchDecode<T, 8>(p, splits, part, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int DecodeAttentionSplits(const AttentionParams& p, int num_sms) {
+  const int blocks = p.num_seqs * p.num_kv_heads;
+  return std::clamp((2 * num_sms + blocks - 1) / std::max(blocks, 1), 1, 16);
+}
+
+size_t DecodeAttentionScratch(const AttentionParams& p, int splits) {
+  return sizeof(float) * static_cast<size_t>(p.num_seqs) * p.num_heads * splits * (2 + p.head_dim);
+}
+
+bool DecodeAttentionEligible(const AttentionParams& p) {
+  const int group = p.num_kv_heads > 0 ? p.num_heads / p.num_kv_heads : 0;
+  return p.paged() && p.causal && p.max_seqlen <= 1 && p.head_dim <= 32 * kMaxPerLane &&
+         (group == 1 || group == 2 || group == 4 || group == kMaxGroup) &&
+         p.kv_block_size == kKvBlock;
+}
+
+bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, cudaStream_t stream) {
+  switch (p.q.dtype) {
+    case DType::kBF16:
+      return LaunchDecodeTyped<__nv_bfloat16>(p, splits, scratch, stream);
+    case DType::kF16:
+      return LaunchDecodeTyped<__half>(p, splits, scratch, stream);
+    case DType::kF32:
+      return LaunchDecodeTyped<float>(p, splits, scratch, stream);
+    default:
+      return false;
+  }
+}
+
+}  // namespace sluice::cuda
