@@ -22,6 +22,8 @@ namespace {
 constexpr int kDecWarps = 4;
 constexpr int kMaxGroup = 8;    // query heads per KV head handled in registers
 constexpr int kMaxPerLane = 4;  // head_dim <= 128
+constexpr int kMinSplitKeys = 64;
+constexpr int kMaxSplits = 16;
 
 template <typename T, int G, int PL>
 __global__ void __launch_bounds__(kDecWarps * 32)
@@ -42,8 +44,13 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const int klen = qpos + 1;
   int kbegin = window > 0 ? max(0, qpos - window + 1) : 0;
   const int span = klen - kbegin;
-  const int chunk = (span + splits - 1) / splits;
+  // Splits of at least kMinSplitKeys keys: short contexts leave the last splits empty.
+  const int chunk = max((span + splits - 1) / splits, kMinSplitKeys);
   const int k0 = kbegin + split * chunk, k1 = min(klen, k0 + chunk);
+  if (k0 >= k1) {  // empty: the merge skips it
+    if (threadIdx.x < G) out_ml[threadIdx.x * 2] = -INFINITY;
+    return;
+  }
 
   // This lane's query elements: dims lane + 32 * i.
   float qr[G][PL];
@@ -130,21 +137,33 @@ __global__ void DecodeMergeKernel(const float* __restrict__ part, const int32_t*
   const int kvh = blockIdx.x, seq = blockIdx.y, num_kv = gridDim.x;
   if (cu[seq + 1] == cu[seq]) return;
   const int64_t base = (static_cast<int64_t>(seq) * num_kv + kvh) * splits;
+  const int64_t stride = static_cast<int64_t>(G) * (2 + dim);
+  // Each split's weight exp(m_s - max m) / sum_s(l_s exp(m_s - max m)), per query head.
+  __shared__ float wt[kMaxSplits][G];
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, part[(base + s) * stride + g * 2]);
+    float ls = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float ms = part[(base + s) * stride + g * 2];
+      const float f = ms == -INFINITY ? 0.f : __expf(ms - mx);
+      wt[s][g] = f;
+      if (f > 0.f) ls += part[(base + s) * stride + g * 2 + 1] * f;
+    }
+    const float inv = ls > 0.f ? 1.f / ls : 0.f;
+    for (int s = 0; s < splits; ++s) wt[s][g] *= inv;
+  }
+  __syncthreads();
   for (int e = threadIdx.x; e < G * dim; e += blockDim.x) {
     const int g = e / dim, d = e % dim;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, part[(base + s) * G * (2 + dim) + g * 2]);
-    float ls = 0.f, os = 0.f;
+    float os = 0.f;
     for (int s = 0; s < splits; ++s) {
-      const float* p = part + (base + s) * G * (2 + dim);
-      const float ms = p[g * 2];
-      if (ms == -INFINITY) continue;  // an empty split
-      const float f = __expf(ms - mx);
-      ls += p[g * 2 + 1] * f;
-      os += p[G * 2 + g * dim + d] * f;
+      const float f = wt[s][g];
+      if (f > 0.f) os += part[(base + s) * stride + G * 2 + g * dim + d] * f;
     }
     out[static_cast<int64_t>(cu[seq]) * ldo + static_cast<int64_t>(kvh * G + g) * dim + d] =
-        FromFloat<T>(ls > 0.f ? os / ls : 0.f);
+        FromFloat<T>(os);
   }
 }
 
@@ -164,8 +183,9 @@ void LaunchDecode(const AttentionParams& p, int splits, float* part, cudaStream_
   }
   CheckLaunch("DecodeSplit");
   DecodeMergeKernel<T, G>
-      <<<dim3(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs)), 128, 0,
-         stream>>>(part, p.cu_seqlens, p.head_dim, splits, p.out.ptr<T>(), p.out.row_stride());
+      <<<dim3(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs)),
+         static_cast<unsigned>(std::min(1024, (G * p.head_dim + 31) / 32 * 32)), 0, stream>>>(
+          part, p.cu_seqlens, p.head_dim, splits, p.out.ptr<T>(), p.out.row_stride());
   CheckLaunch("DecodeMerge");
 }
 
@@ -193,7 +213,7 @@ bool LaunchDecodeTyped(const AttentionParams& p, int splits, float* part, cudaSt
 
 int DecodeAttentionSplits(const AttentionParams& p, int num_sms) {
   const int blocks = p.num_seqs * p.num_kv_heads;
-  return std::clamp((2 * num_sms + blocks - 1) / std::max(blocks, 1), 1, 16);
+  return std::clamp((2 * num_sms + blocks - 1) / std::max(blocks, 1), 1, kMaxSplits);
 }
 
 size_t DecodeAttentionScratch(const AttentionParams& p, int splits) {

@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_util.h"
@@ -142,6 +143,9 @@ class CudaBackend final : public Backend {
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                 std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") + ")";
     num_sms_ = prop.multiProcessorCount;
+    // SLUICE_CUDA_GEMV=0: decode-sized GEMMs on cuBLASLt too (A/B measurements).
+    const char* gv = std::getenv("SLUICE_CUDA_GEMV");
+    gemv_ = !(gv && std::string(gv) == "0");
     gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
     gemm_ = std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_);
   }
@@ -297,6 +301,27 @@ class CudaBackend final : public Backend {
       ldb = k;
     }
     const bool act = p.act != Activation::kNone;
+    if (gemv_ && !act && m <= cuda::kGemvMaxRows &&
+        (!p.residual || p.residual->dtype == p.out.dtype)) {
+      cuda::GemvParams g;
+      g.w = w.w.t().data;
+      g.w_dtype = w.dtype;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.x = xb;
+      g.ldx = ldb;
+      g.bias = w.has_bias ? static_cast<const float*>(w.bias.t().data) : nullptr;
+      g.residual = p.residual ? p.residual->data : nullptr;
+      g.ldr = p.residual ? p.residual->row_stride() : 0;
+      g.out = p.out.data;
+      g.ldo = p.out.row_stride();
+      g.out_dtype = p.out.dtype;
+      if (cuda::GemvEligible(g)) {
+        cuda::Gemv(g, stream_);
+        return;
+      }
+    }
     const bool relu_epi = p.act == Activation::kRelu && !p.residual;
     // Where the GEMM writes, and whether the residual rides on beta (C = residual needs the
     // same dtype as D); otherwise the GEMM writes f32 scratch and one element-wise pass
@@ -618,6 +643,7 @@ class CudaBackend final : public Backend {
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
   Scratch decode_ws_;                                           // split-decode attention partials
   int num_sms_ = 0;
+  bool gemv_ = true;  // skinny GEMMs (M <= kGemvMaxRows) on the GEMV kernel
   // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are
   // kept alive (retired) rather than freed.
   bool recording_ = false, kept_ = false;

@@ -57,6 +57,28 @@ bool Attention(const AttentionParams& p, cudaStream_t stream);
 bool AttentionTcEligible(const AttentionParams& p);
 bool AttentionTc(const AttentionParams& p, cudaStream_t stream);
 
+// Skinny GEMM for decode batches (gemv.cu): out[m, n] = sum_k w[n, k] x[m, k] (+ bias[n])
+// (+ residual[m, n]) for 1 <= m <= kGemvMaxRows rows of bf16/f16 weights and activations (x in
+// the weight dtype), output f32 or the weight dtype (residual in the output's dtype; out
+// may alias it). Streams the weights near the memory bandwidth where cuBLASLt does not.
+constexpr int kGemvMaxRows = 4;
+struct GemvParams {
+  const void* w = nullptr;  // [n, k], row-major, 16-byte aligned
+  DType w_dtype = DType::kBF16;
+  int64_t m = 0, n = 0, k = 0;
+  const void* x = nullptr;  // [m, k] in w_dtype, row stride ldx
+  int64_t ldx = 0;
+  const float* bias = nullptr;  // [n] or null
+  const void* residual = nullptr;
+  int64_t ldr = 0;
+  void* out = nullptr;
+  int64_t ldo = 0;
+  DType out_dtype = DType::kF32;
+};
+bool GemvEligible(const GemvParams& p);
+int GemvSplits(int64_t n, int64_t k);
+void Gemv(const GemvParams& p, cudaStream_t stream);
+
 // Decode attention (attention_decode.cu): paged, one query per sequence, split over the keys.
 bool DecodeAttentionEligible(const AttentionParams& p);
 int DecodeAttentionSplits(const AttentionParams& p, int num_sms);

@@ -7,9 +7,11 @@
 //   the k-th largest y; e = exp(y - max y); top_p threshold by a binary search over e
 //   (the smallest e whose strictly larger tokens hold less than top_p of the mass);
 //   min_p; the draw walks the kept e in token-id order.
-// Thread t owns the contiguous chunk [t * C, (t + 1) * C) of the row; every sum is the
-// chunk's in order, then a fixed tree over the block, so a row's result depends on nothing
-// but the row (batch invariant, deterministic). Only the SampledToken rows leave the device.
+// The passes over the row (maxima, sums, histograms) are coalesced: thread t takes tokens
+// t, t + 1024, ... in order, then a fixed tree over the block; the draw, which walks tokens
+// in id order, gives thread t the contiguous chunk [t * C, (t + 1) * C). A row's result
+// depends on nothing but the row (batch invariant, deterministic). Only the SampledToken
+// rows leave the device.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -110,10 +112,10 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   // 1. Raw normaliser.
   float m = -INFINITY;
-  for (int i = lo; i < hi; ++i) m = fmaxf(m, x[i]);
+  for (int i = t; i < V; i += kSampleThreads) m = fmaxf(m, x[i]);
   const float m_raw = BlockMax(m, sh);
   float s = 0.f;
-  for (int i = lo; i < hi; ++i) s += __expf(x[i] - m_raw);
+  for (int i = t; i < V; i += kSampleThreads) s += __expf(x[i] - m_raw);
   const float lse = m_raw + logf(BlockSumF(s, sh));
 
   // Top raw logprobs: K block argmaxes, each excluding the tokens already taken.
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   for (int k = 0; k < K; ++k) {
     float bv = -INFINITY;
     int bi = INT_MAX;
-    for (int i = lo; i < hi; ++i) {
+    for (int i = t; i < V; i += kSampleThreads) {
       bool taken = false;
       for (int j = 0; j < k; ++j) taken |= sh.top[j] == i;
       if (!taken && (x[i] > bv || bi == INT_MAX)) {
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   } else if (row.temperature <= 0.f) {
     float bv = -INFINITY;
     int bi = INT_MAX;
-    for (int i = lo; i < hi; ++i) {
+    for (int i = t; i < V; i += kSampleThreads) {
       if (x[i] > bv) {
         bv = x[i];
         bi = i;
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = t; b < 256; b += kSampleThreads) sh.hist[b] = 0;
         __syncthreads();
-        for (int i = lo; i < hi; ++i) {
+        for (int i = t; i < V; i += kSampleThreads) {
           const unsigned key = OrderedKey(x[i] / T);
           if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 0xffu], 1u);
         }
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       thr = FromOrderedKey(prefix);
     }
     float my = -INFINITY;
-    for (int i = lo; i < hi; ++i) my = fmaxf(my, x[i] / T);
+    for (int i = t; i < V; i += kSampleThreads) my = fmaxf(my, x[i] / T);
     const float ymax = BlockMax(my, sh);
     auto e_of = [&](int i) {
       const float y = x[i] / T;
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     float tau = 0.f;
     if (row.top_p < 1.f) {
       float z = 0.f;
-      for (int i = lo; i < hi; ++i) z += e_of(i);
+      for (int i = t; i < V; i += kSampleThreads) z += e_of(i);
       const float limit = row.top_p * BlockSumF(z, sh);
       // The smallest v in [0, 1] with mass{e > v} < limit, over float bit patterns.
       unsigned a = 0, b = __float_as_uint(1.0f);
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kSampleThreads)
         const unsigned mid = a + (b - a) / 2;
         const float v = __uint_as_float(mid);
         float part = 0.f;
-        for (int i = lo; i < hi; ++i) {
+        for (int i = t; i < V; i += kSampleThreads) {
           const float e = e_of(i);
           if (e > v) part += e;
         }

@@ -353,10 +353,21 @@ struct LinCase {
 };
 
 TEST_F(CudaOps, Linear) {
+  // m <= 4 with K % 8 == 0 and no activation runs the GEMV kernel (gemv.cu).
   // m >= 1024 takes the timed algorithm choice (incl. an in-place residual, timed on
   // scratch: the residual must be added exactly once).
-  const LinCase cases[] = {{1, 7, 5},        {37, 64, 96}, {130, 257, 129},
-                           {256, 384, 1152}, {5, 1024, 3}, {1500, 96, 200}};
+  const LinCase cases[] = {{1, 7, 5},
+                           {37, 64, 96},
+                           {130, 257, 129},
+                           {256, 384, 1152},
+                           {5, 1024, 3},
+                           {1500, 96, 200},
+                           // decode-sized (the GEMV kernel, K split over 1..8 warps)
+                           {1, 1024, 1000},
+                           {2, 3072, 768},
+                           {3, 96, 4096},
+                           {4, 2048, 257},
+                           {1, 4096, 1}};
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const auto& lc : cases) {
       for (int variant = 0; variant < 6; ++variant) {
