@@ -213,7 +213,10 @@ std::string LinearRunner::DescribePlan(int64_t m) {
 }
 
 int64_t LinearRunner::BucketFor(int64_t m) {
-  if (m <= 16) return 16;
+  // Below 16 rows (decode steps) the exact M: padding a one-row GEMV to 16 rows made fp32
+  // decode compute-bound (16x the multiply-adds for the same weight traffic). brgemm keeps
+  // rows bit-identical across M (tests/unit/backend/linear_test.cc, every M in 1..600).
+  if (m < 16) return m;
   int64_t g = Granularity(m);
   return (m + g - 1) / g * g;
 }
