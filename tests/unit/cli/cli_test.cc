@@ -501,4 +501,100 @@ TEST(Cli, BadInputsAreReportedNotCrashed) {
   EXPECT_NE(r.out.find("--dtype"), std::string::npos) << r.out;
 }
 
+// sluice generate: greedy output equal to Hugging Face generate (the qwen3 fixture, fp32),
+// the output line format, text prompts, and errors naming the field and the numbers.
+TEST(Cli, GenerateMatchesHfAndWritesTheDocumentedLines) {
+  const std::string dir = kFixtures + "/generation/qwen3";
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(dir + "/expected.json");
+  const std::string in = TempPath("gen.jsonl"), out = TempPath("gen.out.jsonl");
+  std::vector<std::vector<int64_t>> want;
+  {
+    std::ofstream f(in);
+    for (auto p : doc["prompts"].get_array()) {
+      f << "{\"prompt_token_ids\":" << simdjson::minify(p)
+        << ",\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":2}\n";
+    }
+    for (auto g : doc["greedy"].get_array()) {
+      std::vector<int64_t> t;
+      for (auto x : g["tokens"].get_array()) t.push_back(x.get_int64());
+      t.resize(12);
+      want.push_back(t);
+    }
+  }
+  auto r = RunSluice("generate --model " + dir + "/model --input " + in + " --output " + out +
+                     " --max-num-seqs 3 --max-num-batched-tokens 32");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("TTFT p50"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("inter-token latency p50"), std::string::npos) << r.out;
+  const auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), want.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    simdjson::dom::parser lp;
+    simdjson::dom::element o = lp.parse(lines[i]);
+    EXPECT_EQ(o["index"].get_int64().value(), static_cast<int64_t>(i));
+    EXPECT_EQ(std::string(o["finish_reason"].get_string().value()), "length");
+    std::vector<int64_t> got;
+    for (auto x : o["token_ids"].get_array()) got.push_back(x.get_int64());
+    EXPECT_EQ(got, want[i]) << "prompt " << i;
+    // logprobs: one object per generated token, the chosen token's id first, <= 3 entries.
+    size_t steps = 0;
+    for (auto step : o["logprobs"].get_array()) {
+      simdjson::dom::object obj = step.get_object();
+      EXPECT_GE(obj.size(), 2u);
+      EXPECT_LE(obj.size(), 3u);
+      EXPECT_EQ(std::string((*obj.begin()).key), std::to_string(got[steps]));
+      EXPECT_LE((*obj.begin()).value.get_double().value(), 0.0);
+      ++steps;
+    }
+    EXPECT_EQ(steps, got.size());
+  }
+
+  // A text prompt through the model's tokenizer; n = 2 gives two completion lines.
+  std::ofstream(in) << "{\"prompt\":\"hello world\",\"max_tokens\":3,\"n\":2,\"temperature\":0.8,"
+                       "\"seed\":7}\n";
+  r = RunSluice("generate --model " + dir + "/model --input " + in + " --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto text_lines = Lines(out);
+  ASSERT_EQ(text_lines.size(), 2u);
+  for (size_t c = 0; c < 2; ++c) {
+    simdjson::dom::parser lp;
+    simdjson::dom::element o = lp.parse(text_lines[c]);
+    EXPECT_EQ(o["completion"].get_int64().value(), static_cast<int64_t>(c));
+    EXPECT_GT(o["prompt_tokens"].get_int64().value(), 0);
+    EXPECT_EQ(o["token_ids"].get_array().size(), 3u);
+    EXPECT_FALSE(o["text"].error()) << text_lines[c];
+  }
+}
+
+TEST(Cli, GenerateRefusesBadRequestsNamingTheProblem) {
+  const std::string m = kFixtures + "/generation/qwen3/model";
+  const std::string in = TempPath("genbad.jsonl");
+  auto run = [&](const std::string& line, const std::string& flags = "") {
+    std::ofstream(in) << line << "\n";
+    return RunSluice("generate --model " + m + " --input " + in + " --output - " + flags);
+  };
+  struct Case {
+    std::string line, flags, needle;
+  };
+  const Case cases[] = {
+      {R"({"prompt_token_ids":[5,6],"best_of":3})", "", "best_of"},
+      {R"({"prompt_token_ids":[5,6],"temperature":-1})", "", "temperature"},
+      {R"({"prompt_token_ids":[5,6],"top_p":1.5})", "", "top_p"},
+      {R"({"prompt_token_ids":[5,6],"n":0})", "", "n must be in"},
+      {R"({"prompt_token_ids":[5,6],"max_tokens":100})", "--max-model-len 64", "64"},
+      {R"({"prompt_token_ids":[5,99999999]})", "", "99999999"},
+      {R"({"prompt":"a","prompt_token_ids":[1]})", "", "exactly one"},
+      {R"({"max_tokens":3})", "", "exactly one"},
+      {R"({"prompt_token_ids":[5,6]})", "--enable-prefix-caching maybe", "--enable-prefix-caching"},
+      {R"({"prompt_token_ids":[5,6]})", "--kv-cache-memory 1000", "KV"},
+  };
+  for (const Case& c : cases) {
+    auto r = run(c.line, c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.line;
+    EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.line << " " << c.flags << "\n" << r.out;
+    EXPECT_EQ(r.out.find("{\"index\""), std::string::npos) << "generated despite: " << c.line;
+  }
+}
+
 }  // namespace
