@@ -61,7 +61,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelBundle
   hi.task = options.task;
   ASSIGN_OR_RETURN(HeadSpec head, ResolveHead(hi));
   if (head.task == Task::kGenerate) {
-    return InvalidArgument("task generate runs on the generation engine, not the pooling engine");
+    return InvalidArgument(
+        b.arch->name +
+        " defaults to task generate, which runs with `sluice generate` (the HTTP generation "
+        "API is not served yet); to score with it as a yes/no reranker (Qwen3-Reranker), "
+        "pass --task score or name the yes/no tokens in sluice.json");
   }
   ASSIGN_OR_RETURN(e->pooler_, Pooler::Create(e->runner_.get(), std::move(head)));
 

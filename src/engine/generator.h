@@ -65,7 +65,7 @@ struct GenerationOptions {
   bool profile = false;
   bool activation_residual = false;
   int max_model_len = 0;  // 0 = the model's max_position_embeddings
-  // Step limits; 0 = the device's default (CPU 2048 tokens / 64 sequences, CUDA 8192 / 512).
+  // Step limits; 0 = the device's default (CPU 2048 tokens / 64 sequences, CUDA 16384 / 512).
   int64_t max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   // KV cache size: bytes (0 = from gpu_memory_utilization on CUDA, 2 GiB on CPU).

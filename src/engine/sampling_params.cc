@@ -1,5 +1,6 @@
 #include "engine/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sluice {
@@ -117,7 +118,13 @@ ResolvedSampling ResolveSampling(const SamplingParams& p, const GenerationConfig
   if (p.top_k) r.top_k = *p.top_k < 0 ? 0 : *p.top_k;
   if (p.min_p) r.min_p = *p.min_p;
   if (p.repetition_penalty) r.repetition_penalty = *p.repetition_penalty;
-  r.max_tokens = p.max_tokens ? *p.max_tokens : max_model_len - static_cast<int>(prompt_len);
+  // max_tokens: the request's, else generation_config.json's max_new_tokens, else up to the
+  // model length (always capped by it).
+  const int room = max_model_len - static_cast<int>(prompt_len);
+  r.max_tokens = p.max_tokens ? *p.max_tokens
+                 : g.present && g.max_new_tokens && *g.max_new_tokens > 0
+                     ? std::min(*g.max_new_tokens, room)
+                     : room;
   return r;
 }
 

@@ -155,6 +155,12 @@ TEST(GenerationConfig, DefaultsResolve) {
   EXPECT_EQ(r.max_tokens, 5);
   gc.do_sample = false;  // HF: greedy
   EXPECT_EQ(ResolveSampling(SamplingParams{}, gc, 10, 100).temperature, 0.f);
+  // max_new_tokens: the default max_tokens, capped by the model length.
+  gc.max_new_tokens = 32;
+  EXPECT_EQ(ResolveSampling(SamplingParams{}, gc, 10, 100).max_tokens, 32);
+  EXPECT_EQ(ResolveSampling(SamplingParams{}, gc, 90, 100).max_tokens, 10);
+  p.max_tokens = 50;
+  EXPECT_EQ(ResolveSampling(p, gc, 10, 100).max_tokens, 50);
   const ResolvedSampling none = ResolveSampling(SamplingParams{}, GenerationConfig{}, 10, 100);
   EXPECT_EQ(none.temperature, 1.f);
   EXPECT_EQ(none.top_k, 0);
