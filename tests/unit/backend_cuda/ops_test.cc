@@ -11,6 +11,7 @@
 //   Linear f16 vs CPU f32 on f16-rounded W and x                           atol 2e-4, rtol 2e-4
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -429,6 +430,76 @@ TEST_F(CudaOps, LinearBatchInvariance) {
     auto ref = one(1);
     for (int64_t m : {2, 9, 64, 333, 1000, 1500, 3000}) {
       EXPECT_NEAR_ALL(one(m), ref, 1e-5, 1e-5) << DTypeName(dt) << " m=" << m;
+    }
+  }
+}
+
+// Paged decode attention (one query per sequence: the split-K decode kernel on CUDA) against
+// the CPU's paged attention, f32 and bf16 (CPU on bf16-rounded inputs), GQA groups 1-8,
+// head_dim 64/128, contexts from 1 key to more than 16 splits of 64, sliding windows, block
+// tables in shuffled order, and a padding sequence of no tokens (as decode graphs add).
+TEST_F(CudaOps, PagedDecodeAttention) {
+  const std::vector<int> ctx = {1, 17, 64, 65, 300, 1100, 3};
+  const int S = static_cast<int>(ctx.size()) + 1;  // + one empty padding sequence
+  const int kBlock = 16, Hkv = 2;
+  int bps = 0, total_blocks = 1;  // block 0: never used, as in the pool
+  for (int c : ctx) {
+    bps = std::max(bps, (c + kBlock - 1) / kBlock);
+    total_blocks += (c + kBlock - 1) / kBlock;
+  }
+  std::vector<int32_t> order(total_blocks - 1);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i + 1);
+  std::shuffle(order.begin(), order.end(), std::mt19937(7));
+  std::vector<int32_t> table(static_cast<size_t>(S) * bps, 0), start(S, 0), cu(S + 1, 0);
+  size_t next = 0;
+  for (int s = 0; s < S; ++s) {
+    const int c = s < static_cast<int>(ctx.size()) ? ctx[s] : 0;
+    for (int b = 0; b < (c + kBlock - 1) / kBlock; ++b) table[s * bps + b] = order[next++];
+    start[s] = std::max(0, c - 1);
+    cu[s + 1] = cu[s] + (c > 0 ? 1 : 0);
+  }
+  const int T = cu[S], max_context = 1100;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int G : {1, 2, 4, 8}) {
+      for (int D : {64, 128}) {
+        for (int window : {0, 100}) {
+          const int Hq = G * Hkv;
+          auto q = Random(static_cast<size_t>(T) * Hq * D, 60 + G, -1.f, 1.f);
+          auto kc = Random(static_cast<size_t>(total_blocks) * kBlock * Hkv * D, 61, -1.f, 1.f);
+          auto vc = Random(static_cast<size_t>(total_blocks) * kBlock * Hkv * D, 62, -1.f, 1.f);
+          auto [g, c] = Both([&](Dev& d) {
+            const bool gpu = d.be->kind() == DeviceKind::kCuda;
+            const DType t = gpu ? dt : DType::kF32;
+            auto in = [&](const std::vector<float>& v) { return gpu ? v : Rounded(v, dt); };
+            AttentionParams p;
+            p.q = d.Table(in(q), T, Hq * D, t);
+            p.k = d.Table(in(kc), static_cast<int64_t>(total_blocks) * kBlock, Hkv * D, t);
+            p.v = d.Table(in(vc), static_cast<int64_t>(total_blocks) * kBlock, Hkv * D, t);
+            p.out = d.Table(std::vector<float>(static_cast<size_t>(T) * Hq * D, 0.f), T, Hq * D, t);
+            // The CPU reads its index arrays from host memory, the GPU from device memory.
+            p.cu_seqlens = gpu ? d.I32(cu).ptr<int32_t>() : cu.data();
+            p.kv_block_table = gpu ? d.I32(table).ptr<int32_t>() : table.data();
+            p.kv_start = gpu ? d.I32(start).ptr<int32_t>() : start.data();
+            p.num_seqs = S;
+            p.max_seqlen = 1;
+            p.num_heads = Hq;
+            p.num_kv_heads = Hkv;
+            p.head_dim = D;
+            p.scale = 1.f / std::sqrt(static_cast<float>(D));
+            p.causal = true;
+            p.window = window;
+            p.kv_blocks_per_seq = bps;
+            p.kv_block_size = kBlock;
+            p.max_context = max_context;
+            d.be->Attention(p);
+            auto out = d.Get(p.out);
+            return gpu ? out : Rounded(out, dt);
+          });
+          const double tol = dt == DType::kF32 ? 2e-5 : 1.6e-2;
+          EXPECT_NEAR_ALL(g, c, tol, dt == DType::kF32 ? 1e-4 : 1.6e-2)
+              << DTypeName(dt) << " G " << G << " D " << D << " window " << window;
+        }
+      }
     }
   }
 }
