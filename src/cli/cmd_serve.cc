@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/serve_generate.h"
 #include "core/log.h"
 #include "engine/engine_loop.h"
 #include "io/model_context.h"
@@ -39,6 +40,8 @@ struct ServeFlags {
   int io_threads = 1;
   int workers = 2;
   std::string batch_coalescing = "on";
+  GenerationServeFlags gen;                   // generation models only
+  std::vector<std::string> scoring_only_set;  // scoring-only flags given on the command line
 };
 
 // One forward through the loop, so the first client does not pay for lazy set-up.
@@ -65,6 +68,40 @@ int RunServe(const ServeFlags& f) {
     return ReportError(InvalidArgument(
         "--max-queue-depth, --max-inputs-per-request, --max-body-bytes, --io-threads and "
         "--workers must be positive; --max-tokens-per-input and --shutdown-timeout >= 0"));
+  }
+  {
+    // A generation model (task generate) is served by the generation engine.
+    auto bundle = LoadModelBundle(f.model.model);
+    if (!bundle.ok()) return ReportError(bundle.status());
+    auto is_gen = IsGenerationModel(**bundle, f.model.task);
+    if (!is_gen.ok()) return ReportError(is_gen.status());
+    if (*is_gen) {
+      if (!f.scoring_only_set.empty()) {
+        std::string names;
+        for (const std::string& n : f.scoring_only_set) names += (names.empty() ? "" : ", ") + n;
+        return ReportError(InvalidArgument(names + ": scoring-model flags; " + f.model.model +
+                                           " is served as a generation model (task generate)"));
+      }
+      GenerationServeArgs a;
+      a.model = f.model;
+      a.gen = f.gen;
+      a.host = f.host;
+      a.port = f.port;
+      a.served_name = f.served_name;
+      a.api_key = f.api_key;
+      a.io_threads = f.io_threads;
+      a.workers = f.workers;
+      a.max_queue_depth = f.max_queue_depth;
+      a.max_body_bytes = f.max_body_bytes;
+      a.shutdown_timeout_s = f.shutdown_timeout_s;
+      return RunServeGeneration(a);
+    }
+    if (f.gen.given) {
+      return ReportError(InvalidArgument(
+          "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
+          "--gpu-memory-utilization and --enable-prefix-caching apply to generation models; " +
+          f.model.model + " is served as a scoring model"));
+    }
   }
   auto engine_or = LoadEngine(f.model);
   if (!engine_or.ok()) return ReportError(engine_or.status());
@@ -189,7 +226,31 @@ Registrar serve_cmd(Command{
                       "as soon as a request is queued)")
           ->check(CLI::IsMember({"on", "off"}))
           ->capture_default_str();
-      return std::function<int()>([f] { return RunServe(*f); });
+      sub->add_option("--max-model-len", f->gen.max_model_len,
+                      "generation: prompt + output tokens per sequence (default: the model's)");
+      sub->add_option("--max-num-batched-tokens", f->gen.max_num_batched_tokens,
+                      "generation: tokens computed per step (default CPU 2048, CUDA 16384)");
+      sub->add_option("--kv-cache-memory", f->gen.kv_cache_memory,
+                      "generation: KV cache bytes (default CPU 2 GiB; CUDA from "
+                      "--gpu-memory-utilization)");
+      sub->add_option("--gpu-memory-utilization", f->gen.gpu_memory_utilization,
+                      "generation, CUDA: fraction of device memory to use at most")
+          ->capture_default_str();
+      sub->add_option("--enable-prefix-caching", f->gen.prefix_caching,
+                      "generation: on | off (automatic prefix caching)")
+          ->capture_default_str();
+      return std::function<int()>([f, sub] {
+        for (const char* flag : {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
+                                 "--gpu-memory-utilization", "--enable-prefix-caching"}) {
+          if (sub->count(flag) > 0) f->gen.given = true;
+        }
+        for (const char* flag : {"--max-inputs-per-request", "--max-tokens-per-input", "--truncate",
+                                 "--request-timeout", "--batch-coalescing", "--max-batch-tokens",
+                                 "--prefix-reuse", "--cuda-graph-max-tokens", "--profile"}) {
+          if (sub->count(flag) > 0) f->scoring_only_set.emplace_back(flag);
+        }
+        return RunServe(*f);
+      });
     }});
 
 }  // namespace

@@ -15,7 +15,8 @@ void AddModelFlags(CLI::App* app, ModelFlags* f) {
   app->add_option("--dtype", f->dtype, "auto (checkpoint dtype) | float32 | bfloat16 | float16")
       ->capture_default_str();
   app->add_option("--device", f->device, "cpu | cuda[:N]")->capture_default_str();
-  app->add_option("--task", f->task, "embed | classify | score (default: from the architecture)");
+  app->add_option("--task", f->task,
+                  "embed | classify | score | generate (default: from the architecture)");
   app->add_option("--threads", f->threads, "CPU threads (0 = all available)")
       ->capture_default_str();
   app->add_option("--max-batch-tokens", f->max_batch_tokens,

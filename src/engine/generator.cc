@@ -253,6 +253,13 @@ void Generator::Abort(GenerateRequest& r) {
   CompleteRequest(r, Status(StatusCode::kUnavailable, "request cancelled"));
 }
 
+void Generator::AbortAll() {
+  while (!active_.empty()) {
+    std::shared_ptr<GenerateRequest> r = active_.front();
+    Abort(*r);
+  }
+}
+
 void Generator::Fail(const std::vector<StepItem>& items, const Status& st) {
   std::vector<GenerateRequest*> failed;
   for (const StepItem& it : items) {
@@ -453,6 +460,7 @@ Status Generator::Step() {
     }
   }
 
+  stats_.batched_tokens += static_cast<int64_t>(batch_.token_ids.size());
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(RunnerForward f,
                      runner_->Run(batch_, OutputRows::kNone, &staging_, &kv_->tensors()));

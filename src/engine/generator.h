@@ -83,6 +83,7 @@ struct GenerationStats {
   int64_t generated_tokens = 0;  // sampled tokens
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
+  int64_t batched_tokens = 0;  // tokens computed over all steps (prefill chunks + decode)
 };
 
 class Generator {
@@ -107,8 +108,12 @@ class Generator {
   // Cancels a request: its blocks are freed at once, its outputs finish with "abort", and
   // on_done runs (with an Unavailable status) before Abort returns.
   void Abort(GenerateRequest& request);
+  // Abort for every active request.
+  void AbortAll();
   bool HasWork() const { return !active_.empty(); }
   size_t num_requests() const { return active_.size(); }
+  size_t num_running() const { return scheduler_->num_running(); }  // sequences
+  size_t num_waiting() const { return scheduler_->num_waiting(); }  // sequences
   // One step. A failing forward fails the requests of the step (on_done with the error).
   Status Step();
 

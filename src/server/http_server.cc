@@ -10,6 +10,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #pragma GCC diagnostic pop
+#include <cstdio>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -129,10 +131,15 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (auto q = req.path.find('?'); q != std::string::npos) req.path.resize(q);
     stream_.expires_never();
-    auto ex = std::make_shared<Exchange>([self = shared_from_this()](HttpResponse&& r) {
-      net::post(self->stream_.get_executor(),
-                [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
-    });
+    auto ex = std::make_shared<Exchange>(
+        [self = shared_from_this()](HttpResponse&& r) {
+          net::post(self->stream_.get_executor(),
+                    [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
+        },
+        [self = shared_from_this()](StreamPiece&& piece) {
+          net::post(self->stream_.get_executor(),
+                    [self, piece = std::move(piece)]() mutable { self->Stream(std::move(piece)); });
+        });
     exchange_ = ex;
     WatchDisconnect(ex);
     handler_(std::move(req), std::move(ex));
@@ -144,7 +151,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.socket().async_wait(
         tcp::socket::wait_read, [self = shared_from_this(), weak](beast::error_code ec) {
           auto e = weak.lock();
-          if (!e || e->responded() || ec) return;
+          if (!e || (e->responded() && !e->streaming()) || ec) return;
           char c;
           const ssize_t n =
               ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -175,6 +182,57 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
+  // A streamed response, on the strand: the head, then each piece as one chunk
+  // (chunked transfer encoding), then the last chunk; written in order from a queue.
+  void Stream(StreamPiece&& piece) {
+    std::string bytes;
+    switch (piece.kind) {
+      case StreamPiece::Kind::kHead: {
+        const HttpResponse& h = piece.head;
+        stream_keep_ = keep_alive_ && !h.close;
+        bytes = "HTTP/1.1 " + std::to_string(h.status) + " " +
+                std::string(http::obsolete_reason(static_cast<http::status>(h.status))) +
+                "\r\nServer: sluice\r\nContent-Type: " + h.content_type +
+                "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+        for (const auto& [k, v] : h.headers) bytes += k + ": " + v + "\r\n";
+        bytes += stream_keep_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+        break;
+      }
+      case StreamPiece::Kind::kData: {
+        char len[32];
+        std::snprintf(len, sizeof len, "%zx\r\n", piece.data.size());
+        bytes = len + piece.data + "\r\n";
+        break;
+      }
+      case StreamPiece::Kind::kEnd:
+        bytes = "0\r\n\r\n";
+        stream_end_queued_ = true;
+        break;
+    }
+    out_q_.push_back(std::move(bytes));
+    if (out_q_.size() == 1) WriteQueued();
+  }
+
+  void WriteQueued() {
+    stream_.expires_after(std::chrono::seconds(30));
+    net::async_write(stream_, net::buffer(out_q_.front()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->out_q_.pop_front();
+                       if (ec) {
+                         self->out_q_.clear();
+                         if (auto e = self->exchange_) e->NotifyDisconnected();
+                         self->exchange_.reset();
+                         return self->Shutdown();
+                       }
+                       if (!self->out_q_.empty()) return self->WriteQueued();
+                       if (!self->stream_end_queued_) return;  // more pieces to come
+                       self->stream_end_queued_ = false;
+                       self->exchange_.reset();
+                       if (!self->stream_keep_) return self->Shutdown();
+                       self->DoRead();
+                     });
+  }
+
   void Shutdown() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -189,6 +247,8 @@ class Session : public std::enable_shared_from_this<Session> {
   SessionSet* set_;
   bool keep_alive_ = true;
   std::shared_ptr<Exchange> exchange_;
+  std::deque<std::string> out_q_;  // streamed response pieces not yet written
+  bool stream_end_queued_ = false, stream_keep_ = true;
   std::weak_ptr<Session> key_;
 };
 

@@ -31,12 +31,24 @@ struct HttpResponse {
   bool close = false;  // close the connection after this response
 };
 
-// One request/response exchange. Respond may be called from any thread; the first call
-// wins. The transport calls NotifyDisconnected when the client goes away first.
+// A piece of a streamed response (server-sent events): the head (status and headers of
+// `head`, body unused), one chunk of body bytes, or the end of the body.
+struct StreamPiece {
+  enum class Kind { kHead, kData, kEnd };
+  Kind kind = Kind::kData;
+  HttpResponse head;
+  std::string data;
+};
+
+// One request/response exchange. Respond (or BeginStream) may be called from any thread;
+// the first call wins. The transport calls NotifyDisconnected when the client goes away
+// first (for a streamed response: any time before its end).
 class Exchange {
  public:
   using SendFn = std::function<void(HttpResponse&&)>;
-  explicit Exchange(SendFn send) : send_(std::move(send)) {}
+  using StreamFn = std::function<void(StreamPiece&&)>;
+  explicit Exchange(SendFn send, StreamFn stream = nullptr)
+      : send_(std::move(send)), stream_(std::move(stream)) {}
 
   const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
@@ -54,6 +66,29 @@ class Exchange {
   }
   bool responded() const { return responded_.load(); }
   bool disconnected() const { return disconnected_.load(); }
+  bool streaming() const { return streaming_.load(); }
+  bool can_stream() const { return stream_ != nullptr; }
+
+  // Streamed response: BeginStream sends the head (chunked transfer encoding), Write each
+  // piece of body in order, End the end. All from one thread at a time, in that order.
+  // Return false when a response was already sent / the stream is not open.
+  bool BeginStream(HttpResponse head) {
+    if (!stream_ || responded_.exchange(true)) return false;
+    streaming_ = true;
+    stream_(StreamPiece{StreamPiece::Kind::kHead, std::move(head), {}});
+    return true;
+  }
+  bool Write(std::string data) {
+    if (!streaming_.load() || ended_ || disconnected_.load()) return false;
+    if (!data.empty()) stream_(StreamPiece{StreamPiece::Kind::kData, {}, std::move(data)});
+    return true;
+  }
+  void End() {
+    if (!streaming_.load() || ended_) return;
+    ended_ = true;
+    stream_ended_ = true;
+    stream_(StreamPiece{StreamPiece::Kind::kEnd, {}, {}});
+  }
 
   // Runs `hook` when the client disconnects before the response (at once if it already has).
   void OnDisconnect(std::function<void()> hook) {
@@ -70,7 +105,10 @@ class Exchange {
     std::function<void()> hook;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (responded_.load() || disconnected_.exchange(true)) return;
+      if ((responded_.load() && !streaming_.load()) || stream_ended_.load() ||
+          disconnected_.exchange(true)) {
+        return;
+      }
       hook = std::move(hook_);
     }
     if (hook) hook();
@@ -80,8 +118,12 @@ class Exchange {
   std::mutex mu_;
   SendFn send_;
   std::function<void()> hook_;
+  StreamFn stream_;
   std::atomic<bool> responded_{false};
   std::atomic<bool> disconnected_{false};
+  std::atomic<bool> streaming_{false};
+  std::atomic<bool> stream_ended_{false};
+  bool ended_ = false;  // touched only by the streaming thread
 };
 
 }  // namespace sluice::server

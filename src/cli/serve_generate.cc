@@ -1,0 +1,130 @@
+#include "cli/serve_generate.h"
+
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "core/log.h"
+#include "engine/generation_loop.h"
+#include "models/registry.h"
+#include "server/generation_service.h"
+#include "server/http_server.h"
+
+namespace sluice::cli {
+
+StatusOr<bool> IsGenerationModel(const ModelBundle& b, const std::string& task_flag) {
+  Task t;
+  if (!task_flag.empty()) {
+    if (!ParseTask(task_flag, &t)) return InvalidArgument("--task: unknown task " + task_flag);
+    return t == Task::kGenerate;
+  }
+  const SluiceOverrides& ov = b.overrides;
+  if (ov.task) return ParseTask(*ov.task, &t) && t == Task::kGenerate;
+  if (ov.yes_token || ov.no_token || ov.yes_token_id || ov.no_token_id) return false;
+  return b.arch->default_task == Task::kGenerate;
+}
+
+int RunServeGeneration(const GenerationServeArgs& a) {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  const GenerationServeFlags& g = a.gen;
+  if (g.prefix_caching != "on" && g.prefix_caching != "off") {
+    return ReportError(InvalidArgument("--enable-prefix-caching: expected on or off, got \"" +
+                                       g.prefix_caching + "\""));
+  }
+  if (!(g.gpu_memory_utilization > 0 && g.gpu_memory_utilization <= 1)) {
+    return ReportError(InvalidArgument("--gpu-memory-utilization must be in (0, 1]"));
+  }
+  auto eo = ToEngineOptions(a.model);
+  if (!eo.ok()) return ReportError(eo.status());
+  GenerationOptions o;
+  o.dtype = eo->dtype;
+  o.backend = eo->backend;
+  o.activation_residual = eo->activation_residual;
+  o.max_model_len = g.max_model_len;
+  o.max_num_batched_tokens = g.max_num_batched_tokens;
+  o.max_num_seqs = a.model.max_num_seqs;
+  o.kv_cache_memory = g.kv_cache_memory;
+  o.gpu_memory_utilization = g.gpu_memory_utilization;
+  o.prefix_caching = g.prefix_caching == "on";
+  o.cuda_graphs = a.model.cuda_graphs != "off";
+  if (a.model.cuda_graphs == "on" && o.backend.device != DeviceKind::kCuda) {
+    return ReportError(InvalidArgument("--cuda-graphs on needs --device cuda"));
+  }
+  if (a.model.cuda_graphs == "auto") o.cuda_graphs = o.backend.device == DeviceKind::kCuda;
+
+  const double t0 = NowSeconds();
+  auto bundle = LoadModelBundle(a.model.model);
+  if (!bundle.ok()) return ReportError(bundle.status());
+  auto gen = Generator::Load(*bundle, o);
+  if (!gen.ok()) return ReportError(gen.status());
+  const ModelBundle& b = **bundle;
+  const GenerationOptions& ro = (*gen)->options();
+  std::string name = a.served_name;
+  if (name.empty()) {
+    name = std::filesystem::path(a.model.model).lexically_normal().filename().string();
+  }
+  if (name.empty()) name = a.model.model;
+  SLUICE_LOG_INFO("model {}: {} ({} params, {} layers, hidden {}), task generate, served as \"{}\"",
+                  b.dir, b.arch->name, b.weights->TotalParameters(), b.config.num_hidden_layers,
+                  b.config.hidden_size, name);
+  SLUICE_LOG_INFO(
+      "dtype {} (checkpoint {}), device {}", DTypeName((*gen)->runner().compute_dtype()),
+      DTypeName((*gen)->runner().checkpoint_dtype()), (*gen)->runner().backend().Describe());
+  SLUICE_LOG_INFO(
+      "limits: max_model_len {}, max_num_batched_tokens {}, max_num_seqs {}, max_queue_depth "
+      "{}, max_body_bytes {}; stop tokens {}; loaded in {:.2f} s",
+      ro.max_model_len, ro.max_num_batched_tokens, ro.max_num_seqs, a.max_queue_depth,
+      a.max_body_bytes, (*gen)->stop_token_ids().size(), NowSeconds() - t0);
+  const std::shared_ptr<const Tokenizer> tokenizer = b.tokenizer;
+
+  GenerationLoopOptions lo;
+  lo.max_queue_depth = a.max_queue_depth;
+  GenerationLoop loop(std::move(gen).value(), lo);
+
+  server::GenerationServiceOptions so;
+  so.served_name = name;
+  so.api_key = a.api_key;
+  so.workers = a.workers;
+  server::GenerationService service(so, &loop, tokenizer.get());
+  server::HttpServerOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.io_threads = a.io_threads;
+  ho.max_body_bytes = a.max_body_bytes;
+  server::HttpServer http(
+      ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
+        service.Handle(std::move(r), std::move(ex));
+      });
+  if (Status s = http.Start(); !s.ok()) return ReportError(s);
+  service.SetReady(true);
+  SLUICE_LOG_INFO("ready: listening on http://{}:{} (POST /v1/completions)", a.host, http.port());
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  SLUICE_LOG_INFO("{}: draining ({} requests in flight, up to {} s)",
+                  sig == SIGTERM ? "SIGTERM" : "SIGINT", service.in_flight(), a.shutdown_timeout_s);
+  service.BeginDrain();
+  const double deadline = NowSeconds() + a.shutdown_timeout_s;
+  while (service.in_flight() > 0 && NowSeconds() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (service.in_flight() > 0) {
+    SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", service.in_flight());
+  }
+  loop.Shutdown();  // aborts what is left (503)
+  const double flush = NowSeconds() + 1.0;
+  while (service.in_flight() > 0 && NowSeconds() < flush) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  http.Stop();
+  SLUICE_LOG_INFO("stopped");
+  return 0;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,37 @@
+// `sluice serve` for a generation model (task generate): the generation engine behind the
+// OpenAI completions API (server/generation_service.h).
+#pragma once
+
+#include <string>
+
+#include "cli/common.h"
+#include "engine/model_bundle.h"
+
+namespace sluice::cli {
+
+struct GenerationServeFlags {
+  int max_model_len = 0;
+  int64_t max_num_batched_tokens = 0;
+  int64_t kv_cache_memory = 0;
+  double gpu_memory_utilization = 0.9;
+  std::string prefix_caching = "on";
+  bool given = false;  // any of the above was set on the command line
+};
+
+struct GenerationServeArgs {
+  ModelFlags model;
+  GenerationServeFlags gen;
+  std::string host, served_name, api_key;
+  int port = 8000, io_threads = 1, workers = 2, max_queue_depth = 256;
+  int64_t max_body_bytes = 8 << 20;
+  double shutdown_timeout_s = 30;
+};
+
+// Whether the model directory is served as a generation model: --task generate, or no
+// --task and the architecture's default task is generate (causal LMs without yes/no tokens
+// or a task in sluice.json).
+StatusOr<bool> IsGenerationModel(const ModelBundle& bundle, const std::string& task_flag);
+
+int RunServeGeneration(const GenerationServeArgs& args);
+
+}  // namespace sluice::cli

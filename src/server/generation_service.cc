@@ -1,0 +1,412 @@
+#include "server/generation_service.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "core/log.h"
+#include "io/builtins.h"
+#include "io/completions.h"
+#include "io/json.h"
+#include "server/errors.h"
+
+namespace sluice::server {
+namespace {
+
+double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+const std::vector<double> kLatency = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                      0.75,  1,     2.5,  5,    7.5,  10,   20,   40,  80};
+const std::vector<double> kTokenLatency = {0.001, 0.0025, 0.005, 0.0075, 0.01,  0.015, 0.02,
+                                           0.025, 0.03,   0.04,  0.05,   0.075, 0.1,   0.15,
+                                           0.2,   0.3,    0.4,   0.5,    0.75,  1,     2.5};
+const std::vector<double> kLengths = {1,   2,    5,    10,   20,    50,    100,   200,
+                                      500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+
+bool IsScoringRoute(const std::string& p) {
+  static const char* kRoutes[] = {"/v1/rerank", "/rerank",    "/v2/rerank",   "/score",
+                                  "/v1/score",  "/classify",  "/v1/classify", "/v1/embeddings",
+                                  "/embed",     "/embed_all", "/pooling",     "/predict",
+                                  "/tokenize"};
+  for (const char* r : kRoutes) {
+    if (p == r) return true;
+  }
+  return false;
+}
+
+std::string Label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct GenerationService::GenMetrics {
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, uint64_t> responses;
+  std::map<std::string, uint64_t> finished;  // by finish reason
+  Histogram ttft{kLatency}, itl{kTokenLatency}, e2e{kLatency}, prompt_len{kLengths},
+      gen_len{kLengths};
+  std::atomic<uint64_t> cancelled{0};
+};
+
+struct GenerationService::Call {
+  HttpRequest req;
+  std::shared_ptr<Exchange> ex;
+  std::string route;
+  io::CompletionRequest creq;
+  io::CompletionContext ctx;
+  std::vector<std::shared_ptr<GenerateRequest>> reqs;
+  std::unique_ptr<io::CompletionStream> stream;
+  std::mutex mu;  // the fields below, and the stream's writes
+  size_t remaining = 0;
+  Status failed;
+  bool counted = false, responded = false;
+};
+
+GenerationService::GenerationService(GenerationServiceOptions options, GenerationLoop* loop,
+                                     const Tokenizer* tokenizer)
+    : options_(std::move(options)),
+      loop_(loop),
+      tokenizer_(tokenizer),
+      metrics_(std::make_unique<GenMetrics>()) {
+  pool_ = std::make_unique<WorkerPool>(options_.workers);
+}
+
+GenerationService::~GenerationService() { pool_.reset(); }
+
+void GenerationService::Respond(const std::shared_ptr<Call>& call, HttpResponse r) {
+  const int status = call->ex->disconnected() ? 499 : r.status;
+  {
+    std::lock_guard<std::mutex> lock(metrics_->mu);
+    ++metrics_->responses[{call->route, status}];
+  }
+  if (call->counted) {
+    call->counted = false;
+    in_flight_--;
+  }
+  call->ex->Respond(std::move(r));
+}
+
+void GenerationService::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
+  auto call = std::make_shared<Call>();
+  call->ex = std::move(ex);
+  call->req = std::move(req);
+  const HttpRequest& r = call->req;
+  const std::string& p = r.path;
+  const bool health =
+      p == "/health" || p == "/ready" || p == "/v2/health/live" || p == "/v2/health/ready" ||
+      (p.rfind("/v2/models/", 0) == 0 && p.size() > 17 && p.substr(p.size() - 6) == "/ready");
+  const bool get_route = health || p == "/v1/models" || p == "/metrics";
+  const bool post_route = p == "/v1/completions" || p == "/v1/chat/completions";
+  call->route = get_route || post_route ? p : IsScoringRoute(p) ? p : "other";
+  if (p.rfind("/v2/models/", 0) == 0) call->route = "/v2/models/{name}/ready";
+  if (r.transport_error) {
+    HttpResponse e = ErrorResponse(r.transport_error, r.transport_message);
+    e.close = true;
+    return Respond(call, std::move(e));
+  }
+  if (IsScoringRoute(p)) {
+    return Respond(call, ErrorResponse(400, "model \"" + options_.served_name +
+                                                "\" is a generation model (task generate): " + p +
+                                                " needs a scoring model; use /v1/completions"));
+  }
+  if (!get_route && !post_route) {
+    return Respond(call, ErrorResponse(404, "no route " + r.method + " " + p));
+  }
+  const char* want = post_route ? "POST" : "GET";
+  if (r.method != want) {
+    HttpResponse e = ErrorResponse(
+        405, "method " + r.method + " is not allowed on " + p + " (use " + want + ")");
+    e.headers.emplace_back("Allow", want);
+    return Respond(call, std::move(e));
+  }
+  if (!health && p != "/metrics" && !options_.api_key.empty() &&
+      r.authorization != "Bearer " + options_.api_key) {
+    HttpResponse e = ErrorResponse(401, "missing or wrong API key (Authorization: Bearer KEY)");
+    e.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return Respond(call, std::move(e));
+  }
+  if (health) {
+    if (p.rfind("/v2/models/", 0) == 0) {
+      const std::string name = p.substr(11, p.size() - 11 - 6);
+      if (name != options_.served_name) {
+        return Respond(call, ErrorResponse(404, "model \"" + name + "\" is not served here"));
+      }
+    }
+    const bool check = p != "/health" && p != "/v2/health/live";
+    if (check && (!ready_ || draining_)) {
+      return Respond(call, ErrorResponse(503, draining_ ? "the server is shutting down"
+                                                        : "the model is loading"));
+    }
+    HttpResponse ok;
+    ok.body = "{}";
+    return Respond(call, std::move(ok));
+  }
+  if (p == "/v1/models") {
+    io::JsonWriter w;
+    w.BeginObject();
+    w.KeyString("object", "list");
+    w.Key("data");
+    w.BeginArray();
+    w.BeginObject();
+    w.KeyString("id", options_.served_name);
+    w.KeyString("object", "model");
+    w.KeyInt("created", io::UnixSeconds());
+    w.KeyString("owned_by", "sluice");
+    w.KeyString("task", "generate");
+    w.KeyInt("max_model_len", loop_->limits().max_model_len);
+    w.EndObject();
+    w.EndArray();
+    w.EndObject();
+    HttpResponse m;
+    m.body = w.Take();
+    return Respond(call, std::move(m));
+  }
+  if (p == "/metrics") {
+    HttpResponse m;
+    m.body = RenderMetrics();
+    m.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return Respond(call, std::move(m));
+  }
+  if (p == "/v1/chat/completions") {
+    return Respond(call, ErrorResponse(501,
+                                       "/v1/chat/completions is not served yet (chat templates "
+                                       "are not implemented); render the conversation and send "
+                                       "it to /v1/completions"));
+  }
+  if (draining_) return Respond(call, ErrorResponse(503, "the server is shutting down"));
+  if (!ready_) return Respond(call, ErrorResponse(503, "the model is loading"));
+  call->counted = true;
+  in_flight_++;
+  pool_->Post([this, call] { Complete(call); });
+}
+
+void GenerationService::Complete(std::shared_ptr<Call> call) {
+  if (call->ex->disconnected()) {
+    metrics_->cancelled++;
+    return Respond(call, StatusResponse(Status(StatusCode::kUnavailable, "client went away")));
+  }
+  auto parsed = io::ParseCompletionRequest(call->req.body, tokenizer_);
+  if (!parsed.ok()) return Respond(call, StatusResponse(parsed.status()));
+  call->creq = std::move(parsed).value();
+  io::CompletionRequest& cr = call->creq;
+  if (!cr.model.empty() && cr.model != options_.served_name) {
+    return Respond(call,
+                   ErrorResponse(404, "model \"" + cr.model + "\" is not served here; " +
+                                          "this server serves \"" + options_.served_name + "\""));
+  }
+  if (static_cast<int64_t>(cr.prompts.size()) > options_.max_prompts_per_request) {
+    return Respond(call, ErrorResponse(400, "prompt: " + std::to_string(cr.prompts.size()) +
+                                                " prompts, over the limit of " +
+                                                std::to_string(options_.max_prompts_per_request)));
+  }
+  for (size_t i = 0; i < cr.prompts.size(); ++i) {
+    Status v = ValidateGeneration(cr.params, cr.prompts[i].size(), loop_->limits());
+    if (!v.ok()) {
+      const std::string where = cr.prompts.size() > 1 ? "prompt[" + std::to_string(i) + "]: " : "";
+      return Respond(call, StatusResponse(Status(v.code(), where + v.message())));
+    }
+  }
+  char id[32];
+  std::snprintf(id, sizeof id, "cmpl-%016llx",
+                static_cast<unsigned long long>(next_id_.fetch_add(1) * 0x9E3779B97F4A7C15ull));
+  call->ctx.id = id;
+  call->ctx.created = io::UnixSeconds();
+  call->ctx.model = options_.served_name;
+  call->ctx.system_fingerprint = "sluice";
+  call->ctx.tokenizer = tokenizer_;
+  if (!cr.user.empty()) SLUICE_LOG_INFO("{}: user \"{}\"", call->ctx.id, cr.user);
+  call->remaining = cr.prompts.size();
+  for (size_t p = 0; p < cr.prompts.size(); ++p) {
+    auto g = std::make_shared<GenerateRequest>();
+    g->id = call->ctx.id + "-" + std::to_string(p);
+    g->prompt = std::move(cr.prompts[p]);
+    g->params = cr.params;
+    if (cr.stream) {
+      g->sink.on_output = [this, call, p](GenerateRequest& r) {
+        std::lock_guard<std::mutex> lock(call->mu);
+        if (!call->failed.ok() || call->responded) return;
+        call->ex->Write(call->stream->Update(p, r));
+      };
+    }
+    g->sink.on_done = [this, call, p](GenerateRequest& r, const Status& st) {
+      OnRequestDone(call, p, r, st);
+    };
+    call->reqs.push_back(std::move(g));
+  }
+  cr.prompts.clear();
+  cr.prompts.resize(call->reqs.size());  // the stream sizes its choices by the prompt count
+  if (cr.stream) {
+    call->stream = std::make_unique<io::CompletionStream>(call->ctx, call->creq);
+    HttpResponse head;
+    head.content_type = "text/event-stream";
+    call->ex->BeginStream(std::move(head));
+  }
+  call->ex->OnDisconnect([this, weak = std::weak_ptr<Call>(call)] {
+    if (auto c = weak.lock()) {
+      metrics_->cancelled++;
+      for (auto& r : c->reqs) loop_->Cancel(*r);
+    }
+  });
+  for (size_t p = 0; p < call->reqs.size(); ++p) {
+    Status s = loop_->Submit(call->reqs[p]);
+    if (!s.ok()) {
+      for (size_t q = 0; q < p; ++q) loop_->Cancel(*call->reqs[q]);
+      for (size_t q = p; q < call->reqs.size(); ++q) {
+        OnRequestDone(call, q, *call->reqs[q], s);
+      }
+      return;
+    }
+  }
+}
+
+void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t p,
+                                      GenerateRequest& r, const Status& st) {
+  (void)p;
+  bool last = false;
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    if (!st.ok() && call->failed.ok()) {
+      call->failed = st;
+      for (auto& other : call->reqs) {
+        if (other.get() != &r) other->cancelled.store(true);
+      }
+    }
+    last = --call->remaining == 0;
+    if (st.ok()) {
+      if (call->stream) call->ex->Write(call->stream->Update(p, r));
+      // Per-request metrics.
+      GenMetrics& m = *metrics_;
+      if (r.first_token != SteadyClock::time_point{}) {
+        m.ttft.Observe(Seconds(r.arrival, r.first_token));
+      }
+      m.e2e.Observe(Seconds(r.arrival, r.finished));
+      m.prompt_len.Observe(static_cast<double>(r.prompt.size()));
+      std::lock_guard<std::mutex> ml(m.mu);
+      for (const CompletionOutput& o : r.outputs) {
+        m.gen_len.Observe(static_cast<double>(o.token_ids.size()));
+        for (size_t i = 1; i < o.token_times.size(); ++i) {
+          m.itl.Observe(o.token_times[i] - o.token_times[i - 1]);
+        }
+        ++m.finished[o.finish_reason.empty() ? "abort" : o.finish_reason];
+      }
+    } else {
+      std::lock_guard<std::mutex> ml(metrics_->mu);
+      ++metrics_->finished["abort"];
+    }
+    if (!last) return;
+    call->responded = true;
+    if (call->stream) {
+      if (!call->failed.ok()) {
+        io::JsonWriter w;
+        w.BeginObject();
+        w.Key("error");
+        w.BeginObject();
+        w.KeyString("message", call->failed.message());
+        w.KeyString("type", "server_error");
+        w.EndObject();
+        w.EndObject();
+        call->ex->Write("data: " + w.Take() + "\n\ndata: [DONE]\n\n");
+      } else {
+        call->ex->Write(call->stream->Finish(call->reqs));
+      }
+      call->ex->End();
+      const int status = call->ex->disconnected() ? 499 : 200;
+      {
+        std::lock_guard<std::mutex> ml(metrics_->mu);
+        ++metrics_->responses[{call->route, status}];
+      }
+      if (call->counted) {
+        call->counted = false;
+        in_flight_--;
+      }
+      return;
+    }
+  }
+  // Non-streaming: the response body is built on the worker pool, off the engine's thread.
+  pool_->Post([this, call] {
+    if (!call->failed.ok()) return Respond(call, StatusResponse(call->failed));
+    HttpResponse resp;
+    resp.body = io::CompletionResponse(call->ctx, call->creq, call->reqs);
+    Respond(call, std::move(resp));
+  });
+}
+
+std::string GenerationService::RenderMetrics() const {
+  const GenerationSnapshot s = loop_->snapshot();
+  const std::string model = "model=\"" + Label(options_.served_name) + "\"";
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, const std::string& v,
+                    const std::string& extra = "") {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    out += std::string(name) + "{" + model + extra + "} " + v + "\n";
+  };
+  metric("sluice_num_requests_running", "gauge",
+         "Sequences running (scheduled for prefill or decode).", std::to_string(s.running));
+  metric("sluice_num_requests_waiting", "gauge",
+         "Sequences waiting (new or preempted) and requests not yet admitted.",
+         std::to_string(s.waiting));
+  metric("sluice_num_requests", "gauge", "Requests in the engine.", std::to_string(s.requests));
+  char frac[32];
+  std::snprintf(frac, sizeof frac, "%.6f",
+                s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_in_use) /
+                                            static_cast<double>(s.kv_blocks_total)
+                                      : 0.0);
+  metric("sluice_kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (0-1).", frac);
+  metric("sluice_kv_cache_blocks_in_use", "gauge", "KV-cache blocks held by sequences.",
+         std::to_string(s.kv_blocks_in_use));
+  metric("sluice_kv_cache_blocks_total", "gauge", "KV-cache blocks (16 tokens each).",
+         std::to_string(s.kv_blocks_total));
+  metric("sluice_prefix_cache_queries_total", "counter", "Prompt tokens looked up.",
+         std::to_string(s.prefix_queries));
+  metric("sluice_prefix_cache_hits_total", "counter", "Prompt tokens found in cached blocks.",
+         std::to_string(s.prefix_hits));
+  metric("sluice_prompt_tokens_total", "counter", "Prompt tokens computed (prefill).",
+         std::to_string(s.prompt_tokens));
+  metric("sluice_generation_tokens_total", "counter", "Tokens generated.",
+         std::to_string(s.generation_tokens));
+  metric("sluice_num_preemptions_total", "counter", "Sequences preempted (recomputed later).",
+         std::to_string(s.preemptions));
+  metric("sluice_engine_steps_total", "counter", "Engine steps (forwards).",
+         std::to_string(s.steps));
+  metric("sluice_engine_step_tokens_total", "counter",
+         "Tokens computed over all steps (tokens per step = this / steps).",
+         std::to_string(s.step_tokens_total));
+  metric("sluice_requests_cancelled_total", "counter", "Requests whose client went away.",
+         std::to_string(metrics_->cancelled.load()));
+  std::lock_guard<std::mutex> lock(metrics_->mu);
+  out +=
+      "# HELP sluice_request_success_total Finished completions by finish reason.\n"
+      "# TYPE sluice_request_success_total counter\n";
+  for (const auto& [reason, n] : metrics_->finished) {
+    out += "sluice_request_success_total{" + model + ",finished_reason=\"" + reason + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  out +=
+      "# HELP sluice_http_requests_total HTTP responses by route and status.\n"
+      "# TYPE sluice_http_requests_total counter\n";
+  for (const auto& [key, n] : metrics_->responses) {
+    out += "sluice_http_requests_total{" + model + ",route=\"" + Label(key.first) + "\",status=\"" +
+           std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+  }
+  auto hist = [&](const char* name, const char* help, const Histogram& h) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    h.Render(&out, name, model);
+  };
+  hist("sluice_time_to_first_token_seconds", "Arrival to first token.", metrics_->ttft);
+  hist("sluice_inter_token_latency_seconds", "Between consecutive tokens of a sequence.",
+       metrics_->itl);
+  hist("sluice_e2e_request_latency_seconds", "Arrival to the last token.", metrics_->e2e);
+  hist("sluice_request_prompt_tokens", "Prompt length per request.", metrics_->prompt_len);
+  hist("sluice_request_generation_tokens", "Generated tokens per completion.", metrics_->gen_len);
+  return out;
+}
+
+}  // namespace sluice::server

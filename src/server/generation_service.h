@@ -1,0 +1,59 @@
+// The HTTP application of a generation model: OpenAI /v1/completions (JSON or server-sent
+// events), model listing, health and readiness, and vLLM-style generation metrics, in
+// front of a GenerationLoop. Scoring routes answer 400 naming the model's task.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "engine/generation_loop.h"
+#include "server/http_types.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
+
+namespace sluice {
+class Tokenizer;
+}
+
+namespace sluice::server {
+
+struct GenerationServiceOptions {
+  std::string served_name;
+  std::string api_key;  // empty = no auth
+  int workers = 2;      // request parsing and tokenisation
+  int64_t max_prompts_per_request = 256;
+};
+
+class GenerationService {
+ public:
+  // `loop` must outlive the service; `tokenizer` may be null (token-id prompts only).
+  GenerationService(GenerationServiceOptions options, GenerationLoop* loop,
+                    const Tokenizer* tokenizer);
+  ~GenerationService();
+
+  void Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+  void SetReady(bool ready) { ready_ = ready; }
+  void BeginDrain() { draining_ = true; }
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Call;
+  struct GenMetrics;
+  void Complete(std::shared_ptr<Call> call);
+  void Respond(const std::shared_ptr<Call>& call, HttpResponse r);
+  void OnRequestDone(const std::shared_ptr<Call>& call, size_t p, GenerateRequest& r,
+                     const Status& st);
+  std::string RenderMetrics() const;
+
+  GenerationServiceOptions options_;
+  GenerationLoop* loop_;
+  const Tokenizer* tokenizer_;
+  std::unique_ptr<GenMetrics> metrics_;
+  std::atomic<bool> ready_{false}, draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_id_{1};
+  std::unique_ptr<WorkerPool> pool_;  // last: joined first on destruction
+};
+
+}  // namespace sluice::server
