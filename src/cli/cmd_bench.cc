@@ -15,6 +15,7 @@
 #pragma GCC diagnostic pop
 #include <simdjson.h>
 
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -45,7 +46,25 @@ struct BenchFlags {
   std::string api_key;
   unsigned seed = 1;
   std::string input;  // JSONL of request bodies (instead of synthetic ones)
+  // Generation (/v1/completions): lengths "A" or "A:B" (uniform in [A, B]), a Poisson
+  // request rate (0 = closed loop: each client sends its next request when one finishes).
+  std::string prompt_tokens = "128", output_tokens = "128";
+  double request_rate = 0;
 };
+
+bool IsGeneration(const BenchFlags& f) { return f.endpoint == "/v1/completions"; }
+
+// "A" or "A:B".
+bool ParseRange(const std::string& s, int* lo, int* hi) {
+  const size_t c = s.find(':');
+  try {
+    *lo = std::stoi(s.substr(0, c));
+    *hi = c == std::string::npos ? *lo : std::stoi(s.substr(c + 1));
+  } catch (...) {
+    return false;
+  }
+  return *lo >= 1 && *hi >= *lo;
+}
 
 // Request bodies from --input, with the number of inputs (documents) each carries.
 struct Bodies {
@@ -108,6 +127,16 @@ StatusOr<std::string> MakeBody(const BenchFlags& f, std::mt19937& rng) {
   if (e == "/v1/embeddings" || e == "/pooling" || e == "/classify")
     return R"({"input":)" + docs + "}";
   if (e == "/embed" || e == "/predict") return R"({"inputs":)" + docs + "}";
+  if (IsGeneration(f)) {
+    int plo, phi, olo, ohi;
+    if (!ParseRange(f.prompt_tokens, &plo, &phi) || !ParseRange(f.output_tokens, &olo, &ohi)) {
+      return InvalidArgument("--prompt-tokens / --output-tokens: expected N or A:B, A >= 1");
+    }
+    const int pn = std::uniform_int_distribution<int>(plo, phi)(rng);
+    const int on = std::uniform_int_distribution<int>(olo, ohi)(rng);
+    return R"({"prompt":)" + Ids(rng, pn, f.vocab) + R"(,"max_tokens":)" + std::to_string(on) +
+           R"(,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})";
+  }
   return InvalidArgument("--endpoint: no synthetic body for " + e);
 }
 
@@ -119,7 +148,69 @@ struct Shared {
   std::atomic<int64_t> inputs_ok{0};
   const Bodies* bodies = nullptr;  // --input
   std::atomic<size_t> next_body{0};
+  // Generation: time to first token, inter-token gaps (between content events), output
+  // tokens (the usage event), and the Poisson arrival schedule.
+  std::vector<double> ttft, itl;
+  std::atomic<int64_t> output_tokens{0};
+  double next_arrival = 0;
+  std::mt19937 arrival_rng{12345};
 };
+
+// A streamed completion: sends the body, reads the server-sent events as they arrive.
+// Returns false on an I/O error (the connection is then dropped).
+bool StreamCompletion(beast::tcp_stream& stream, beast::flat_buffer& buf,
+                      http::request<http::string_body>& req, double t0, Shared* sh, int* status,
+                      std::string* error) {
+  beast::error_code ec;
+  http::write(stream, req, ec);
+  if (ec) return *error = "io: " + ec.message(), false;
+  http::response_parser<http::string_body> p;
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());
+  http::read_header(stream, buf, p, ec);
+  if (ec) return *error = "io: " + ec.message(), false;
+  *status = p.get().result_int();
+  size_t scanned = 0;
+  double last = -1, first = -1;
+  std::vector<double> gaps;
+  int64_t tokens = 0;
+  bool done_seen = false;
+  simdjson::dom::parser json;
+  while (!p.is_done()) {
+    http::read_some(stream, buf, p, ec);
+    if (ec) return *error = "io: " + ec.message(), false;
+    const double now = NowSeconds();
+    const std::string& body = p.get().body();
+    size_t end;
+    while (*status == 200 && (end = body.find("\n\n", scanned)) != std::string::npos) {
+      std::string_view ev(body.data() + scanned, end - scanned);
+      scanned = end + 2;
+      if (ev.rfind("data: ", 0) != 0) continue;
+      ev.remove_prefix(6);
+      if (ev == "[DONE]") {
+        done_seen = true;
+        continue;
+      }
+      simdjson::dom::element doc;
+      if (json.parse(ev.data(), ev.size()).get(doc)) continue;
+      simdjson::dom::array choices;
+      int64_t completion = 0;
+      if (!doc["usage"]["completion_tokens"].get(completion)) tokens += completion;
+      if (doc["choices"].get(choices) || choices.size() == 0) continue;
+      if (first < 0) first = now;
+      if (last >= 0) gaps.push_back(now - last);
+      last = now;
+    }
+  }
+  if (*status == 200 && !done_seen) return *error = "stream ended without [DONE]", false;
+  if (*status == 200) {
+    sh->output_tokens += tokens;
+    std::lock_guard<std::mutex> lock(sh->mu);
+    if (first >= 0) sh->ttft.push_back(first - t0);
+    sh->itl.insert(sh->itl.end(), gaps.begin(), gaps.end());
+  }
+  if (!p.get().keep_alive()) *error = "close";
+  return true;
+}
 
 void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
   std::mt19937 rng(f.seed * 7919 + index);
@@ -142,6 +233,19 @@ void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
       body = MakeBody(f, rng);
     }
     if (!body.ok()) return fail(body.status().message());
+    if (f.request_rate > 0) {  // Poisson arrivals: wait for this request's arrival time
+      double at;
+      {
+        std::lock_guard<std::mutex> lock(sh->mu);
+        sh->next_arrival += std::exponential_distribution<double>(f.request_rate)(sh->arrival_rng);
+        at = sh->next_arrival;
+      }
+      const double wait = at - NowSeconds();
+      if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    }
+    if (IsGeneration(f) && body->find("\"stream\"") == std::string::npos) {
+      body->insert(body->size() - 1, R"(,"stream":true,"stream_options":{"include_usage":true})");
+    }
     http::request<http::string_body> req{http::verb::post, f.endpoint, 11};
     req.set(http::field::host, f.host);
     req.set(http::field::content_type, "application/json");
@@ -163,6 +267,27 @@ void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
         continue;
       }
       stream->socket().set_option(tcp::no_delay(true));
+    }
+    if (IsGeneration(f)) {
+      int status = 0;
+      std::string error;
+      const bool ok = StreamCompletion(*stream, buf, req, t0, sh, &status, &error);
+      if (!ok) {
+        stream.reset();
+        buf.clear();
+        fail(error);
+        continue;
+      }
+      sh->done++;
+      if (status != 200) {
+        fail("HTTP " + std::to_string(status));
+      } else {
+        sh->inputs_ok += 1;
+        std::lock_guard<std::mutex> lock(sh->mu);
+        sh->latencies.push_back(NowSeconds() - t0);
+      }
+      if (error == "close") stream.reset();
+      continue;
     }
     http::response<http::string_body> res;
     http::write(*stream, req, ec);
@@ -211,8 +336,10 @@ int RunBench(const BenchFlags& f) {
     std::mt19937 probe(0);
     if (auto b = MakeBody(f, probe); !b.ok()) return ReportError(b.status());
   }
+  if (f.request_rate < 0) return ReportError(InvalidArgument("--request-rate must be >= 0"));
   const double start = NowSeconds();
   const double deadline = start + f.duration_s;
+  sh.next_arrival = start;
   std::vector<std::thread> threads;
   for (int i = 0; i < f.concurrency; ++i)
     threads.emplace_back(Client, std::cref(f), i, deadline, &sh);
@@ -231,17 +358,39 @@ int RunBench(const BenchFlags& f) {
   const double el = std::max(NowSeconds() - start, 1e-9);
   std::vector<double> lat = sh.latencies;
   const size_t ok = lat.size();
-  if (sh.bodies) {
+  if (IsGeneration(f)) {
+    std::printf(
+        "%s (streamed), concurrency %d%s, %s\n", f.endpoint.c_str(), f.concurrency,
+        f.request_rate > 0
+            ? (", Poisson arrivals at " + std::to_string(f.request_rate) + " req/s").c_str()
+            : "",
+        sh.bodies
+            ? ("request bodies from " + f.input).c_str()
+            : ("prompt tokens " + f.prompt_tokens + ", output tokens " + f.output_tokens).c_str());
+    std::printf("requests: %zu ok, %d total in %.2f s: %.2f req/s, %.1f output tokens/s\n", ok,
+                sh.done.load(), el, ok / el, static_cast<double>(sh.output_tokens.load()) / el);
+    std::vector<double> ttft = sh.ttft, itl = sh.itl;
+    std::printf("TTFT: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n", 1e3 * Percentile(ttft, 0.50),
+                1e3 * Percentile(ttft, 0.95), 1e3 * Percentile(ttft, 0.99));
+    std::printf("inter-token latency: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n",
+                1e3 * Percentile(itl, 0.50), 1e3 * Percentile(itl, 0.95),
+                1e3 * Percentile(itl, 0.99));
+    std::printf("latency (whole request): p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n",
+                1e3 * Percentile(lat, 0.50), 1e3 * Percentile(lat, 0.95),
+                1e3 * Percentile(lat, 0.99));
+  } else if (sh.bodies) {
     std::printf("%s, concurrency %d, %zu request bodies from %s\n", f.endpoint.c_str(),
                 f.concurrency, bodies.bodies.size(), f.input.c_str());
   } else {
     std::printf("%s, concurrency %d, %d documents x %d tokens (+ query %d tokens)\n",
                 f.endpoint.c_str(), f.concurrency, f.documents, f.doc_tokens, f.query_tokens);
   }
-  std::printf("requests: %zu ok, %d total in %.2f s: %.1f req/s, %.1f documents/s\n", ok,
-              sh.done.load(), el, ok / el, static_cast<double>(sh.inputs_ok.load()) / el);
-  std::printf("latency: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n", 1e3 * Percentile(lat, 0.50),
-              1e3 * Percentile(lat, 0.95), 1e3 * Percentile(lat, 0.99));
+  if (!IsGeneration(f)) {
+    std::printf("requests: %zu ok, %d total in %.2f s: %.1f req/s, %.1f documents/s\n", ok,
+                sh.done.load(), el, ok / el, static_cast<double>(sh.inputs_ok.load()) / el);
+    std::printf("latency: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms\n", 1e3 * Percentile(lat, 0.50),
+                1e3 * Percentile(lat, 0.95), 1e3 * Percentile(lat, 0.99));
+  }
   int errors = 0;
   for (const auto& [what, n] : sh.errors) {
     std::printf("errors: %d x %s\n", n, what.c_str());
@@ -259,7 +408,7 @@ Registrar bench_cmd(Command{
       sub->add_option("--port", f->port)->capture_default_str();
       sub->add_option("--endpoint", f->endpoint,
                       "/v1/rerank, /rerank, /score, /v1/embeddings, /embed, /pooling, /classify, "
-                      "/predict")
+                      "/predict, /v1/completions (streamed: TTFT and inter-token latency)")
           ->capture_default_str();
       sub->add_option("--concurrency", f->concurrency, "concurrent keep-alive clients")
           ->capture_default_str();
@@ -273,6 +422,16 @@ Registrar bench_cmd(Command{
           ->capture_default_str();
       sub->add_option("--api-key", f->api_key);
       sub->add_option("--seed", f->seed)->capture_default_str();
+      sub->add_option("--prompt-tokens", f->prompt_tokens,
+                      "/v1/completions: prompt length, N or A:B (uniform)")
+          ->capture_default_str();
+      sub->add_option("--output-tokens", f->output_tokens,
+                      "/v1/completions: max_tokens (with ignore_eos), N or A:B (uniform)")
+          ->capture_default_str();
+      sub->add_option("--request-rate", f->request_rate,
+                      "Poisson arrivals at this many requests/s (0 = closed loop at "
+                      "--concurrency)")
+          ->capture_default_str();
       sub->add_option("--input", f->input,
                       "JSONL file of request bodies for --endpoint (one per line, sent in "
                       "order, cycled) instead of synthetic ones");

@@ -4,6 +4,7 @@ check per request field showing its effect, SSE framing, errors, a client that d
 mid-stream frees its KV blocks, and a mixed concurrent load leaves nothing behind."""
 import json
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -298,6 +299,17 @@ with Server(MODEL) as s:
     m = s.metrics()
     c.check(m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0, "no blocks left")
     c.check(m.get('sluice_num_requests{model="model"}') == 0, "no requests left")
+
+    # sluice bench for generation: streamed requests, TTFT and inter-token latency.
+    r = subprocess.run([args.sluice, "bench", "--port", str(s.port), "--endpoint",
+                        "/v1/completions", "--concurrency", "4", "--requests", "12",
+                        "--prompt-tokens", "8:24", "--output-tokens", "10", "--vocab", "5000"],
+                       capture_output=True, text=True, timeout=120)
+    c.check(r.returncode == 0 and "12 ok, 12 total" in r.stdout and "errors: none" in r.stdout
+            and "TTFT: p50" in r.stdout and "inter-token latency: p50" in r.stdout,
+            f"sluice bench /v1/completions: {r.stdout} {r.stderr[-300:]}")
+    m = re.search(r"([\d.]+) output tokens/s", r.stdout)
+    c.check(m is not None and float(m.group(1)) > 0, "bench reports output tokens/s")
 
 # Scoring-only flags on a generation model are refused by name.
 r = subprocess.run([args.sluice, "serve", "--model", MODEL, "--port", "0", "--truncate"],
