@@ -135,7 +135,8 @@ StatusOr<std::string> MakeBody(const BenchFlags& f, std::mt19937& rng) {
     const int pn = std::uniform_int_distribution<int>(plo, phi)(rng);
     const int on = std::uniform_int_distribution<int>(olo, ohi)(rng);
     return R"({"prompt":)" + Ids(rng, pn, f.vocab) + R"(,"max_tokens":)" + std::to_string(on) +
-           R"(,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})";
+           R"(,"temperature":0,"ignore_eos":true,"logprobs":0,"stream":true,)"
+           R"("stream_options":{"include_usage":true}})";
   }
   return InvalidArgument("--endpoint: no synthetic body for " + e);
 }

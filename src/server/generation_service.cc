@@ -1,8 +1,11 @@
 #include "server/generation_service.h"
 
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "core/log.h"
 #include "io/builtins.h"
@@ -68,7 +71,32 @@ struct GenerationService::Call {
   size_t remaining = 0;
   Status failed;
   bool counted = false, responded = false;
+
+  // Streaming: the engine's thread copies what each step added (Delta) into `mirror` through
+  // a per-call queue that one worker at a time drains in order, so that formatting and
+  // writing events never run on the engine's thread.
+  std::vector<std::unique_ptr<GenerateRequest>> mirror;         // per prompt: outputs so far
+  std::vector<std::vector<size_t>> copied_text, copied_tokens;  // engine side, per choice
+  std::vector<size_t> copied_prompt_lps;
+  std::mutex qmu;
+  std::deque<std::function<void()>> queue;
+  bool draining = false;
 };
+
+namespace {
+
+// What one step added to a request's outputs (copied on the engine's thread).
+struct OutDelta {
+  bool reset = false;  // the text shrank (a stop string was cut): `text` is all of it
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
+  std::string finish_reason;
+  std::optional<int32_t> stop_token;
+  std::optional<std::string> stop_string;
+};
+
+}  // namespace
 
 GenerationService::GenerationService(GenerationServiceOptions options, GenerationLoop* loop,
                                      const Tokenizer* tokenizer)
@@ -231,15 +259,78 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
     g->params = cr.params;
     if (cr.stream) {
       g->sink.on_output = [this, call, p](GenerateRequest& r) {
-        std::lock_guard<std::mutex> lock(call->mu);
-        if (!call->failed.ok() || call->responded) return;
-        call->ex->Write(call->stream->Update(p, r));
+        // Engine thread: copy what is new, format and write on a worker.
+        std::vector<OutDelta> deltas(r.outputs.size());
+        std::vector<size_t>& ct = call->copied_text[p];
+        std::vector<size_t>& ck = call->copied_tokens[p];
+        for (size_t c = 0; c < r.outputs.size(); ++c) {
+          const CompletionOutput& o = r.outputs[c];
+          OutDelta& d = deltas[c];
+          if (o.text.size() < ct[c]) {
+            d.reset = true;
+            d.text = o.text;
+          } else {
+            d.text = o.text.substr(ct[c]);
+          }
+          ct[c] = o.text.size();
+          d.tokens.assign(o.token_ids.begin() + static_cast<std::ptrdiff_t>(ck[c]),
+                          o.token_ids.end());
+          if (o.logprobs.size() > ck[c]) {
+            d.logprobs.assign(o.logprobs.begin() + static_cast<std::ptrdiff_t>(ck[c]),
+                              o.logprobs.end());
+          }
+          ck[c] = o.token_ids.size();
+          d.finish_reason = o.finish_reason;
+          d.stop_token = o.stop_token;
+          d.stop_string = o.stop_string;
+        }
+        std::vector<TokenLogprobs> plps;
+        if (r.prompt_logprobs.size() > call->copied_prompt_lps[p]) {
+          plps.assign(
+              r.prompt_logprobs.begin() + static_cast<std::ptrdiff_t>(call->copied_prompt_lps[p]),
+              r.prompt_logprobs.end());
+          call->copied_prompt_lps[p] = r.prompt_logprobs.size();
+        }
+        Enqueue(call, [call, p, deltas = std::move(deltas), plps = std::move(plps)]() mutable {
+          GenerateRequest& m = *call->mirror[p];
+          for (size_t c = 0; c < deltas.size(); ++c) {
+            CompletionOutput& o = m.outputs[c];
+            OutDelta& d = deltas[c];
+            if (d.reset) {
+              o.text = std::move(d.text);
+            } else {
+              o.text += d.text;
+            }
+            o.token_ids.insert(o.token_ids.end(), d.tokens.begin(), d.tokens.end());
+            for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));
+            o.finish_reason = d.finish_reason;
+            o.stop_token = d.stop_token;
+            o.stop_string = d.stop_string;
+          }
+          for (auto& lp : plps) m.prompt_logprobs.push_back(std::move(lp));
+          std::lock_guard<std::mutex> lock(call->mu);
+          if (!call->failed.ok() || call->responded) return;
+          call->ex->Write(call->stream->Update(p, m));
+        });
       };
     }
     g->sink.on_done = [this, call, p](GenerateRequest& r, const Status& st) {
-      OnRequestDone(call, p, r, st);
+      // The engine no longer touches a finished request: the worker may read it.
+      Enqueue(call, [this, call, p, &r, st] { OnRequestDone(call, p, r, st); });
     };
     call->reqs.push_back(std::move(g));
+  }
+  if (cr.stream) {
+    for (size_t p = 0; p < call->reqs.size(); ++p) {
+      auto m = std::make_unique<GenerateRequest>();
+      m->prompt = call->reqs[p]->prompt;
+      m->params = cr.params;
+      m->outputs.resize(static_cast<size_t>(cr.params.n));
+      call->mirror.push_back(std::move(m));
+    }
+    call->copied_text.assign(call->reqs.size(), std::vector<size_t>(cr.params.n, 0));
+    call->copied_tokens.assign(call->reqs.size(), std::vector<size_t>(cr.params.n, 0));
+    call->copied_prompt_lps.assign(call->reqs.size(), 0);
   }
   cr.prompts.clear();
   cr.prompts.resize(call->reqs.size());  // the stream sizes its choices by the prompt count
@@ -260,11 +351,35 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
     if (!s.ok()) {
       for (size_t q = 0; q < p; ++q) loop_->Cancel(*call->reqs[q]);
       for (size_t q = p; q < call->reqs.size(); ++q) {
-        OnRequestDone(call, q, *call->reqs[q], s);
+        Enqueue(call, [this, call, q, s] { OnRequestDone(call, q, *call->reqs[q], s); });
       }
       return;
     }
   }
+}
+
+void GenerationService::Enqueue(const std::shared_ptr<Call>& call, std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(call->qmu);
+    call->queue.push_back(std::move(task));
+    if (call->draining) return;
+    call->draining = true;
+  }
+  pool_->Post([call] {
+    for (;;) {
+      std::function<void()> t;
+      {
+        std::lock_guard<std::mutex> lock(call->qmu);
+        if (call->queue.empty()) {
+          call->draining = false;
+          return;
+        }
+        t = std::move(call->queue.front());
+        call->queue.pop_front();
+      }
+      t();
+    }
+  });
 }
 
 void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t p,
@@ -330,13 +445,11 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
       return;
     }
   }
-  // Non-streaming: the response body is built on the worker pool, off the engine's thread.
-  pool_->Post([this, call] {
-    if (!call->failed.ok()) return Respond(call, StatusResponse(call->failed));
-    HttpResponse resp;
-    resp.body = io::CompletionResponse(call->ctx, call->creq, call->reqs);
-    Respond(call, std::move(resp));
-  });
+  // Non-streaming (on a worker): the whole response.
+  if (!call->failed.ok()) return Respond(call, StatusResponse(call->failed));
+  HttpResponse resp;
+  resp.body = io::CompletionResponse(call->ctx, call->creq, call->reqs);
+  Respond(call, std::move(resp));
 }
 
 std::string GenerationService::RenderMetrics() const {

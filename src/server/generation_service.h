@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,8 @@ class GenerationService {
   struct GenMetrics;
   void Complete(std::shared_ptr<Call> call);
   void Respond(const std::shared_ptr<Call>& call, HttpResponse r);
+  // Runs `task` on a worker after the call's earlier tasks, one at a time, in order.
+  void Enqueue(const std::shared_ptr<Call>& call, std::function<void()> task);
   void OnRequestDone(const std::shared_ptr<Call>& call, size_t p, GenerateRequest& r,
                      const Status& st);
   std::string RenderMetrics() const;
