@@ -67,6 +67,11 @@ void JsonWriter::Null() {
   out_.append("null");
 }
 
+void JsonWriter::Raw(std::string_view json) {
+  Sep();
+  out_.append(json);
+}
+
 void JsonWriter::Floats(const float* v, size_t n) {
   BeginArray();
   for (size_t i = 0; i < n; ++i) Float(v[i]);

@@ -26,6 +26,8 @@ class JsonWriter {
   void Int(int64_t v);
   void Bool(bool v);
   void Null();
+  // A value already serialised as JSON (written as is).
+  void Raw(std::string_view json);
   void Floats(const float* v, size_t n);
   void Ints(const std::vector<int32_t>& v);
   // "key": value.

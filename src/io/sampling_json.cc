@@ -45,7 +45,7 @@ Status GetTokenIds(Fields& f, std::string_view name, std::vector<int32_t>* out) 
 
 }  // namespace
 
-Status ReadSamplingFields(Fields& f, SamplingParams* p) {
+Status ReadSamplingFields(Fields& f, SamplingParams* p, bool openai_logprobs) {
   std::optional<int> n;
   RETURN_IF_ERROR(GetIntOpt(f, "n", &n));
   if (n) p->n = *n;
@@ -90,7 +90,7 @@ Status ReadSamplingFields(Fields& f, SamplingParams* p) {
   RETURN_IF_ERROR(f.GetBool("include_stop_str_in_output", &p->include_stop_str_in_output));
   RETURN_IF_ERROR(f.GetBool("skip_special_tokens", &p->skip_special_tokens));
   RETURN_IF_ERROR(f.GetBool("detokenize", &p->detokenize));
-  RETURN_IF_ERROR(GetIntOpt(f, "logprobs", &p->logprobs));
+  if (openai_logprobs) RETURN_IF_ERROR(GetIntOpt(f, "logprobs", &p->logprobs));
   RETURN_IF_ERROR(GetIntOpt(f, "prompt_logprobs", &p->prompt_logprobs));
   if (f.Get("logit_bias", &e)) {
     simdjson::dom::object obj;

@@ -11,6 +11,8 @@
 
 namespace sluice::io {
 
-Status ReadSamplingFields(Fields& f, SamplingParams* p);
+// `openai_logprobs`: "logprobs" is the completions-style integer (true) or left to the
+// caller (false: chat, where it is a boolean next to top_logprobs).
+Status ReadSamplingFields(Fields& f, SamplingParams* p, bool openai_logprobs = true);
 
 }  // namespace sluice::io
