@@ -9,9 +9,11 @@
 
 #include "core/log.h"
 #include "io/builtins.h"
+#include "io/chat.h"
 #include "io/completions.h"
 #include "io/json.h"
 #include "server/errors.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::server {
 namespace {
@@ -67,6 +69,10 @@ struct GenerationService::Call {
   io::CompletionContext ctx;
   std::vector<std::shared_ptr<GenerateRequest>> reqs;
   std::unique_ptr<io::CompletionStream> stream;
+  // /v1/chat/completions: the chat request (creq then holds its one prompt and params).
+  std::unique_ptr<io::ChatRequest> chat;
+  io::ChatContext chat_ctx;
+  std::unique_ptr<io::ChatStream> chat_stream;
   std::mutex mu;  // the fields below, and the stream's writes
   size_t remaining = 0;
   Status failed;
@@ -203,7 +209,7 @@ void GenerationService::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) 
     m.content_type = "text/plain; version=0.0.4; charset=utf-8";
     return Respond(call, std::move(m));
   }
-  if (p == "/v1/chat/completions") {
+  if (p == "/v1/chat/completions" && !options_.render_chat) {
     return Respond(call, ErrorResponse(501,
                                        "/v1/chat/completions is not served yet (chat templates "
                                        "are not implemented); render the conversation and send "
@@ -221,9 +227,14 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
     metrics_->cancelled++;
     return Respond(call, StatusResponse(Status(StatusCode::kUnavailable, "client went away")));
   }
-  auto parsed = io::ParseCompletionRequest(call->req.body, tokenizer_);
-  if (!parsed.ok()) return Respond(call, StatusResponse(parsed.status()));
-  call->creq = std::move(parsed).value();
+  const bool chat = call->route == "/v1/chat/completions";
+  if (chat) {
+    if (Status s = PrepareChat(*call); !s.ok()) return Respond(call, StatusResponse(s));
+  } else {
+    auto parsed = io::ParseCompletionRequest(call->req.body, tokenizer_);
+    if (!parsed.ok()) return Respond(call, StatusResponse(parsed.status()));
+    call->creq = std::move(parsed).value();
+  }
   io::CompletionRequest& cr = call->creq;
   if (!cr.model.empty() && cr.model != options_.served_name) {
     return Respond(call,
@@ -243,13 +254,20 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
     }
   }
   char id[32];
-  std::snprintf(id, sizeof id, "cmpl-%016llx",
+  std::snprintf(id, sizeof id, chat ? "chatcmpl-%016llx" : "cmpl-%016llx",
                 static_cast<unsigned long long>(next_id_.fetch_add(1) * 0x9E3779B97F4A7C15ull));
   call->ctx.id = id;
   call->ctx.created = io::UnixSeconds();
   call->ctx.model = options_.served_name;
   call->ctx.system_fingerprint = "sluice";
   call->ctx.tokenizer = tokenizer_;
+  if (chat) {
+    call->chat_ctx.id = call->ctx.id;
+    call->chat_ctx.created = call->ctx.created;
+    call->chat_ctx.model = call->ctx.model;
+    call->chat_ctx.system_fingerprint = call->ctx.system_fingerprint;
+    call->chat_ctx.tokenizer = tokenizer_;
+  }
   if (!cr.user.empty()) SLUICE_LOG_INFO("{}: user \"{}\"", call->ctx.id, cr.user);
   call->remaining = cr.prompts.size();
   for (size_t p = 0; p < cr.prompts.size(); ++p) {
@@ -310,7 +328,8 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
           for (auto& lp : plps) m.prompt_logprobs.push_back(std::move(lp));
           std::lock_guard<std::mutex> lock(call->mu);
           if (!call->failed.ok() || call->responded) return;
-          call->ex->Write(call->stream->Update(p, m));
+          call->ex->Write(call->chat_stream ? call->chat_stream->Update(m)
+                                            : call->stream->Update(p, m));
         });
       };
     }
@@ -335,6 +354,9 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
   cr.prompts.clear();
   cr.prompts.resize(call->reqs.size());  // the stream sizes its choices by the prompt count
   if (cr.stream) {
+    if (call->chat) {
+      call->chat_stream = std::make_unique<io::ChatStream>(call->chat_ctx, *call->chat);
+    }
     call->stream = std::make_unique<io::CompletionStream>(call->ctx, call->creq);
     HttpResponse head;
     head.content_type = "text/event-stream";
@@ -356,6 +378,36 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
       return;
     }
   }
+}
+
+Status GenerationService::PrepareChat(Call& call) {
+  io::ChatTokens toks;
+  if (tokenizer_) {
+    toks.bos = tokenizer_->config().bos_token.value_or("");
+    toks.eos = tokenizer_->config().eos_token.value_or("");
+  }
+  ASSIGN_OR_RETURN(io::ChatRequest req, io::ParseChatRequest(call.req.body, toks));
+  const std::string& tmpl = req.chat_template ? *req.chat_template : options_.chat_template;
+  if (tmpl.empty()) {
+    return FailedPrecondition(
+        "the model has no chat template (tokenizer_config.json chat_template, "
+        "chat_template.jinja or --chat-template); send \"chat_template\" with the request or "
+        "use /v1/completions");
+  }
+  if (!tokenizer_) return FailedPrecondition("chat needs the model's tokenizer (tokenizer.json)");
+  auto prompt = options_.render_chat(tmpl, req.context_json);
+  if (!prompt.ok()) return prompt.status().WithContext("chat template");
+  ASSIGN_OR_RETURN(Encoding enc, tokenizer_->Encode(*prompt, false));
+  call.chat_ctx.thinking = io::PromptOpensThinking(*prompt);
+  io::CompletionRequest& cr = call.creq;
+  cr.model = req.model;
+  cr.prompts = {std::move(enc.ids)};
+  cr.params = req.params;
+  cr.stream = req.stream;
+  cr.include_usage = req.include_usage;
+  cr.user = req.user;
+  call.chat = std::make_unique<io::ChatRequest>(std::move(req));
+  return Status::Ok();
 }
 
 void GenerationService::Enqueue(const std::shared_ptr<Call>& call, std::function<void()> task) {
@@ -396,7 +448,11 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
     }
     last = --call->remaining == 0;
     if (st.ok()) {
-      if (call->stream) call->ex->Write(call->stream->Update(p, r));
+      if (call->chat_stream) {
+        call->ex->Write(call->chat_stream->Update(r));
+      } else if (call->stream) {
+        call->ex->Write(call->stream->Update(p, r));
+      }
       // Per-request metrics.
       GenMetrics& m = *metrics_;
       if (r.first_token != SteadyClock::time_point{}) {
@@ -429,6 +485,8 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
         w.EndObject();
         w.EndObject();
         call->ex->Write("data: " + w.Take() + "\n\ndata: [DONE]\n\n");
+      } else if (call->chat_stream) {
+        call->ex->Write(call->chat_stream->Finish(*call->reqs[0]));
       } else {
         call->ex->Write(call->stream->Finish(call->reqs));
       }
@@ -448,7 +506,8 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
   // Non-streaming (on a worker): the whole response.
   if (!call->failed.ok()) return Respond(call, StatusResponse(call->failed));
   HttpResponse resp;
-  resp.body = io::CompletionResponse(call->ctx, call->creq, call->reqs);
+  resp.body = call->chat ? io::ChatResponse(call->chat_ctx, *call->chat, *call->reqs[0])
+                         : io::CompletionResponse(call->ctx, call->creq, call->reqs);
   Respond(call, std::move(resp));
 }
 

@@ -12,6 +12,7 @@
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
+#include "sluice/status.h"
 
 namespace sluice {
 class Tokenizer;
@@ -19,8 +20,15 @@ class Tokenizer;
 
 namespace sluice::server {
 
+// Renders a chat template (Jinja) over a context given as JSON; errors name the template
+// line. Null: /v1/chat/completions answers 501.
+using ChatRenderer = std::function<StatusOr<std::string>(const std::string& chat_template,
+                                                         const std::string& context_json)>;
+
 struct GenerationServiceOptions {
   std::string served_name;
+  std::string chat_template;  // the model's (tokenizer_config.json, chat_template.jinja, flag)
+  ChatRenderer render_chat;
   std::string api_key;  // empty = no auth
   int workers = 2;      // request parsing and tokenisation
   int64_t max_prompts_per_request = 256;
@@ -42,6 +50,8 @@ class GenerationService {
   struct Call;
   struct GenMetrics;
   void Complete(std::shared_ptr<Call> call);
+  // /v1/chat/completions: request -> rendered template -> the call's one prompt.
+  Status PrepareChat(Call& call);
   void Respond(const std::shared_ptr<Call>& call, HttpResponse r);
   // Runs `task` on a worker after the call's earlier tasks, one at a time, in order.
   void Enqueue(const std::shared_ptr<Call>& call, std::function<void()> task);
