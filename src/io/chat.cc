@@ -427,17 +427,7 @@ StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& 
     }
     r.params.max_tokens = static_cast<int>(std::min<int64_t>(mct, 1 << 30));
   }
-  RETURN_IF_ERROR(f.GetBool("stream", &r.stream));
-  if (f.Get("stream_options", &e)) {
-    simdjson::dom::object so;
-    if (e.get(so)) return FieldError("stream_options", "must be an object");
-    if (!r.stream) return FieldError("stream_options", "is only allowed with \"stream\": true");
-    Fields sf(so, "stream_options");
-    RETURN_IF_ERROR(sf.GetBool("include_usage", &r.include_usage));
-    RETURN_IF_ERROR(sf.CheckNoUnknown());
-  }
-  RETURN_IF_ERROR(f.GetString("user", &r.user));
-  if (r.user.size() > 256) return FieldError("user", "is longer than 256 bytes");
+  RETURN_IF_ERROR(ReadStreamAndUser(f, &r.stream, &r.include_usage, &r.user));
   RETURN_IF_ERROR(f.CheckNoUnknown());
   return r;
 }

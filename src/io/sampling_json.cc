@@ -113,4 +113,20 @@ Status ReadSamplingFields(Fields& f, SamplingParams* p, bool openai_logprobs) {
   return Status::Ok();
 }
 
+Status ReadStreamAndUser(Fields& f, bool* stream, bool* include_usage, std::string* user) {
+  RETURN_IF_ERROR(f.GetBool("stream", stream));
+  simdjson::dom::element e;
+  if (f.Get("stream_options", &e)) {
+    simdjson::dom::object so;
+    if (e.get(so)) return FieldError("stream_options", "must be an object");
+    if (!*stream) return FieldError("stream_options", "is only allowed with \"stream\": true");
+    Fields sf(so, "stream_options");
+    RETURN_IF_ERROR(sf.GetBool("include_usage", include_usage));
+    RETURN_IF_ERROR(sf.CheckNoUnknown());
+  }
+  RETURN_IF_ERROR(f.GetString("user", user));
+  if (user->size() > 256) return FieldError("user", "is longer than 256 bytes");
+  return Status::Ok();
+}
+
 }  // namespace sluice::io

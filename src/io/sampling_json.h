@@ -15,4 +15,8 @@ namespace sluice::io {
 // caller (false: chat, where it is a boolean next to top_logprobs).
 Status ReadSamplingFields(Fields& f, SamplingParams* p, bool openai_logprobs = true);
 
+// The OpenAI request fields completions and chat share: stream, stream_options
+// (include_usage; only with stream) and user (<= 256 bytes).
+Status ReadStreamAndUser(Fields& f, bool* stream, bool* include_usage, std::string* user);
+
 }  // namespace sluice::io
