@@ -294,11 +294,8 @@ std::vector<ParsedToolCall> ParseToolCalls(std::string_view text, const std::str
 
 }  // namespace
 
-StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& tokens) {
-  ASSIGN_OR_RETURN(simdjson::dom::object obj, ParseObject(body));
-  Fields f(obj, "");
-  ChatRequest r;
-  RETURN_IF_ERROR(f.GetString("model", &r.model));
+Status ReadChatTemplateFields(Fields& f, const ChatTokens& tokens, ChatRequest* out) {
+  ChatRequest& r = *out;
   simdjson::dom::element e;
   simdjson::dom::array msgs;
   if (!f.Get("messages", &e)) return FieldError("messages", "is required");
@@ -401,6 +398,16 @@ StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& 
   }
   ctx.EndObject();
   r.context_json = ctx.Take();
+  return Status::Ok();
+}
+
+StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& tokens) {
+  ASSIGN_OR_RETURN(simdjson::dom::object obj, ParseObject(body));
+  Fields f(obj, "");
+  ChatRequest r;
+  RETURN_IF_ERROR(f.GetString("model", &r.model));
+  RETURN_IF_ERROR(ReadChatTemplateFields(f, tokens, &r));
+  simdjson::dom::element e;
   simdjson::dom::element rf;
   if (f.Get("response_format", &rf)) {
     std::string_view type;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "io/json.h"
 #include "sluice/status.h"
 
 namespace sluice::io {
@@ -38,6 +39,10 @@ struct ChatTokens {
 };
 
 StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& tokens);
+// Only what the template needs (messages, tools, tool_choice, parallel_tool_calls,
+// add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs):
+// shared with /tokenize's messages form.
+Status ReadChatTemplateFields(Fields& f, const ChatTokens& tokens, ChatRequest* out);
 
 // The model's output split as vLLM's qwen3 reasoning parser and hermes tool parser do.
 struct ParsedToolCall {

@@ -33,8 +33,7 @@ const std::vector<double> kLengths = {1,   2,    5,    10,   20,    50,    100, 
 bool IsScoringRoute(const std::string& p) {
   static const char* kRoutes[] = {"/v1/rerank", "/rerank",    "/v2/rerank",   "/score",
                                   "/v1/score",  "/classify",  "/v1/classify", "/v1/embeddings",
-                                  "/embed",     "/embed_all", "/pooling",     "/predict",
-                                  "/tokenize"};
+                                  "/embed",     "/embed_all", "/pooling",     "/predict"};
   for (const char* r : kRoutes) {
     if (p == r) return true;
   }
@@ -138,7 +137,8 @@ void GenerationService::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) 
       p == "/health" || p == "/ready" || p == "/v2/health/live" || p == "/v2/health/ready" ||
       (p.rfind("/v2/models/", 0) == 0 && p.size() > 17 && p.substr(p.size() - 6) == "/ready");
   const bool get_route = health || p == "/v1/models" || p == "/metrics";
-  const bool post_route = p == "/v1/completions" || p == "/v1/chat/completions";
+  const bool post_route = p == "/v1/completions" || p == "/v1/chat/completions" ||
+                          p == "/tokenize" || p == "/detokenize";
   call->route = get_route || post_route ? p : IsScoringRoute(p) ? p : "other";
   if (p.rfind("/v2/models/", 0) == 0) call->route = "/v2/models/{name}/ready";
   if (r.transport_error) {
@@ -219,6 +219,15 @@ void GenerationService::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) 
   if (!ready_) return Respond(call, ErrorResponse(503, "the model is loading"));
   call->counted = true;
   in_flight_++;
+  if (p == "/tokenize" || p == "/detokenize") {
+    return pool_->Post([this, call] {
+      auto out = Tokenize(call->req.body, call->req.path == "/detokenize");
+      if (!out.ok()) return Respond(call, StatusResponse(out.status()));
+      HttpResponse ok;
+      ok.body = std::move(out).value();
+      Respond(call, std::move(ok));
+    });
+  }
   pool_->Post([this, call] { Complete(call); });
 }
 
@@ -378,6 +387,76 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
       return;
     }
   }
+}
+
+StatusOr<std::string> GenerationService::Tokenize(const std::string& body, bool detokenize) const {
+  ASSIGN_OR_RETURN(simdjson::dom::object obj, io::ParseObject(body));
+  io::Fields f(obj, "");
+  std::string model;
+  RETURN_IF_ERROR(f.GetString("model", &model));
+  if (!model.empty() && model != options_.served_name) {
+    return NotFound("model \"" + model + "\" is not served here; this server serves \"" +
+                    options_.served_name + "\"");
+  }
+  if (!tokenizer_) return FailedPrecondition("this model has no tokenizer (tokenizer.json)");
+  io::JsonWriter w;
+  w.BeginObject();
+  simdjson::dom::element e;
+  if (detokenize) {
+    simdjson::dom::array a;
+    if (!f.Get("tokens", &e) || e.get(a)) return io::FieldError("tokens", "must be a list of ids");
+    std::vector<int32_t> ids;
+    for (auto x : a) {
+      int64_t id;
+      if (x.get(id) || id < 0 || id >= loop_->limits().vocab_size) {
+        return io::FieldError("tokens", "must be token ids below the vocabulary size " +
+                                            std::to_string(loop_->limits().vocab_size));
+      }
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    RETURN_IF_ERROR(f.CheckNoUnknown());
+    ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids, true));
+    w.KeyString("prompt", text);
+    w.EndObject();
+    return w.Take();
+  }
+  // A prompt, or messages rendered through the chat template (vLLM's two forms).
+  std::string text;
+  bool add_special = true, strs = false;
+  if (f.Get("messages", &e)) {
+    if (!options_.render_chat) {
+      return io::FieldError("messages", "needs chat templates, which are not served yet");
+    }
+    io::ChatTokens toks{tokenizer_->config().bos_token.value_or(""),
+                        tokenizer_->config().eos_token.value_or("")};
+    io::ChatRequest req;
+    RETURN_IF_ERROR(io::ReadChatTemplateFields(f, toks, &req));
+    const std::string& tmpl = req.chat_template ? *req.chat_template : options_.chat_template;
+    if (tmpl.empty()) return FailedPrecondition("the model has no chat template");
+    auto rendered = options_.render_chat(tmpl, req.context_json);
+    if (!rendered.ok()) return rendered.status().WithContext("chat template");
+    text = std::move(rendered).value();
+    add_special = false;  // the template writes the special tokens
+  } else {
+    if (!f.Get("prompt", &e)) return io::FieldError("prompt", "is required (or \"messages\")");
+    RETURN_IF_ERROR(f.GetString("prompt", &text));
+  }
+  RETURN_IF_ERROR(f.GetBool("add_special_tokens", &add_special));
+  RETURN_IF_ERROR(f.GetBool("return_token_strs", &strs));
+  RETURN_IF_ERROR(f.CheckNoUnknown());
+  ASSIGN_OR_RETURN(Encoding enc, tokenizer_->Encode(text, add_special));
+  w.KeyInt("count", static_cast<int64_t>(enc.ids.size()));
+  w.KeyInt("max_model_len", loop_->limits().max_model_len);
+  w.Key("tokens");
+  w.Ints(enc.ids);
+  if (strs) {
+    w.Key("token_strs");
+    w.BeginArray();
+    for (const auto& t : enc.tokens) w.String(t);
+    w.EndArray();
+  }
+  w.EndObject();
+  return w.Take();
 }
 
 Status GenerationService::PrepareChat(Call& call) {

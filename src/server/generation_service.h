@@ -52,6 +52,8 @@ class GenerationService {
   void Complete(std::shared_ptr<Call> call);
   // /v1/chat/completions: request -> rendered template -> the call's one prompt.
   Status PrepareChat(Call& call);
+  // vLLM /tokenize (a prompt, or messages through the chat template) and /detokenize.
+  StatusOr<std::string> Tokenize(const std::string& body, bool detokenize) const;
   void Respond(const std::shared_ptr<Call>& call, HttpResponse r);
   // Runs `task` on a worker after the call's earlier tasks, one at a time, in order.
   void Enqueue(const std::shared_ptr<Call>& call, std::function<void()> task);

@@ -248,6 +248,23 @@ with Server(MODEL) as s:
     c.check(st == 200 and b["data"][0]["id"] == "model" and b["data"][0]["task"] == "generate",
             f"/v1/models {b}")
 
+    # vLLM /tokenize and /detokenize on a generation model.
+    st, _, b = s.post("/tokenize", {"prompt": "hello world", "return_token_strs": True})
+    c.check(st == 200 and b["count"] == len(b["tokens"]) == len(b["token_strs"]) > 0 and
+            b["max_model_len"] == 512, f"/tokenize {b}")
+    if st == 200:
+        st2, _, d = s.post("/detokenize", {"tokens": b["tokens"]})
+        c.check(st2 == 200 and d["prompt"] == "hello world", f"/detokenize {d}")
+        e = comp({"prompt": b["tokens"], "max_tokens": 1, "echo": True})
+        c.check(e["usage"]["prompt_tokens"] == b["count"], "same tokens as completions")
+    for body, needle in [({"prompt": "x", "foo": 1}, "foo"), ({}, "prompt"),
+                         ({"messages": [{"role": "user", "content": "x"}]}, "messages"),
+                         ({"prompt": "x", "model": "nope"}, "nope")]:
+        st, _, b = s.post("/tokenize", body)
+        c.check(st in (400, 404) and needle in json.dumps(b), f"/tokenize {body}: {st} {b}")
+    st, _, b = s.post("/detokenize", {"tokens": [1, 10 ** 9]})
+    c.check(st == 400 and "tokens" in json.dumps(b), f"/detokenize out of range: {b}")
+
     # A client that goes away mid-stream: its request is cancelled and its blocks freed.
     before = s.metrics()
     key_abort = 'sluice_request_success_total{model="model",finished_reason="abort"}'
