@@ -515,8 +515,7 @@ void GenerationService::Enqueue(const std::shared_ptr<Call>& call, std::function
 
 void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t p,
                                       GenerateRequest& r, const Status& st) {
-  (void)p;
-  bool last = false;
+  bool last = false, streamed = false;
   {
     std::lock_guard<std::mutex> lock(call->mu);
     if (!st.ok() && call->failed.ok()) {
@@ -579,15 +578,23 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
         call->counted = false;
         in_flight_--;
       }
-      return;
+      streamed = true;
     }
   }
-  // Non-streaming (on a worker): the whole response.
-  if (!call->failed.ok()) return Respond(call, StatusResponse(call->failed));
-  HttpResponse resp;
-  resp.body = call->chat ? io::ChatResponse(call->chat_ctx, *call->chat, *call->reqs[0])
-                         : io::CompletionResponse(call->ctx, call->creq, call->reqs);
-  Respond(call, std::move(resp));
+  if (!streamed) {  // non-streaming (on a worker): the whole response
+    if (!call->failed.ok()) {
+      Respond(call, StatusResponse(call->failed));
+    } else {
+      HttpResponse resp;
+      resp.body = call->chat ? io::ChatResponse(call->chat_ctx, *call->chat, *call->reqs[0])
+                             : io::CompletionResponse(call->ctx, call->creq, call->reqs);
+      Respond(call, std::move(resp));
+    }
+  }
+  // The requests' sinks hold the call: dropping the call's hold on the requests ends the
+  // cycle (the engine released them before their on_done ran; `r` is not used after this).
+  std::vector<std::shared_ptr<GenerateRequest>> drop;
+  drop.swap(call->reqs);
 }
 
 std::string GenerationService::RenderMetrics() const {
