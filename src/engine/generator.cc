@@ -364,8 +364,11 @@ Status Generator::Step() {
   // the sampler reads (prompt-logprob rows and sampling rows).
   batch_.Clear();
   int max_blocks = 0;
+  const auto step_start = SteadyClock::now();
   for (const StepItem& it : items_) {
     max_blocks = std::max(max_blocks, static_cast<int>(it.seq->blocks.size()));
+    GenerateRequest& req = *static_cast<SeqState*>(it.seq->owner)->request;
+    if (req.scheduled == SteadyClock::time_point{}) req.scheduled = step_start;
   }
   batch_.kv_blocks_per_seq = max_blocks;
   std::vector<SamplingRow>& rows = sampler_->sampling_rows();

@@ -55,7 +55,9 @@ struct GenerateRequest {
   std::vector<CompletionOutput> outputs;
   std::vector<TokenLogprobs> prompt_logprobs;  // positions 1.. of the prompt, when asked
   int64_t cached_prompt_tokens = 0;            // prompt tokens served by the prefix cache
-  SteadyClock::time_point arrival{}, first_token{}, finished{};
+  // arrival: Add; scheduled: the start of its first step (queue time = scheduled - arrival;
+  // prefill = first_token - scheduled; decode = finished - first_token).
+  SteadyClock::time_point arrival{}, scheduled{}, first_token{}, finished{};
   bool done = false;
 };
 

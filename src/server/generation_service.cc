@@ -55,8 +55,8 @@ struct GenerationService::GenMetrics {
   std::mutex mu;
   std::map<std::pair<std::string, int>, uint64_t> responses;
   std::map<std::string, uint64_t> finished;  // by finish reason
-  Histogram ttft{kLatency}, itl{kTokenLatency}, e2e{kLatency}, prompt_len{kLengths},
-      gen_len{kLengths};
+  Histogram ttft{kLatency}, itl{kTokenLatency}, e2e{kLatency}, queue{kLatency}, prefill{kLatency},
+      decode{kLatency}, prompt_len{kLengths}, gen_len{kLengths};
   std::atomic<uint64_t> cancelled{0};
 };
 
@@ -537,6 +537,13 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
         m.ttft.Observe(Seconds(r.arrival, r.first_token));
       }
       m.e2e.Observe(Seconds(r.arrival, r.finished));
+      if (r.scheduled != SteadyClock::time_point{}) {
+        m.queue.Observe(Seconds(r.arrival, r.scheduled));
+        if (r.first_token != SteadyClock::time_point{}) {
+          m.prefill.Observe(Seconds(r.scheduled, r.first_token));
+          m.decode.Observe(Seconds(r.first_token, r.finished));
+        }
+      }
       m.prompt_len.Observe(static_cast<double>(r.prompt.size()));
       std::lock_guard<std::mutex> ml(m.mu);
       for (const CompletionOutput& o : r.outputs) {
@@ -662,6 +669,10 @@ std::string GenerationService::RenderMetrics() const {
   hist("sluice_inter_token_latency_seconds", "Between consecutive tokens of a sequence.",
        metrics_->itl);
   hist("sluice_e2e_request_latency_seconds", "Arrival to the last token.", metrics_->e2e);
+  hist("sluice_request_queue_time_seconds", "Arrival to the first step that ran it.",
+       metrics_->queue);
+  hist("sluice_request_prefill_time_seconds", "First step to first token.", metrics_->prefill);
+  hist("sluice_request_decode_time_seconds", "First token to the last.", metrics_->decode);
   hist("sluice_request_prompt_tokens", "Prompt length per request.", metrics_->prompt_len);
   hist("sluice_request_generation_tokens", "Generated tokens per completion.", metrics_->gen_len);
   return out;

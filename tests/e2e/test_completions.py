@@ -316,6 +316,11 @@ with Server(MODEL) as s:
     m = s.metrics()
     c.check(m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0, "no blocks left")
     c.check(m.get('sluice_num_requests{model="model"}') == 0, "no requests left")
+    for h in ["time_to_first_token_seconds", "inter_token_latency_seconds",
+              "e2e_request_latency_seconds", "request_queue_time_seconds",
+              "request_prefill_time_seconds", "request_decode_time_seconds",
+              "request_prompt_tokens", "request_generation_tokens"]:
+        c.check(m.get(f'sluice_{h}_count{{model="model"}}', 0) > 50, f"histogram {h} observed")
 
     # sluice bench for generation: streamed requests, TTFT and inter-token latency.
     r = subprocess.run([args.sluice, "bench", "--port", str(s.port), "--endpoint",
