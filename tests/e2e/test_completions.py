@@ -313,7 +313,13 @@ with Server(MODEL) as s:
     for t in threads:
         t.join()
     c.check(not errors, f"concurrent load errors: {errors[:3]}")
-    m = s.metrics()
+    # The engine publishes its counters after each step: give the last step a moment.
+    for _ in range(100):
+        m = s.metrics()
+        if m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0 and \
+                m.get('sluice_num_requests{model="model"}') == 0:
+            break
+        time.sleep(0.05)
     c.check(m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0, "no blocks left")
     c.check(m.get('sluice_num_requests{model="model"}') == 0, "no requests left")
     for h in ["time_to_first_token_seconds", "inter_token_latency_seconds",
