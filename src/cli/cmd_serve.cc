@@ -99,7 +99,8 @@ int RunServe(const ServeFlags& f) {
     if (f.gen.given) {
       return ReportError(InvalidArgument(
           "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
-          "--gpu-memory-utilization and --enable-prefix-caching apply to generation models; " +
+          "--gpu-memory-utilization, --enable-prefix-caching and --chat-template apply to "
+          "generation models; " +
           f.model.model + " is served as a scoring model"));
     }
   }
@@ -239,9 +240,13 @@ Registrar serve_cmd(Command{
       sub->add_option("--enable-prefix-caching", f->gen.prefix_caching,
                       "generation: on | off (automatic prefix caching)")
           ->capture_default_str();
+      sub->add_option("--chat-template", f->gen.chat_template,
+                      "generation: a Jinja chat template file (default: the model directory's "
+                      "chat_template.jinja, else tokenizer_config.json's chat_template)");
       return std::function<int()>([f, sub] {
-        for (const char* flag : {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
-                                 "--gpu-memory-utilization", "--enable-prefix-caching"}) {
+        for (const char* flag :
+             {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
+              "--gpu-memory-utilization", "--enable-prefix-caching", "--chat-template"}) {
           if (sub->count(flag) > 0) f->gen.given = true;
         }
         for (const char* flag : {"--max-inputs-per-request", "--max-tokens-per-input", "--truncate",

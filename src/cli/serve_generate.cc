@@ -3,13 +3,17 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "chat/template.h"
 #include "core/log.h"
 #include "engine/generation_loop.h"
 #include "models/registry.h"
 #include "server/generation_service.h"
 #include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 
@@ -23,6 +27,32 @@ StatusOr<bool> IsGenerationModel(const ModelBundle& b, const std::string& task_f
   if (ov.task) return ParseTask(*ov.task, &t) && t == Task::kGenerate;
   if (ov.yes_token || ov.no_token || ov.yes_token_id || ov.no_token_id) return false;
   return b.arch->default_task == Task::kGenerate;
+}
+
+StatusOr<std::string> ResolveChatTemplate(const ModelBundle& b, const std::string& file,
+                                          std::string* source) {
+  auto read = [](const std::string& path) -> StatusOr<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return NotFound("cannot read chat template " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  if (!file.empty()) {
+    *source = file;
+    return read(file);
+  }
+  const std::string jinja = (std::filesystem::path(b.dir) / "chat_template.jinja").string();
+  if (std::filesystem::exists(jinja)) {
+    *source = jinja;
+    return read(jinja);
+  }
+  if (b.tokenizer && b.tokenizer->config().chat_template) {
+    *source = "tokenizer_config.json";
+    return *b.tokenizer->config().chat_template;
+  }
+  *source = "none";
+  return std::string();
 }
 
 int RunServeGeneration(const GenerationServeArgs& a) {
@@ -87,8 +117,31 @@ int RunServeGeneration(const GenerationServeArgs& a) {
   lo.max_queue_depth = a.max_queue_depth;
   GenerationLoop loop(std::move(gen).value(), lo);
 
+  // The chat template, parsed once here (a syntax error stops start-up with its line); a
+  // request's own chat_template is parsed per request.
+  std::string tmpl_source;
+  auto tmpl = ResolveChatTemplate(b, g.chat_template, &tmpl_source);
+  if (!tmpl.ok()) return ReportError(tmpl.status());
+  std::shared_ptr<const chat::Template> parsed;
+  if (!tmpl->empty()) {
+    auto t = chat::Template::Parse(*tmpl);
+    if (!t.ok()) return ReportError(t.status().WithContext("chat template " + tmpl_source));
+    parsed = std::make_shared<const chat::Template>(std::move(t).value());
+  }
+  SLUICE_LOG_INFO("chat template: {}", tmpl->empty() ? "none (/v1/chat/completions needs a "
+                                                       "\"chat_template\" per request)"
+                                                     : tmpl_source);
   server::GenerationServiceOptions so;
   so.served_name = name;
+  so.chat_template = *tmpl;
+  so.render_chat = [parsed, model_tmpl = *tmpl](
+                       const std::string& text,
+                       const std::string& context) -> StatusOr<std::string> {
+    ASSIGN_OR_RETURN(chat::Value ctx, chat::ParseJson(context));
+    if (parsed && text == model_tmpl) return parsed->Render(ctx);
+    ASSIGN_OR_RETURN(chat::Template t, chat::Template::Parse(text));
+    return t.Render(ctx);
+  };
   so.api_key = a.api_key;
   so.workers = a.workers;
   server::GenerationService service(so, &loop, tokenizer.get());

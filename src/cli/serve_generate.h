@@ -15,7 +15,8 @@ struct GenerationServeFlags {
   int64_t kv_cache_memory = 0;
   double gpu_memory_utilization = 0.9;
   std::string prefix_caching = "on";
-  bool given = false;  // any of the above was set on the command line
+  std::string chat_template;  // --chat-template FILE
+  bool given = false;         // any of the above was set on the command line
 };
 
 struct GenerationServeArgs {
@@ -33,5 +34,10 @@ struct GenerationServeArgs {
 StatusOr<bool> IsGenerationModel(const ModelBundle& bundle, const std::string& task_flag);
 
 int RunServeGeneration(const GenerationServeArgs& args);
+
+// The model's chat template: --chat-template FILE, else DIR/chat_template.jinja, else
+// tokenizer_config.json's chat_template; "" when none. `source` says which.
+StatusOr<std::string> ResolveChatTemplate(const ModelBundle& bundle, const std::string& file,
+                                          std::string* source);
 
 }  // namespace sluice::cli
