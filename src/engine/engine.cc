@@ -63,8 +63,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelBundle
   if (head.task == Task::kGenerate) {
     return InvalidArgument(
         b.arch->name +
-        " defaults to task generate, which runs with `sluice generate` (the HTTP generation "
-        "API is not served yet); to score with it as a yes/no reranker (Qwen3-Reranker), "
+        " defaults to task generate, which runs with `sluice generate` and `sluice serve`; to "
+        "score with it as a yes/no reranker (Qwen3-Reranker), "
         "pass --task score or name the yes/no tokens in sluice.json");
   }
   ASSIGN_OR_RETURN(e->pooler_, Pooler::Create(e->runner_.get(), std::move(head)));

@@ -209,12 +209,6 @@ void GenerationService::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) 
     m.content_type = "text/plain; version=0.0.4; charset=utf-8";
     return Respond(call, std::move(m));
   }
-  if (p == "/v1/chat/completions" && !options_.render_chat) {
-    return Respond(call, ErrorResponse(501,
-                                       "/v1/chat/completions is not served yet (chat templates "
-                                       "are not implemented); render the conversation and send "
-                                       "it to /v1/completions"));
-  }
   if (draining_) return Respond(call, ErrorResponse(503, "the server is shutting down"));
   if (!ready_) return Respond(call, ErrorResponse(503, "the model is loading"));
   call->counted = true;
@@ -424,9 +418,6 @@ StatusOr<std::string> GenerationService::Tokenize(const std::string& body, bool 
   std::string text;
   bool add_special = true, strs = false;
   if (f.Get("messages", &e)) {
-    if (!options_.render_chat) {
-      return io::FieldError("messages", "needs chat templates, which are not served yet");
-    }
     io::ChatTokens toks{tokenizer_->config().bos_token.value_or(""),
                         tokenizer_->config().eos_token.value_or("")};
     io::ChatRequest req;

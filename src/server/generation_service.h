@@ -21,7 +21,7 @@ class Tokenizer;
 namespace sluice::server {
 
 // Renders a chat template (Jinja) over a context given as JSON; errors name the template
-// line. Null: /v1/chat/completions answers 501.
+// line. Required.
 using ChatRenderer = std::function<StatusOr<std::string>(const std::string& chat_template,
                                                          const std::string& context_json)>;
 
