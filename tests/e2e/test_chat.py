@@ -113,6 +113,13 @@ with Server(MODEL, "--chat-template", TEMPLATE) as s:
     b = chat({"messages": MSGS, "max_completion_tokens": 4, "n": 2, "temperature": 1,
               "seed": 1})
     c.check(len(b["choices"]) == 2, "n = 2")
+    b = chat({"messages": MSGS, "max_tokens": 3, "ignore_eos": True,
+              "response_format": {"type": "text"}, "parallel_tool_calls": True,
+              "user": "chat-user-7"})
+    c.check(b["usage"]["completion_tokens"] == 3, "max_tokens (deprecated name)")
+    c.check(any("chat-user-7" in l for l in s.log), "user recorded in the server log")
+    st, _, b = s.post("/v1/chat/completions", {"messages": MSGS, "parallel_tool_calls": False})
+    c.check(st == 400 and "parallel_tool_calls" in json.dumps(b), f"parallel_tool_calls {b}")
     # Errors.
     for body, want, needle in [
         ({"messages": [{"role": "bot", "content": "x"}]}, 400, "role"),
