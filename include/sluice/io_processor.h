@@ -28,11 +28,13 @@ class Tokenizer;
 
 // What a processor may know about the served model. Const after load.
 struct ModelContext {
-  std::string name;          // served model name (the `model` field must match when given)
-  std::string task;          // "embed" | "classify" | "score"
-  std::string family;        // "bert" | "qwen3" (architecture family)
-  int output_dim = 0;        // values per row
-  bool normalized = false;   // embeddings are L2-normalised by the model
+  std::string name;    // served model name (the `model` field must match when given)
+  std::string task;    // "embed" | "classify" | "score" | "token-classify"
+  std::string family;  // "bert" | "qwen3" (architecture family)
+  int output_dim = 0;  // values per row
+  // Embeddings are L2-normalised unless a request asks otherwise ("normalize"): sluice.json
+  // "normalize", default true (vLLM's rule).
+  bool normalize = true;
   bool token_level = false;  // pooling keeps several rows per sequence (all/step)
   // Matryoshka embeddings: `dimensions` is accepted only when set; a non-empty list holds
   // the only values accepted (config.json or sluice.json "matryoshka_dimensions").
@@ -47,22 +49,31 @@ struct ModelContext {
   int max_tokens_per_input = 0;
   bool truncate_by_default = false;      // --truncate
   const Tokenizer* tokenizer = nullptr;  // null: token-id inputs only
-  // Pre-tokenised pairs are assembled as prefix + a + separator + b + suffix (b and the
-  // suffix get token type 1 when the model uses token types).
+  // Pre-tokenised pairs are assembled as prefix + a + separator + b + suffix, the tokenizer's
+  // pair template (its post-processor: [CLS] a [SEP] b [SEP] for BERT, <s> a </s></s> b </s>
+  // for RoBERTa/XLM-R), with the template's token types when the model uses them.
   std::vector<int32_t> pair_prefix, pair_separator, pair_suffix;
+  std::vector<int32_t> pair_prefix_types, pair_separator_types, pair_suffix_types;
+  int32_t pair_a_type = 0, pair_b_type = 1;
   // Causal-LM rerankers (Qwen3-Reranker style; needs the tokenizer): a text pair becomes
   //   prompt_prefix + tokens("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}")
   //   + prompt_suffix
   // with the request's `instruction` or default_instruction (sluice.json, else Qwen's).
-  // Truncation shortens the middle part and keeps the suffix. Pre-tokenised pairs (q, d)
-  // get the same template around the given ids:
-  //   prompt_prefix + tokens("<Instruct>: {instruction}\n<Query>: ") + q
-  //   + tokens("\n<Document>: ") + d + prompt_suffix
-  // (prompt_query_head holds the first tokens for default_instruction).
+  // Truncation shortens the middle part and keeps the suffix. Pre-tokenised pairs (q, d) are
+  // decoded to text and rendered the same way (the ids of /tokenize give the text's scores).
   bool causal_reranker = false;
   std::string default_instruction;
   std::vector<int32_t> prompt_prefix, prompt_suffix;
-  std::vector<int32_t> prompt_query_head, prompt_document_head;
+  // Late interaction (sluice.json "late_interaction"): queries and documents are embedded
+  // on their own, token by token (prefixes prepended to texts), and scored by MaxSim.
+  bool late_interaction = false;
+  std::string query_prefix, document_prefix;
+  // Aspect-based sentiment (/absa; sluice.json "absa"): tag (or label) -> sentiment name,
+  // the word aggregation that builds spans, the aspects one request may hold.
+  bool absa = false;
+  std::vector<std::pair<std::string, std::string>> absa_sentiments;
+  std::string absa_aggregation = "first";
+  int absa_max_aspects = 32;
 };
 
 struct IoRequest {

@@ -345,7 +345,7 @@ int RunBench(const BenchFlags& f) {
   for (int i = 0; i < f.concurrency; ++i)
     threads.emplace_back(Client, std::cref(f), i, deadline, &sh);
   const size_t total = f.duration_s > 0 ? 0 : static_cast<size_t>(f.requests);
-  ProgressBar bar("requests", total);
+  ProgressBar bar("requests", total, "req", /*tokens=*/false);
   std::atomic<bool> running{true};
   std::thread progress([&] {
     while (running) {

@@ -11,6 +11,12 @@
 // Text needs DIR/tokenizer.json or DIR/vocab.txt; it is encoded with the tokenizer's special
 // tokens (pairs with its pair template) on a thread pool, keeping input order. An encoding
 // over the model's limit is an error unless --truncate (pairs: only the second text is cut).
+//
+// `sluice embed` L2-normalises embeddings unless --normalize off (auto: the model's default,
+// sluice.json "normalize", else on), as the server's routes do. `sluice classify` on a token
+// classifier (or with --task token-classify) writes {"index", "entities": [...]} lines with
+// the token-classification pipeline's entities (--aggregation-strategy, --ignore-labels;
+// io/token_classify.h); its inputs must be texts.
 #include <simdjson.h>
 
 #include <algorithm>
@@ -25,6 +31,9 @@
 #include "cli/common.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/model_bundle.h"
+#include "io/json.h"
+#include "io/token_classify.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/config.h"
 
@@ -37,6 +46,9 @@ struct OfflineFlags {
   std::string output = "-";
   int dimensions = 0;
   bool truncate = false;
+  std::string normalize = "auto";  // embed: auto | on | off
+  std::string aggregation = "none";
+  std::string ignore_labels = "O";  // comma-separated
 };
 
 // A text input waiting for the tokenizer; `index` is its place in the output.
@@ -50,6 +62,7 @@ struct TextInput {
 struct ParsedInputs {
   std::vector<TokenSequence> seqs;  // text inputs are filled in by EncodeTexts
   std::vector<TextInput> texts;
+  std::vector<Encoding> encodings;  // per text input, when EncodeTexts keeps them
 };
 
 Status ReadText(simdjson::dom::element doc, const char* field, const std::string& where,
@@ -151,7 +164,7 @@ StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
 // Tokenizes the text inputs into their places in parsed->seqs, on `threads` threads (0 = all
 // cores). Errors name the input file and line (the first failing line in file order).
 Status EncodeTexts(const std::string& path, const std::string& model_dir, const Engine& engine,
-                   bool use_types, bool truncate, int threads, ParsedInputs* parsed) {
+                   bool use_types, bool truncate, int threads, bool keep, ParsedInputs* parsed) {
   if (parsed->texts.empty()) return Status::Ok();
   const std::string where0 = path + ":" + std::to_string(parsed->texts[0].line);
   if (!engine.bundle().tokenizer) {
@@ -173,6 +186,7 @@ Status EncodeTexts(const std::string& path, const std::string& model_dir, const 
   const int limit = engine.info().max_sequence_length;
   const size_t max_len = limit > 0 ? static_cast<size_t>(limit) : SIZE_MAX;
   std::vector<Status> errors(parsed->texts.size(), Status::Ok());
+  if (keep) parsed->encodings.resize(parsed->texts.size());
   ThreadPool pool(threads > 0 ? threads : ThreadPool::HardwareThreads());
   pool.ParallelFor(
       parsed->texts.size(),
@@ -199,8 +213,9 @@ Status EncodeTexts(const std::string& path, const std::string& model_dir, const 
             continue;
           }
           TokenSequence& s = parsed->seqs[t.index];
-          s.ids = std::move(enc->ids);
-          if (use_types) s.type_ids = std::move(enc->type_ids);
+          s.ids = enc->ids;
+          if (use_types) s.type_ids = enc->type_ids;
+          if (keep) parsed->encodings[i] = std::move(enc).value();
         }
       },
       16);
@@ -260,17 +275,73 @@ Status CheckDimensions(const Engine& engine, int dims) {
   return Status::Ok();
 }
 
+// {"index": i, "entities": [...]} per input of a token classifier (texts only).
+Status WriteTokenEntities(const OfflineFlags& f, const Engine& engine, const ParsedInputs& parsed,
+                          const std::vector<PooledOutput>& outs, std::ostream& os) {
+  io::TokenClassifyParams params;
+  params.tokenizer = engine.bundle().tokenizer.get();
+  params.labels = &engine.head().labels;
+  if (!io::ParseAggregation(f.aggregation, &params.aggregation)) {
+    return InvalidArgument("--aggregation-strategy must be none, simple, first, average or max");
+  }
+  params.ignore_labels.clear();
+  for (size_t b = 0; b <= f.ignore_labels.size();) {
+    size_t e = f.ignore_labels.find(',', b);
+    if (e == std::string::npos) e = f.ignore_labels.size();
+    if (e > b) params.ignore_labels.push_back(f.ignore_labels.substr(b, e - b));
+    b = e + 1;
+  }
+  if (parsed.texts.size() != outs.size()) {
+    return InvalidArgument(f.input +
+                           ": token classification needs text inputs (\"text\", with "
+                           "an optional \"text_pair\") on every line");
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const TextInput& t = parsed.texts[i];
+    io::JsonWriter w;
+    w.BeginObject();
+    w.KeyInt("index", static_cast<int64_t>(i));
+    w.Key("entities");
+    w.BeginArray();
+    for (int s = 0; s < (t.pair ? 2 : 1); ++s) {
+      ASSIGN_OR_RETURN(auto ents,
+                       io::ClassifyTokens(params, s == 0 ? t.a : t.b, parsed.encodings[i], s,
+                                          outs[i].values.data()));
+      for (const auto& e : ents) io::WriteEntity(w, e, params.aggregation, t.pair ? s : -1);
+    }
+    w.EndArray();
+    w.EndObject();
+    os << w.str() << "\n";
+  }
+  return Status::Ok();
+}
+
 int RunOffline(const OfflineFlags& f, Task task) {
   ModelFlags mf = f.model;
-  if (mf.task.empty()) mf.task = TaskName(task);
+  if (mf.task.empty()) {
+    mf.task = TaskName(task);
+    // `sluice classify` on a token classifier classifies its tokens.
+    auto bundle = LoadModelBundle(mf.model);
+    if (task == Task::kClassify && bundle.ok() &&
+        (*bundle)->arch->default_task == Task::kTokenClassify) {
+      mf.task = TaskName(Task::kTokenClassify);
+    }
+  }
   auto engine_or = LoadEngine(mf);
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;
+  const bool token_task = engine.info().task == Task::kTokenClassify;
+  bool normalize = engine.head().normalize;
+  if (f.normalize == "on" || f.normalize == "off") {
+    normalize = f.normalize == "on";
+  } else if (f.normalize != "auto") {
+    return ReportError(InvalidArgument("--normalize must be auto, on or off"));
+  }
   const bool use_types = engine.model().config().type_vocab_size > 1;
   auto parsed_or = ReadInputs(f.input, use_types);
   if (!parsed_or.ok()) return ReportError(parsed_or.status());
   if (Status s = EncodeTexts(f.input, engine.info().dir, engine, use_types, f.truncate,
-                             f.model.threads, &*parsed_or);
+                             f.model.threads, token_task, &*parsed_or);
       !s.ok()) {
     return ReportError(s);
   }
@@ -307,11 +378,21 @@ int RunOffline(const OfflineFlags& f, Task task) {
     os = &file;
   }
   const HeadSpec& head = engine.head();
+  if (token_task) {
+    if (Status s = WriteTokenEntities(f, engine, *parsed_or, *out_or, *os); !s.ok()) {
+      return ReportError(s);
+    }
+    return 0;
+  }
   std::string line;
   for (size_t i = 0; i < out_or->size(); ++i) {
     PooledOutput& o = (*out_or)[i];
     line = "{\"index\":" + std::to_string(i);
     if (task == Task::kEmbed) {
+      if (f.dimensions > 0 && static_cast<size_t>(f.dimensions) < o.values.size()) {
+        o.values.resize(f.dimensions);
+      }
+      if (normalize) NormalizeRows(&o);
       if (o.rows != 1 || head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep) {
         const size_t dim = o.rows ? o.values.size() / o.rows : 0;
         line += ",\"embeddings\":[";
@@ -321,13 +402,8 @@ int RunOffline(const OfflineFlags& f, Task task) {
         }
         line += "]";
       } else {
-        size_t n = o.values.size();
-        if (f.dimensions > 0) {
-          n = static_cast<size_t>(f.dimensions);
-          if (head.normalize) L2Normalize(o.values.data(), static_cast<int>(n));
-        }
         line += ",\"embedding\":";
-        WriteFloats(&line, o.values.data(), n);
+        WriteFloats(&line, o.values.data(), o.values.size());
       }
     } else if (task == Task::kScore) {
       line += ",\"score\":";
@@ -375,6 +451,19 @@ Command MakeCommand(const char* name, const char* help, Task task) {
                    if (task == Task::kEmbed) {
                      sub->add_option("--dimensions", f->dimensions,
                                      "Matryoshka: keep the first N dimensions (renormalised)");
+                     sub->add_option("--normalize", f->normalize,
+                                     "auto | on | off: L2-normalise the embeddings (auto: the "
+                                     "model's default, sluice.json \"normalize\", else on)")
+                         ->capture_default_str();
+                   }
+                   if (task == Task::kClassify) {
+                     sub->add_option("--aggregation-strategy", f->aggregation,
+                                     "token classifiers: none | simple | first | average | max "
+                                     "(the token-classification pipeline's)")
+                         ->capture_default_str();
+                     sub->add_option("--ignore-labels", f->ignore_labels,
+                                     "token classifiers: labels to drop, comma-separated")
+                         ->capture_default_str();
                    }
                    return std::function<int()>([f, task] { return RunOffline(*f, task); });
                  }};
@@ -383,7 +472,8 @@ Command MakeCommand(const char* name, const char* help, Task task) {
 Registrar embed_cmd(MakeCommand("embed", "Embed token-id sequences or texts from a JSONL file",
                                 Task::kEmbed));
 Registrar classify_cmd(MakeCommand("classify",
-                                   "Classify token-id sequences or texts from a JSONL file",
+                                   "Classify token-id sequences or texts from a JSONL file (token "
+                                   "classifiers: the entities of texts)",
                                    Task::kClassify));
 Registrar score_cmd(MakeCommand("score", "Score (rerank) pairs from a JSONL file", Task::kScore));
 

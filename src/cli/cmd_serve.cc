@@ -39,6 +39,8 @@ struct ServeFlags {
   double request_timeout_s = 0;
   int io_threads = 1;
   int workers = 2;
+  int max_connections = 0;  // 0 = from the file-descriptor limit
+  bool metrics_require_key = false;
   std::string batch_coalescing = "on";
   GenerationServeFlags gen;                   // generation models only
   std::vector<std::string> scoring_only_set;  // scoring-only flags given on the command line
@@ -89,6 +91,8 @@ int RunServe(const ServeFlags& f) {
       a.port = f.port;
       a.served_name = f.served_name;
       a.api_key = f.api_key;
+      a.metrics_require_key = f.metrics_require_key;
+      a.max_connections = f.max_connections;
       a.io_threads = f.io_threads;
       a.workers = f.workers;
       a.max_queue_depth = f.max_queue_depth;
@@ -138,6 +142,7 @@ int RunServe(const ServeFlags& f) {
   std::optional<server::HttpServer> http;
   server::ServiceOptions so;
   so.api_key = f.api_key;
+  so.metrics_require_key = f.metrics_require_key;
   so.workers = f.workers;
   so.request_timeout_s = f.request_timeout_s;
   server::Service service(so, &loop, &ctx, &metrics);
@@ -147,16 +152,20 @@ int RunServe(const ServeFlags& f) {
   ho.port = f.port;
   ho.io_threads = f.io_threads;
   ho.max_body_bytes = f.max_body_bytes;
+  ho.max_connections = f.max_connections;
   http.emplace(ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
     service.Handle(std::move(r), std::move(ex));
   });
   if (Status s = http->Start(); !s.ok()) return ReportError(s);
   SLUICE_LOG_INFO(
       "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
-      "max_queue_depth {}, shutdown_timeout {} s, batch coalescing {}{}",
+      "max_queue_depth {}, max_connections {}, shutdown_timeout {} s, batch coalescing {}{}",
       ctx.max_inputs_per_request, ctx.max_tokens_per_input, f.truncate ? " (truncating)" : "",
-      f.max_body_bytes, f.max_queue_depth, f.shutdown_timeout_s, f.batch_coalescing,
-      f.api_key.empty() ? "" : ", API key required");
+      f.max_body_bytes, f.max_queue_depth, http->max_connections(), f.shutdown_timeout_s,
+      f.batch_coalescing,
+      f.api_key.empty()
+          ? ""
+          : (f.metrics_require_key ? ", API key required (metrics too)" : ", API key required"));
   SLUICE_LOG_INFO("serving \"{}\" (task {}, tokenizer {})", ctx.name, ctx.task,
                   tokenizer ? "tokenizer.json" : "none: token ids only");
   if (Status s = WarmUp(loop, ctx); !s.ok()) {
@@ -198,6 +207,12 @@ Registrar serve_cmd(Command{
                       "model name in the API (default: the directory name)");
       sub->add_option("--api-key", f->api_key,
                       "require Authorization: Bearer KEY (all routes but health and metrics)");
+      sub->add_flag("--metrics-require-key", f->metrics_require_key,
+                    "/metrics needs the API key too");
+      sub->add_option("--max-connections", f->max_connections,
+                      "open connections at most (0 = the file-descriptor limit less a reserve); "
+                      "over it health checks still answer, other requests get 503")
+          ->capture_default_str();
       sub->add_option("--max-queue-depth", f->max_queue_depth,
                       "requests queued or running at most; beyond it 429")
           ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "engine/model_bundle.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
@@ -41,6 +42,10 @@ std::string Printable(const std::string& s) {
 }
 
 int RunTokenize(const TokenizeFlags& f) {
+  if (Status s = CheckModelDirectory(f.model); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
   auto tok = Tokenizer::FromDirectory(f.model);
   if (!tok.ok()) {
     std::fprintf(stderr, "error: %s\n", tok.status().ToString().c_str());
@@ -97,7 +102,13 @@ Registrar tokenize_cmd(Command{
       auto f = std::make_shared<TokenizeFlags>();
       sub->add_option("--model", f->model, "Model directory (tokenizer.json or vocab.txt)")
           ->required();
-      sub->add_option("text", f->text, "Text to tokenize")->required();
+      sub->add_option("text", f->text,
+                      "Text to tokenize (a text starting with '-' goes after --: "
+                      "sluice tokenize --model DIR -- -text)")
+          ->required();
+      sub->footer(
+          "A text that starts with '-' would be read as an option: put it after --, e.g.\n"
+          "  sluice tokenize --model DIR -- \"-5 degrees\"");
       sub->add_option("--pair", f->pair, "Second text of a pair")->each([f](const std::string&) {
         f->has_pair = true;
       });

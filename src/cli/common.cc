@@ -158,8 +158,13 @@ double NowSeconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-ProgressBar::ProgressBar(std::string what, size_t total)
-    : what_(std::move(what)), total_(total), start_(NowSeconds()), tty_(isatty(2) != 0) {}
+ProgressBar::ProgressBar(std::string what, size_t total, std::string unit, bool tokens)
+    : what_(std::move(what)),
+      total_(total),
+      unit_(std::move(unit)),
+      tokens_(tokens),
+      start_(NowSeconds()),
+      tty_(isatty(2) != 0) {}
 
 void ProgressBar::Update(size_t done, int64_t tokens) {
   const double now = NowSeconds();
@@ -174,9 +179,11 @@ void ProgressBar::Update(size_t done, int64_t tokens) {
   std::string bar(fill, '=');
   if (fill < width) bar += '>' + std::string(width - fill - 1, ' ');
   const double eta = frac > 0 ? el * (1 - frac) / frac : 0;
-  std::fprintf(stderr, "%s[%s] %zu/%zu %s  %.0f seq/s  %.0f tok/s  elapsed %.1fs  eta %.1fs%s",
-               tty_ ? "\r" : "", bar.c_str(), done, total_, what_.c_str(), done / el, tokens / el,
-               el, eta, tty_ ? "" : "\n");
+  char tok[48] = "";
+  if (tokens_) std::snprintf(tok, sizeof tok, "  %.0f tok/s", tokens / el);
+  std::fprintf(stderr, "%s[%s] %zu/%zu %s  %.0f %s/s%s  elapsed %.1fs  eta %.1fs%s",
+               tty_ ? "\r" : "", bar.c_str(), done, total_, what_.c_str(), done / el, unit_.c_str(),
+               tok, el, eta, tty_ ? "" : "\n");
   std::fflush(stderr);
 }
 
@@ -184,6 +191,11 @@ void ProgressBar::Finish(size_t done, int64_t tokens) {
   Update(done, tokens);
   if (tty_) std::fprintf(stderr, "\n");
   const double el = std::max(NowSeconds() - start_, 1e-9);
+  if (!tokens_) {
+    std::fprintf(stderr, "done: %zu %s in %.3f s: %.1f %s/s\n", done, what_.c_str(), el, done / el,
+                 unit_.c_str());
+    return;
+  }
   std::fprintf(stderr, "done: %zu %s, %lld tokens in %.3f s: %.1f %s/s, %.0f tokens/s\n", done,
                what_.c_str(), static_cast<long long>(tokens), el, done / el, what_.c_str(),
                tokens / el);

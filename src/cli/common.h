@@ -34,16 +34,19 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f);
 // Prints "error: ..." to stderr and returns the CLI exit code for a status.
 int ReportError(const Status& s);
 
-// A progress bar on stderr, redrawn at most ~10 times per second.
+// A progress bar on stderr, redrawn at most ~10 times per second: done/total `what`, the rate
+// in `unit`/s and, when tokens are counted, tokens/s.
 class ProgressBar {
  public:
-  ProgressBar(std::string what, size_t total);
+  ProgressBar(std::string what, size_t total, std::string unit = "seq", bool tokens = true);
   void Update(size_t done, int64_t tokens);
   void Finish(size_t done, int64_t tokens);
 
  private:
   std::string what_;
   size_t total_;
+  std::string unit_;
+  bool tokens_;
   double start_;
   double last_draw_ = -1;
   size_t last_done_ = static_cast<size_t>(-1);

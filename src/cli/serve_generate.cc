@@ -143,6 +143,7 @@ int RunServeGeneration(const GenerationServeArgs& a) {
     return t.Render(ctx);
   };
   so.api_key = a.api_key;
+  so.metrics_require_key = a.metrics_require_key;
   so.workers = a.workers;
   server::GenerationService service(so, &loop, tokenizer.get());
   server::HttpServerOptions ho;
@@ -150,6 +151,7 @@ int RunServeGeneration(const GenerationServeArgs& a) {
   ho.port = a.port;
   ho.io_threads = a.io_threads;
   ho.max_body_bytes = a.max_body_bytes;
+  ho.max_connections = a.max_connections;
   server::HttpServer http(
       ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
         service.Handle(std::move(r), std::move(ex));

@@ -24,6 +24,8 @@ struct GenerationServeArgs {
   GenerationServeFlags gen;
   std::string host, served_name, api_key;
   int port = 8000, io_threads = 1, workers = 2, max_queue_depth = 256;
+  int max_connections = 0;           // 0 = from the file-descriptor limit
+  bool metrics_require_key = false;  // /metrics behind --api-key
   int64_t max_body_bytes = 8 << 20;
   double shutdown_timeout_s = 30;
 };

@@ -3,10 +3,30 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdint>
+#include <mutex>
+
 namespace sluice {
 
 // Configures the default logger (stderr, "[time] [level] msg"). Safe to call twice.
 void InitLogging(const std::string& level = "info");
+
+// Rate limit for a line that can repeat without bound (an accept loop failing over and
+// over): at most one line per interval. Allow() says whether to write now and, when it does,
+// how many lines were dropped since the last one written. Thread-safe.
+class LogLimiter {
+ public:
+  explicit LogLimiter(double interval_s) : interval_s_(interval_s) {}
+  bool Allow(int64_t* suppressed);  // on the steady clock
+  bool AllowAt(double now_s, int64_t* suppressed);
+
+ private:
+  std::mutex mu_;
+  const double interval_s_;
+  bool any_ = false;
+  double last_ = 0;
+  int64_t dropped_ = 0;
+};
 
 }  // namespace sluice
 

@@ -18,8 +18,16 @@ std::vector<int> ModelBundle::DefaultStopTokenIds() const {
   return {};
 }
 
+Status CheckModelDirectory(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return NotFound("model directory " + dir + " does not exist");
+  if (!fs::is_directory(dir, ec))
+    return NotFound(dir + " is not a model directory (not a directory)");
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<const ModelBundle>> LoadModelBundle(const std::string& dir) {
-  if (!fs::is_directory(dir)) return NotFound("model directory " + dir + " does not exist");
+  RETURN_IF_ERROR(CheckModelDirectory(dir));
   auto b = std::make_shared<ModelBundle>();
   b->dir = dir;
   ASSIGN_OR_RETURN(b->config, LoadModelConfig(dir));

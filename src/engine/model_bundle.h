@@ -34,6 +34,8 @@ struct ModelBundle {
   std::vector<int> DefaultStopTokenIds() const;
 };
 
+// NotFound naming `dir` when it does not exist or is not a directory.
+Status CheckModelDirectory(const std::string& dir);
 StatusOr<std::shared_ptr<const ModelBundle>> LoadModelBundle(const std::string& dir);
 
 }  // namespace sluice

@@ -6,19 +6,47 @@ namespace sluice {
 
 namespace {
 // Workspace slots of the pooler (models use small numbers, the runner's inputs 1000).
-enum PoolerSlots { kSlotPooled = 2000, kSlotHeadDense = 2001 };
+enum PoolerSlots { kSlotPooled = 2000, kSlotHeadDense = 2001, kSlotTokenHead = 2002 };
 }  // namespace
 
 StatusOr<std::unique_ptr<Pooler>> Pooler::Create(ModelRunner* runner, HeadSpec head) {
   auto p = std::unique_ptr<Pooler>(new Pooler(runner, std::move(head)));
   const HeadSpec& h = p->head_;
+  Backend& backend = runner->backend();
+  if (p->token_level()) {
+    for (size_t i = 0; i < h.layers.size(); ++i) {
+      const HostLinear& l = h.layers[i];
+      TokenLayer t;
+      if (!DeviceActivation(l.act, &t.act)) {
+        if (i + 1 < h.layers.size() || !l.norm_weight.empty()) {
+          return Unsupported("token-level head layer " + l.name + ": activation " + l.act +
+                             " before another layer is not supported");
+        }
+        t.act = Activation::kNone;  // applied on the host (HeadRunner::ApplyTokens)
+      }
+      HostTensor hw{l.weight.data(), DType::kF32, {l.out, l.in}, "head " + l.name};
+      HostTensor hb{l.bias.data(), DType::kF32, {l.out}, "head " + l.name + " bias"};
+      ASSIGN_OR_RETURN(t.linear,
+                       backend.PrepareLinear(hw, l.bias.empty() ? nullptr : &hb, DType::kF32));
+      if (!l.norm_weight.empty()) {
+        HostTensor nw{l.norm_weight.data(), DType::kF32, {l.out}, l.name + " norm"};
+        ASSIGN_OR_RETURN(t.norm_weight, backend.Upload(nw, DType::kF32));
+        if (!l.norm_bias.empty()) {
+          HostTensor nb{l.norm_bias.data(), DType::kF32, {l.out}, l.name + " norm bias"};
+          ASSIGN_OR_RETURN(t.norm_bias, backend.Upload(nb, DType::kF32));
+        }
+        t.norm_eps = l.norm_eps;
+      }
+      p->token_layers_.push_back(std::move(t));
+    }
+  }
   if (!h.layers.empty() && !p->token_level()) {
     // On the host this product was the slowest part of a BERT cross-encoder on CUDA.
     const HostLinear& l = h.layers[0];
     HostTensor hw{l.weight.data(), DType::kF32, {l.out, l.in}, "head " + l.name};
     HostTensor hb{l.bias.data(), DType::kF32, {l.out}, "head " + l.name + " bias"};
-    ASSIGN_OR_RETURN(p->head_dense_, runner->backend().PrepareLinear(
-                                         hw, l.bias.empty() ? nullptr : &hb, DType::kF32));
+    ASSIGN_OR_RETURN(p->head_dense_,
+                     backend.PrepareLinear(hw, l.bias.empty() ? nullptr : &hb, DType::kF32));
   }
   return p;
 }
@@ -46,6 +74,18 @@ Status Pooler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int in
   slot.token_ids.clear();
   if (token_level()) {
     result = f.hidden;
+    // The token-level head over every row, on the device (alternating two workspace slots).
+    for (size_t i = 0; i < token_layers_.size(); ++i) {
+      const TokenLayer& t = token_layers_[i];
+      Tensor y = ws.Get(kSlotTokenHead + static_cast<int>(i % 2), DType::kF32, result.rows,
+                        t.linear->out_features);
+      backend.Linear({t.linear.get(), result, y, t.act});
+      if (!t.norm_weight.empty()) {
+        backend.LayerNorm(y, nullptr, t.norm_weight.t(),
+                          t.norm_bias.empty() ? nullptr : &t.norm_bias.t(), t.norm_eps, y);
+      }
+      result = y;
+    }
     slot.cu_seqlens = batch.cu_seqlens;
     if (head_.pooling == PoolingKind::kStep) slot.token_ids = batch.token_ids;
   } else {

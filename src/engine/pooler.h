@@ -43,6 +43,15 @@ class Pooler final : public OutputStage {
   // The head's first dense layer (e.g. BERT's pooler) as a device GEMM over the pooled
   // rows; its activation and the rest of the head run on the host.
   std::unique_ptr<LinearWeight> head_dense_;
+  // Token-level heads (token classification, a late-interaction projection): every layer on
+  // the device over all token rows (its activation where the device has it, its LayerNorm).
+  struct TokenLayer {
+    std::unique_ptr<LinearWeight> linear;
+    Activation act = Activation::kNone;
+    Buffer norm_weight, norm_bias;
+    float norm_eps = 1e-5f;
+  };
+  std::vector<TokenLayer> token_layers_;
   Slot slots_[kMaxSlots];
 };
 

@@ -18,6 +18,9 @@ ProcessorRegistry::ProcessorRegistry() {
   routes_["/v1/score"] = MakeScoreProcessor(ScoreFlavor::kScore);
   routes_["/v1/rerank"] = MakeScoreProcessor(ScoreFlavor::kRerank);
   routes_["/rerank"] = MakeScoreProcessor(ScoreFlavor::kRerank);
+  routes_["/v2/rerank"] = MakeScoreProcessor(ScoreFlavor::kCohereV2);
+  routes_["/token-classify"] = MakeTokenClassifyProcessor();
+  routes_["/absa"] = MakeAbsaProcessor();
   routes_["/tokenize"] = MakeTokenizeProcessor(false);
   routes_["/detokenize"] = MakeTokenizeProcessor(true);
 }

@@ -4,6 +4,8 @@
 //   score:    POST /score (vLLM), /v1/rerank (Cohere/Jina), /rerank (Cohere/Jina, or TEI
 //             when the body has "texts")
 //   tokenize: POST /tokenize, /detokenize (vLLM)
+//   token-classify: POST /token-classify (the Hugging Face token-classification pipeline)
+//   absa:     POST /absa (aspect-based sentiment, sluice.json "absa")
 #pragma once
 
 #include <map>
@@ -16,12 +18,17 @@ namespace sluice::io {
 
 enum class EmbedFlavor { kOpenAI, kTei, kPooling };
 enum class ClassifyFlavor { kVllm, kTei };
-enum class ScoreFlavor { kScore, kRerank };
+enum class ScoreFlavor { kScore, kRerank, kCohereV2 };
 
 std::unique_ptr<IoProcessor> MakeEmbedProcessor(EmbedFlavor flavor);
 std::unique_ptr<IoProcessor> MakeClassifyProcessor(ClassifyFlavor flavor);
 std::unique_ptr<IoProcessor> MakeScoreProcessor(ScoreFlavor flavor);
 std::unique_ptr<IoProcessor> MakeTokenizeProcessor(bool detokenize);
+std::unique_ptr<IoProcessor> MakeTokenClassifyProcessor();
+std::unique_ptr<IoProcessor> MakeAbsaProcessor();
+
+// FailedPrecondition unless the model classifies tokens and has its tokenizer.
+Status CheckTokenClassifier(const ModelContext& m);
 
 // Route -> processor for every built-in route. Const after construction.
 class ProcessorRegistry {

@@ -1,8 +1,16 @@
 // Embedding endpoints: OpenAI /v1/embeddings, TEI /embed, vLLM /pooling.
+//
+// Normalisation (vLLM's rule, the same on every route and in `sluice embed`): embeddings are
+// L2-normalised unless the request's "normalize" is false; the model's default is sluice.json
+// "normalize", else true. `dimensions` (Matryoshka) truncates before normalising.
+// /pooling's "task" names what the model pools: embed (one vector per input), token_embed
+// (a vector per token: pooling all/step, late-interaction models), classify, score,
+// token_classify (per-token label probabilities); it must be the model's own (the default).
 #include <cmath>
 
 #include "io/builtins.h"
 #include "io/inputs.h"
+#include "pooling/head.h"
 #include "weights/config.h"
 
 namespace sluice::io {
@@ -13,29 +21,16 @@ struct EmbedState : IoState {
   std::string model;
   bool base64 = false;
   int dimensions = 0;
-  bool normalize = false;  // TEI: L2-normalise (default true)
+  bool normalize = true;  // L2-normalise the embeddings (the model's default unless asked)
   Truncate truncate;
 };
 
-// Keeps the first `dims` values; re-normalises when the model normalises (Matryoshka).
-void Shorten(std::vector<float>* v, int dims, bool renormalize) {
-  if (dims <= 0 || static_cast<size_t>(dims) >= v->size()) return;
-  v->resize(dims);
-  if (renormalize) {
-    double ss = 0;
-    for (float x : *v) ss += double(x) * x;
-    const double n = std::sqrt(ss);
-    if (n > 0) {
-      for (float& x : *v) x = static_cast<float>(x / n);
-    }
-  }
-}
-
-void L2(std::vector<float>* v) {
-  double ss = 0;
-  for (float x : *v) ss += double(x) * x;
-  const double n = std::max(std::sqrt(ss), 1e-12);
-  for (float& x : *v) x = static_cast<float>(x / n);
+// What /pooling pools for this model (vLLM's task names).
+const char* PoolingTask(const ModelContext& m) {
+  if (m.task == "embed") return m.token_level ? "token_embed" : "embed";
+  if (m.late_interaction) return "token_embed";
+  if (m.task == "token-classify") return "token_classify";
+  return m.task == "score" ? "score" : "classify";
 }
 
 class EmbedProcessor : public IoProcessor {
@@ -59,9 +54,30 @@ class EmbedProcessor : public IoProcessor {
     RETURN_IF_ERROR(CheckCount(m, st->items.size(), input_field));
     int64_t dims = INT64_MIN;  // absent
     RETURN_IF_ERROR(f.GetInt("dimensions", &dims));
+    st->normalize = m.normalize;
+    simdjson::dom::element ne;
+    const bool normalize_given = f.Get("normalize", &ne);
+    RETURN_IF_ERROR(f.GetBool("normalize", &st->normalize));
+    const bool embeddings = m.task == "embed" || m.late_interaction;
+    if (normalize_given && !embeddings) {
+      return FieldError("normalize",
+                        "applies to embeddings only (this model's task is " + m.task + ")");
+    }
+    if (normalize_given && m.late_interaction && !st->normalize) {
+      return FieldError("normalize",
+                        "cannot be false for a late-interaction model: its token "
+                        "vectors are normalised for MaxSim");
+    }
+    if (!embeddings) st->normalize = false;
+    if (flavor_ == EmbedFlavor::kPooling) {
+      std::string task = PoolingTask(m);
+      RETURN_IF_ERROR(f.GetString("task", &task));
+      if (task != PoolingTask(m)) {
+        return FieldError("task", "is \"" + task + "\", but this model pools for \"" +
+                                      PoolingTask(m) + "\" (its only task here)");
+      }
+    }
     if (flavor_ == EmbedFlavor::kTei) {
-      st->normalize = true;
-      RETURN_IF_ERROR(f.GetBool("normalize", &st->normalize));
       bool trunc = false;
       RETURN_IF_ERROR(f.GetBool("truncate", &trunc));
       if (trunc) st->truncate.tokens = -1;
@@ -122,8 +138,10 @@ class EmbedProcessor : public IoProcessor {
                                    std::vector<PooledOutput>& outs) const override {
     auto& st = static_cast<EmbedState&>(state);
     for (auto& o : outs) {
-      Shorten(&o.values, st.dimensions, m.normalized);
-      if (st.normalize) L2(&o.values);
+      if (st.dimensions > 0 && static_cast<size_t>(st.dimensions) < o.values.size()) {
+        o.values.resize(st.dimensions);
+      }
+      if (st.normalize && !m.late_interaction) NormalizeRows(&o);
     }
     JsonWriter w;
     if (flavor_ == EmbedFlavor::kTei) {

@@ -8,7 +8,8 @@
 
 namespace sluice::io {
 
-Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int32_t>* out) {
+Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int32_t>* out,
+               bool allow_empty) {
   size_t i = 0;
   for (auto v : a) {
     int64_t id;
@@ -19,31 +20,32 @@ Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int3
     out->push_back(static_cast<int32_t>(id));
     ++i;
   }
-  if (out->empty()) return FieldError(path, "must not be empty");
+  if (out->empty() && !allow_empty) return FieldError(path, "must not be empty");
   return Status::Ok();
 }
 
-StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path) {
+StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path, bool allow_empty) {
   Item it;
   std::string_view s;
   simdjson::dom::array a;
   if (!e.get(s)) {
-    if (s.empty()) return FieldError(path, "must not be an empty string");
+    if (s.empty() && !allow_empty) return FieldError(path, "must not be an empty string");
     it.text = std::string(s);
   } else if (!e.get(a)) {
     it.is_ids = true;
-    RETURN_IF_ERROR(ReadIds(a, path, &it.ids));
+    RETURN_IF_ERROR(ReadIds(a, path, &it.ids, allow_empty));
   } else {
     return FieldError(path, "must be a string or a list of token ids");
   }
   return it;
 }
 
-StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::string& path) {
+StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::string& path,
+                                      bool allow_empty) {
   std::vector<Item> items;
   simdjson::dom::array a;
   if (e.get(a)) {
-    ASSIGN_OR_RETURN(Item one, ReadItem(e, path));
+    ASSIGN_OR_RETURN(Item one, ReadItem(e, path, allow_empty));
     items.push_back(std::move(one));
     return items;
   }
@@ -56,7 +58,7 @@ StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::strin
   }
   size_t i = 0;
   for (auto v : a) {
-    ASSIGN_OR_RETURN(Item it, ReadItem(v, path + "[" + std::to_string(i) + "]"));
+    ASSIGN_OR_RETURN(Item it, ReadItem(v, path + "[" + std::to_string(i) + "]", allow_empty));
     items.push_back(std::move(it));
     ++i;
   }
@@ -167,30 +169,32 @@ StatusOr<TokenSequence> AssembleCausal(const ModelContext& model,
   return s;
 }
 
-// Text: the tokens of "<Instruct>: {instruction}\n<Query>: {a}\n<Document>: {b}" in the
-// middle. Token ids: tokens("<Instruct>: {instruction}\n<Query>: ") + a +
-// tokens("\n<Document>: ") + b.
+// The tokens of "<Instruct>: {instruction}\n<Query>: {a}\n<Document>: {b}" in the middle.
+// Token-id pairs are decoded to text first (special tokens kept) and rendered the same way:
+// the template's "<Query>: " ends in a space that a byte-level BPE merges into the query's
+// first word, so ids of the query tokenised alone (/tokenize) could not be spliced in and
+// give the text's tokens; decoding gives exactly the text path's sequence (byte-level BPE
+// decodes losslessly).
 StatusOr<TokenSequence> EncodeCausalPair(const ModelContext& model, const Item& a, const Item& b,
                                          int limit, bool truncating, const std::string& path,
                                          const std::string& instruction) {
-  if (!a.is_ids) {
-    const std::string body =
-        "<Instruct>: " + (instruction.empty() ? model.default_instruction : instruction) +
-        "\n<Query>: " + a.text + "\n<Document>: " + b.text;
-    auto enc = model.tokenizer->Encode(body, /*add_special_tokens=*/false);
-    if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
-    return AssembleCausal(model, {&enc->ids}, limit, truncating, path);
+  std::string qa = a.text, qb = b.text;
+  if (a.is_ids) {
+    auto da = model.tokenizer->Decode(a.ids, /*skip_special_tokens=*/false);
+    auto db = model.tokenizer->Decode(b.ids, /*skip_special_tokens=*/false);
+    if (!da.ok() || !db.ok()) {
+      return FieldError(path, "holds token ids that cannot be decoded: " +
+                                  (da.ok() ? db.status() : da.status()).message());
+    }
+    qa = std::move(da).value();
+    qb = std::move(db).value();
   }
-  std::vector<int32_t> custom_head;
-  if (!instruction.empty()) {
-    auto h = CausalQueryHead(*model.tokenizer, instruction);
-    if (!h.ok())
-      return FieldError("instruction", "could not be tokenised: " + h.status().message());
-    custom_head = std::move(h).value();
-  }
-  const std::vector<int32_t>& head = instruction.empty() ? model.prompt_query_head : custom_head;
-  return AssembleCausal(model, {&head, &a.ids, &model.prompt_document_head, &b.ids}, limit,
-                        truncating, path);
+  const std::string body =
+      "<Instruct>: " + (instruction.empty() ? model.default_instruction : instruction) +
+      "\n<Query>: " + qa + "\n<Document>: " + qb;
+  auto enc = model.tokenizer->Encode(body, /*add_special_tokens=*/false);
+  if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+  return AssembleCausal(model, {&enc->ids}, limit, truncating, path);
 }
 
 }  // namespace
@@ -231,12 +235,16 @@ StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, con
     ids.insert(ids.end(), model.pair_prefix.begin(), model.pair_prefix.end());
     ids.insert(ids.end(), a.ids.begin(), a.ids.end());
     ids.insert(ids.end(), model.pair_separator.begin(), model.pair_separator.end());
-    const size_t second = ids.size();
     ids.insert(ids.end(), b.ids.begin(), b.ids.begin() + static_cast<long>(b_len));
     ids.insert(ids.end(), model.pair_suffix.begin(), model.pair_suffix.end());
     if (model.uses_token_types) {
-      s.type_ids.assign(ids.size(), 0);
-      std::fill(s.type_ids.begin() + static_cast<long>(second), s.type_ids.end(), 1);
+      auto& types = s.type_ids;
+      types = model.pair_prefix_types;
+      types.resize(types.size() + a.ids.size(), model.pair_a_type);
+      types.insert(types.end(), model.pair_separator_types.begin(),
+                   model.pair_separator_types.end());
+      types.resize(types.size() + b_len, model.pair_b_type);
+      types.insert(types.end(), model.pair_suffix_types.begin(), model.pair_suffix_types.end());
     }
     return s;
   } else {
@@ -244,6 +252,75 @@ StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, con
   }
   if (s.ids.size() > static_cast<size_t>(limit)) return TooLong(path, s.ids.size(), limit, model);
   return s;
+}
+
+StatusOr<Encoding> EncodeText(const ModelContext& model, std::string_view a, const std::string* b,
+                              const Truncate& t, const std::string& path) {
+  if (!model.tokenizer) return NoTokenizer(path);
+  bool truncating;
+  const int limit = EffectiveLimit(model, t, &truncating);
+  TruncationParams tp;
+  tp.max_length = static_cast<size_t>(limit);
+  tp.strategy = b ? TruncationStrategy::kOnlySecond : TruncationStrategy::kLongestFirst;
+  auto enc = b ? model.tokenizer->EncodePair(a, *b, true, truncating ? &tp : nullptr)
+               : model.tokenizer->Encode(a, true, truncating ? &tp : nullptr);
+  if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+  if (enc->size() > static_cast<size_t>(limit)) return TooLong(path, enc->size(), limit, model);
+  return std::move(enc).value();
+}
+
+TokenSequence ToSequence(const ModelContext& model, const Encoding& enc) {
+  TokenSequence s;
+  s.ids = enc.ids;
+  if (model.uses_token_types) s.type_ids = enc.type_ids;
+  return s;
+}
+
+Status CheckQueryFits(const ModelContext& model, const Item& query, const Truncate& t,
+                      const std::string& path, const std::string& instruction) {
+  if (model.late_interaction) return Status::Ok();  // queries are encoded on their own
+  bool truncating;
+  const int limit = EffectiveLimit(model, t, &truncating);
+  size_t n = 0;
+  if (model.causal_reranker) {
+    std::string q = query.text;
+    if (query.is_ids) {
+      auto d = model.tokenizer->Decode(query.ids, false);
+      if (!d.ok()) return FieldError(path, "holds token ids that cannot be decoded");
+      q = std::move(d).value();
+    }
+    auto enc = model.tokenizer->Encode(
+        "<Instruct>: " + (instruction.empty() ? model.default_instruction : instruction) +
+            "\n<Query>: " + q + "\n<Document>: ",
+        false);
+    if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+    n = enc->size() + model.prompt_prefix.size() + model.prompt_suffix.size();
+  } else if (query.is_ids) {
+    n = query.ids.size() + model.pair_prefix.size() + model.pair_separator.size() +
+        model.pair_suffix.size();
+  } else if (model.tokenizer) {
+    auto enc = model.tokenizer->Encode(query.text, false);
+    if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+    n = enc->size() + model.tokenizer->NumSpecialTokensToAdd(true);
+  } else {
+    return Status::Ok();  // text without a tokenizer: EncodePair says so
+  }
+  if (n < static_cast<size_t>(limit)) return Status::Ok();
+  const bool model_limit = limit == model.model_max_tokens;
+  return OutOfRange("\"" + path + "\" has " + std::to_string(n) +
+                    " tokens with the special tokens of a pair, leaving no room for a document "
+                    "under the limit of " +
+                    std::to_string(limit) + " tokens per input (" +
+                    (model_limit ? "the model's maximum" : "--max-tokens-per-input") +
+                    "); shorten the query (truncation only shortens documents)");
+}
+
+std::optional<std::string> DocumentText(const ModelContext& model, const Item& doc) {
+  if (!doc.is_ids) return doc.text;
+  if (!model.tokenizer) return std::nullopt;
+  auto d = model.tokenizer->Decode(doc.ids, false);
+  if (!d.ok()) return std::nullopt;
+  return std::move(d).value();
 }
 
 Status CheckModelName(const ModelContext& model, const std::string& requested) {

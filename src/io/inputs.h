@@ -7,6 +7,7 @@
 
 #include "io/json.h"
 #include "sluice/io_processor.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::io {
 
@@ -18,12 +19,16 @@ struct Item {
 };
 
 // `string | [string, ...] | [int, ...] | [[int, ...], ...]` (the OpenAI `input` shape).
-// Empty strings and lists are refused; errors name path ("input[3]").
-StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::string& path);
+// Empty strings and token lists are refused (as OpenAI does) unless allow_empty (rerank and
+// score documents: an empty document is scored); errors name path ("input[3]").
+StatusOr<std::vector<Item>> ReadItems(simdjson::dom::element e, const std::string& path,
+                                      bool allow_empty = false);
 // `string | [int, ...]`.
-StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path);
+StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path,
+                        bool allow_empty = false);
 // Token ids: each an integer in [0, 2^31).
-Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int32_t>* out);
+Status ReadIds(simdjson::dom::array a, const std::string& path, std::vector<int32_t>* out,
+               bool allow_empty = false);
 
 // Refuses more than model.max_inputs_per_request items (and zero items).
 Status CheckCount(const ModelContext& model, size_t n, const std::string& path);
@@ -48,6 +53,24 @@ StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, c
 StatusOr<TokenSequence> EncodePair(const ModelContext& model, const Item& a, const Item& b,
                                    const Truncate& t, const std::string& path,
                                    const std::string& instruction = {});
+
+// A text (or a text pair: b non-null) through the tokenizer with its special tokens, the
+// whole Encoding kept (offsets, special-token mask, sequence ids): for outputs that point
+// back into the text. The request limits apply as in EncodeOne/EncodePair (pairs truncate
+// the second text). Needs the tokenizer.
+StatusOr<Encoding> EncodeText(const ModelContext& model, std::string_view a, const std::string* b,
+                              const Truncate& t, const std::string& path);
+// The engine sequence of an encoding (type ids when the model uses them).
+TokenSequence ToSequence(const ModelContext& model, const Encoding& enc);
+
+// The query of a scoring request must leave room for a document: its tokens with the pair's
+// special tokens (or the causal-LM reranker's template) under the limit; else OutOfRange
+// naming `path` (the query field), whatever truncation asks (only documents are truncated).
+Status CheckQueryFits(const ModelContext& model, const Item& query, const Truncate& t,
+                      const std::string& path, const std::string& instruction = {});
+// A document given as token ids, as text for responses: decoded with the tokenizer (special
+// tokens kept); nullopt without a tokenizer.
+std::optional<std::string> DocumentText(const ModelContext& model, const Item& doc);
 
 // Refuses a `model` field naming another model.
 Status CheckModelName(const ModelContext& model, const std::string& requested);

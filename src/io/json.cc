@@ -1,5 +1,6 @@
 #include "io/json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -172,6 +173,13 @@ Status Fields::GetInt(std::string_view name, int64_t* out) {
 }
 
 Status Fields::CheckNoUnknown() const {
+  // A key given twice is refused: JSON leaves its meaning open (simdjson would read the first).
+  std::vector<std::string_view> keys;
+  for (auto [key, value] : obj_) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  for (size_t i = 1; i < keys.size(); ++i) {
+    if (keys[i] == keys[i - 1]) return FieldError(Path(keys[i]), "appears more than once");
+  }
   for (auto [key, value] : obj_) {
     bool known = false;
     for (const auto& a : asked_) known |= (a == key);

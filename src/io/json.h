@@ -75,7 +75,7 @@ class Fields {
   Status GetString(std::string_view name, std::string* out);
   Status GetBool(std::string_view name, bool* out);
   Status GetInt(std::string_view name, int64_t* out);
-  // Errors on the first field never asked for.
+  // Errors on a field given twice, then on the first field never asked for.
   Status CheckNoUnknown() const;
   std::string Path(std::string_view name) const;
 

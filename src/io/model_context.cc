@@ -18,16 +18,7 @@ constexpr const char* kCausalSuffix = "<|im_end|>\n<|im_start|>assistant\n<think
 constexpr const char* kDefaultInstruction =
     "Given a web search query, retrieve relevant passages that answer the query";
 
-constexpr const char* kCausalDocumentHead = "\n<Document>: ";
-
 }  // namespace
-
-StatusOr<std::vector<int32_t>> CausalQueryHead(const Tokenizer& tokenizer,
-                                               const std::string& instruction) {
-  ASSIGN_OR_RETURN(Encoding e,
-                   tokenizer.Encode("<Instruct>: " + instruction + "\n<Query>: ", false));
-  return std::move(e.ids);
-}
 
 StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* tokenizer,
                                          const ContextOptions& options) {
@@ -38,7 +29,7 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   m.task = TaskName(info.task);
   m.family = info.family;
   m.output_dim = head.output_dim;
-  m.normalized = head.normalize;
+  m.normalize = head.normalize;
   m.token_level = head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep;
   const SluiceOverrides& overrides = engine.bundle().overrides;
   const Matryoshka mat = ResolveMatryoshka(engine.model().config(), overrides);
@@ -63,17 +54,25 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   m.truncate_by_default = options.truncate;
   m.tokenizer = tokenizer;
   if (tokenizer) {
-    auto cls = tokenizer->TokenToId("[CLS]"), sep = tokenizer->TokenToId("[SEP]");
-    auto bos = tokenizer->TokenToId("<s>"), eos = tokenizer->TokenToId("</s>");
-    if (info.family == "bert" && cls && sep) {
-      m.pair_prefix = {*cls};
-      m.pair_separator = {*sep};
-      m.pair_suffix = {*sep};
-    } else if (info.family == "bert" && bos && eos) {  // RoBERTa / XLM-R
-      m.pair_prefix = {*bos};
-      m.pair_separator = {*eos, *eos};
-      m.pair_suffix = {*eos};
-    }
+    // Pre-tokenised pairs get the tokenizer's own pair template (its post-processor).
+    ASSIGN_OR_RETURN(Tokenizer::PairLayout pair, tokenizer->PairTemplate());
+    m.pair_prefix = std::move(pair.prefix);
+    m.pair_separator = std::move(pair.middle);
+    m.pair_suffix = std::move(pair.suffix);
+    m.pair_prefix_types = std::move(pair.prefix_types);
+    m.pair_separator_types = std::move(pair.middle_types);
+    m.pair_suffix_types = std::move(pair.suffix_types);
+    m.pair_a_type = pair.a_type;
+    m.pair_b_type = pair.b_type;
+  }
+  m.late_interaction = head.late_interaction;
+  m.query_prefix = overrides.query_prefix;
+  m.document_prefix = overrides.document_prefix;
+  if (overrides.absa) {
+    m.absa = true;
+    m.absa_sentiments = overrides.absa->sentiments;
+    m.absa_aggregation = overrides.absa->aggregation;
+    m.absa_max_aspects = overrides.absa->max_aspects;
   }
   if (tokenizer && head.yes_no) {
     m.causal_reranker = true;
@@ -82,9 +81,6 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
     ASSIGN_OR_RETURN(Encoding suf, tokenizer->Encode(kCausalSuffix, false));
     m.prompt_prefix = std::move(pre.ids);
     m.prompt_suffix = std::move(suf.ids);
-    ASSIGN_OR_RETURN(m.prompt_query_head, CausalQueryHead(*tokenizer, m.default_instruction));
-    ASSIGN_OR_RETURN(Encoding doc, tokenizer->Encode(kCausalDocumentHead, false));
-    m.prompt_document_head = std::move(doc.ids);
   }
   return m;
 }

@@ -14,11 +14,6 @@ struct ContextOptions {
   bool truncate = false;           // --truncate: over-long inputs are truncated
 };
 
-// Causal-LM rerankers: the tokens of "<Instruct>: {instruction}\n<Query>: ", which precede
-// a pre-tokenised query.
-StatusOr<std::vector<int32_t>> CausalQueryHead(const Tokenizer& tokenizer,
-                                               const std::string& instruction);
-
 StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* tokenizer,
                                          const ContextOptions& options);
 

@@ -1,36 +1,73 @@
-// Scoring endpoints: vLLM /score (1:1, 1:N, N:N), Cohere/Jina /v1/rerank and /rerank, and
-// TEI /rerank (when the body has "texts").
+// Scoring endpoints: vLLM /score (1:1, 1:N, N:N), Cohere v1 / Jina /v1/rerank and /rerank,
+// Cohere v2 /v2/rerank, and TEI /rerank (when the body has "texts").
+//
+// Conventions (the same on every route): an empty document is scored (as Cohere, vLLM and HF
+// do; queries must not be empty); `top_n` absent = every document, else an integer >= 1
+// (more than the documents = all of them); a document given as token ids is echoed as its
+// decoded text ({"text": "..."}, never a list; without a tokenizer no "document" is
+// returned); a query that leaves no room for a document is reported as the query.
+// Late-interaction models (sluice.json) embed the query and each document on their own and
+// score the pair by MaxSim (pooling/head.h).
 #include <algorithm>
 #include <numeric>
 
 #include "io/builtins.h"
 #include "io/inputs.h"
+#include "pooling/head.h"
 
 namespace sluice::io {
 namespace {
 
+constexpr int kCohereV2DefaultMaxTokensPerDoc = 4096;
+
 struct ScoreState : IoState {
-  std::vector<Item> queries, docs;  // /score: pairs are (queries[i or 0], docs[i])
+  std::vector<Item> queries, docs;  // pairs are (queries[i or 0], docs[i])
+  std::string query_field, docs_field;
   bool tei = false;
-  int64_t top_n = -1;
-  bool return_documents = true;  // rerank (Cohere/Jina); TEI: return_text (default false)
+  int64_t top_n = 0;  // 0 = every document
+  bool return_documents = true;
   bool raw_scores = false;
   Truncate truncate;
-  std::string instruction;  // causal-LM rerankers
+  std::string instruction;     // causal-LM rerankers
+  int max_tokens_per_doc = 0;  // Cohere v2: documents cut to this many tokens first
+  // Late interaction: each pair's query and document sequence in the engine's outputs.
+  std::vector<size_t> q_seq, d_seq;
 };
 
-// A rerank document: "text" | {"text": "..."} | [ids...].
+// A rerank document: "text" | {"text": "..."} | [ids...]; empty text and ids are documents.
 StatusOr<Item> ReadDocument(simdjson::dom::element e, const std::string& path) {
   simdjson::dom::object o;
   if (!e.get(o)) {
     Fields f(o, path);
     simdjson::dom::element t;
     if (!f.Get("text", &t)) return FieldError(path + ".text", "is required");
-    ASSIGN_OR_RETURN(Item it, ReadItem(t, path + ".text"));
+    ASSIGN_OR_RETURN(Item it, ReadItem(t, path + ".text", /*allow_empty=*/true));
     RETURN_IF_ERROR(f.CheckNoUnknown());
     return it;
   }
-  return ReadItem(e, path);
+  return ReadItem(e, path, /*allow_empty=*/true);
+}
+
+Status ReadTopN(Fields& f, int64_t* top_n) {
+  int64_t v = INT64_MIN;
+  RETURN_IF_ERROR(f.GetInt("top_n", &v));
+  if (v == INT64_MIN) return Status::Ok();
+  if (v < 1) return FieldError("top_n", "must be at least 1 (leave it out for every document)");
+  *top_n = v;
+  return Status::Ok();
+}
+
+// Cohere v2's max_tokens_per_doc: the document's text cut after its first `max` tokens.
+Status CutDocument(const ModelContext& m, int max, Item* doc, const std::string& path) {
+  if (doc->is_ids || !m.tokenizer) {
+    if (doc->is_ids && doc->ids.size() > static_cast<size_t>(max)) doc->ids.resize(max);
+    return Status::Ok();
+  }
+  auto enc = m.tokenizer->Encode(doc->text, false);
+  if (!enc.ok()) return FieldError(path, "could not be tokenised: " + enc.status().message());
+  if (enc->size() <= static_cast<size_t>(max)) return Status::Ok();
+  doc->text.resize(enc->offsets[max - 1].second);
+  return Status::Ok();
 }
 
 class ScoreProcessor : public IoProcessor {
@@ -46,37 +83,41 @@ class ScoreProcessor : public IoProcessor {
     Fields f(obj, "");
     auto st = std::make_unique<ScoreState>();
     simdjson::dom::element e;
-    std::string docs_field;
+    std::string model;
     if (flavor_ == ScoreFlavor::kScore) {
-      const char* qf = f.Get("text_1", &e) ? "text_1" : "queries";
-      if (std::string(qf) == "queries" && !f.Get("queries", &e)) {
+      st->query_field = f.Get("text_1", &e) ? "text_1" : "queries";
+      if (st->query_field == "queries" && !f.Get("queries", &e)) {
         return FieldError("text_1", "is required (or \"queries\")");
       }
-      ASSIGN_OR_RETURN(st->queries, ReadItems(e, qf));
-      docs_field = f.Get("text_2", &e) ? "text_2" : "documents";
-      if (docs_field == "documents" && !f.Get("documents", &e)) {
+      ASSIGN_OR_RETURN(st->queries, ReadItems(e, st->query_field));
+      st->docs_field = f.Get("text_2", &e) ? "text_2" : "documents";
+      if (st->docs_field == "documents" && !f.Get("documents", &e)) {
         return FieldError("text_2", "is required (or \"documents\")");
       }
-      ASSIGN_OR_RETURN(st->docs, ReadItems(e, docs_field));
+      ASSIGN_OR_RETURN(st->docs, ReadItems(e, st->docs_field, /*allow_empty=*/true));
       if (st->queries.size() != 1 && st->queries.size() != st->docs.size()) {
-        return FieldError(qf, "has " + std::to_string(st->queries.size()) +
-                                  " items; it must have 1 or as many as \"" + docs_field + "\" (" +
-                                  std::to_string(st->docs.size()) + ")");
+        return FieldError(st->query_field, "has " + std::to_string(st->queries.size()) +
+                                               " items; it must have 1 or as many as \"" +
+                                               st->docs_field + "\" (" +
+                                               std::to_string(st->docs.size()) + ")");
       }
-      std::string model, user;
+      std::string user;
       RETURN_IF_ERROR(f.GetString("model", &model));
-      RETURN_IF_ERROR(CheckModelName(m, model));
       RETURN_IF_ERROR(f.GetString("user", &user));
       RETURN_IF_ERROR(ReadTruncatePromptTokens(f, &st->truncate));
       RETURN_IF_ERROR(f.GetString("instruction", &st->instruction));
     } else {
+      st->query_field = "query";
       if (!f.Get("query", &e)) return FieldError("query", "is required");
       ASSIGN_OR_RETURN(Item q, ReadItem(e, "query"));
+      if (flavor_ == ScoreFlavor::kCohereV2 && q.is_ids) {
+        return FieldError("query", "must be a string (Cohere v2)");
+      }
       st->queries.push_back(std::move(q));
       simdjson::dom::array arr;
-      if (f.Get("texts", &e)) {  // TEI
+      if (flavor_ == ScoreFlavor::kRerank && f.Get("texts", &e)) {  // TEI
         st->tei = true;
-        docs_field = "texts";
+        st->docs_field = "texts";
         st->return_documents = false;
         RETURN_IF_ERROR(f.GetBool("raw_scores", &st->raw_scores));
         RETURN_IF_ERROR(f.GetBool("return_text", &st->return_documents));
@@ -89,29 +130,46 @@ class ScoreProcessor : public IoProcessor {
           return FieldError("truncation_direction", "must be \"Right\" (only right truncation)");
         }
       } else {
-        docs_field = "documents";
+        st->docs_field = "documents";
         if (!f.Get("documents", &e)) return FieldError("documents", "is required");
-        std::string model;
         RETURN_IF_ERROR(f.GetString("model", &model));
-        RETURN_IF_ERROR(CheckModelName(m, model));
-        RETURN_IF_ERROR(f.GetInt("top_n", &st->top_n));
-        if (st->top_n != -1 && st->top_n < 1) return FieldError("top_n", "must be at least 1");
-        RETURN_IF_ERROR(f.GetBool("return_documents", &st->return_documents));
-        RETURN_IF_ERROR(ReadTruncatePromptTokens(f, &st->truncate));
-        RETURN_IF_ERROR(f.GetString("instruction", &st->instruction));
+        RETURN_IF_ERROR(ReadTopN(f, &st->top_n));
+        if (flavor_ == ScoreFlavor::kCohereV2) {
+          // v2 returns no documents and never refuses a long one: it cuts it.
+          st->return_documents = false;
+          int64_t max = kCohereV2DefaultMaxTokensPerDoc;
+          RETURN_IF_ERROR(f.GetInt("max_tokens_per_doc", &max));
+          if (max < 1 || max > INT32_MAX) {
+            return FieldError("max_tokens_per_doc", "must be a positive number of tokens");
+          }
+          st->max_tokens_per_doc = static_cast<int>(max);
+          st->truncate.tokens = -1;
+        } else {
+          RETURN_IF_ERROR(f.GetBool("return_documents", &st->return_documents));
+          RETURN_IF_ERROR(ReadTruncatePromptTokens(f, &st->truncate));
+          RETURN_IF_ERROR(f.GetString("instruction", &st->instruction));
+        }
       }
-      if (e.get(arr)) return FieldError(docs_field, "must be a list");
+      if (e.get(arr)) return FieldError(st->docs_field, "must be a list");
       size_t i = 0;
       for (auto d : arr) {
-        ASSIGN_OR_RETURN(Item it, ReadDocument(d, docs_field + "[" + std::to_string(i++) + "]"));
+        const std::string path = st->docs_field + "[" + std::to_string(i++) + "]";
+        if (flavor_ == ScoreFlavor::kCohereV2 && !d.is_string()) {
+          return FieldError(path, "must be a string (Cohere v2 documents are texts)");
+        }
+        ASSIGN_OR_RETURN(Item it, ReadDocument(d, path));
         st->docs.push_back(std::move(it));
       }
     }
-    RETURN_IF_ERROR(CheckCount(m, st->docs.size(), docs_field));
+    RETURN_IF_ERROR(CheckModelName(m, model));
+    RETURN_IF_ERROR(CheckCount(m, st->docs.size(), st->docs_field));
     RETURN_IF_ERROR(f.CheckNoUnknown());
     if (m.task != "score") {
       return FailedPrecondition("this model's task is " + m.task +
                                 ", not score (a cross-encoder or reranker is needed)");
+    }
+    if (!st->instruction.empty() && !m.causal_reranker) {
+      return FieldError("instruction", "applies to causal-LM rerankers (with a tokenizer) only");
     }
     return std::unique_ptr<IoState>(std::move(st));
   }
@@ -119,13 +177,29 @@ class ScoreProcessor : public IoProcessor {
   Status PreProcess(const ModelContext& m, IoState& state,
                     std::vector<TokenSequence>* seqs) const override {
     auto& st = static_cast<ScoreState&>(state);
-    for (size_t i = 0; i < st.docs.size(); ++i) {
-      const Item& q = st.queries.size() == 1 ? st.queries[0] : st.queries[i];
-      const std::string path = (st.tei ? "texts[" : "documents[") + std::to_string(i) + "]";
-      ASSIGN_OR_RETURN(TokenSequence s,
-                       EncodePair(m, q, st.docs[i], st.truncate, path, st.instruction));
+    for (size_t i = 0; i < st.queries.size(); ++i) {
+      const std::string path =
+          st.queries.size() > 1 ? st.query_field + "[" + std::to_string(i) + "]" : st.query_field;
+      RETURN_IF_ERROR(CheckQueryFits(m, st.queries[i], st.truncate, path, st.instruction));
+    }
+    if (st.max_tokens_per_doc > 0) {
+      for (size_t i = 0; i < st.docs.size(); ++i) {
+        RETURN_IF_ERROR(CutDocument(m, st.max_tokens_per_doc, &st.docs[i],
+                                    st.docs_field + "[" + std::to_string(i) + "]"));
+      }
+    }
+    auto add = [&](TokenSequence s) {
       st.prompt_tokens += static_cast<int64_t>(s.ids.size());
       seqs->push_back(std::move(s));
+      return seqs->size() - 1;
+    };
+    if (m.late_interaction) return PreProcessLateInteraction(m, st, add);
+    for (size_t i = 0; i < st.docs.size(); ++i) {
+      const Item& q = st.queries.size() == 1 ? st.queries[0] : st.queries[i];
+      const std::string path = st.docs_field + "[" + std::to_string(i) + "]";
+      ASSIGN_OR_RETURN(TokenSequence s,
+                       EncodePair(m, q, st.docs[i], st.truncate, path, st.instruction));
+      add(std::move(s));
     }
     return Status::Ok();
   }
@@ -133,20 +207,16 @@ class ScoreProcessor : public IoProcessor {
   StatusOr<IoResponse> PostProcess(const ModelContext& m, IoState& state,
                                    std::vector<PooledOutput>& outs) const override {
     auto& st = static_cast<ScoreState&>(state);
-    std::vector<float> scores(outs.size());
-    for (size_t i = 0; i < outs.size(); ++i) {
+    std::vector<float> scores(st.docs.size());
+    for (size_t i = 0; i < scores.size(); ++i) {
+      if (m.late_interaction) {
+        scores[i] = MaxSim(outs[st.q_seq[i]], outs[st.d_seq[i]]);
+        continue;
+      }
       const auto& v = st.raw_scores ? outs[i].raw : outs[i].values;
       scores[i] = v.empty() ? 0.f : v[0];
     }
     JsonWriter w;
-    auto write_doc_text = [&](size_t i) {
-      const Item& d = st.docs[i];
-      if (d.is_ids) {
-        w.Ints(d.ids);
-      } else {
-        w.String(d.text);
-      }
-    };
     if (flavor_ == ScoreFlavor::kScore) {
       BeginResponse(w, Envelope::kList, "score", m.name);
       for (size_t i = 0; i < scores.size(); ++i) {
@@ -172,33 +242,86 @@ class ScoreProcessor : public IoProcessor {
         w.KeyInt("index", static_cast<int64_t>(order[k]));
         w.KeyFloat("score", scores[order[k]]);
         if (st.return_documents) {
-          w.Key("text");
-          write_doc_text(order[k]);
+          if (auto text = DocumentText(m, st.docs[order[k]])) w.KeyString("text", *text);
         }
         w.EndObject();
       }
       w.EndArray();
       return IoResponse{w.Take()};
     }
-    BeginResponse(w, Envelope::kRerank, "rerank", m.name);
+    if (flavor_ == ScoreFlavor::kCohereV2) {
+      w.BeginObject();
+      w.KeyString("id", NewResponseId("rerank"));
+      w.Key("results");
+      w.BeginArray();
+    } else {
+      BeginResponse(w, Envelope::kRerank, "rerank", m.name);
+    }
     for (size_t k = 0; k < n; ++k) {
       w.BeginObject();
       w.KeyInt("index", static_cast<int64_t>(order[k]));
       w.KeyFloat("relevance_score", scores[order[k]]);
       if (st.return_documents) {
-        w.Key("document");
-        w.BeginObject();
-        w.Key("text");
-        write_doc_text(order[k]);
-        w.EndObject();
+        if (auto text = DocumentText(m, st.docs[order[k]])) {
+          w.Key("document");
+          w.BeginObject();
+          w.KeyString("text", *text);
+          w.EndObject();
+        }
       }
       w.EndObject();
     }
-    EndResponse(w, Envelope::kRerank, st.prompt_tokens);
+    if (flavor_ != ScoreFlavor::kCohereV2) {
+      EndResponse(w, Envelope::kRerank, st.prompt_tokens);
+      return IoResponse{w.Take()};
+    }
+    w.EndArray();
+    w.Key("meta");
+    w.BeginObject();
+    w.Key("api_version");
+    w.BeginObject();
+    w.KeyString("version", "2");
+    w.EndObject();
+    w.Key("billed_units");
+    w.BeginObject();
+    w.KeyInt("search_units", 1);
+    w.EndObject();
+    w.Key("tokens");
+    w.BeginObject();
+    w.KeyInt("input_tokens", st.prompt_tokens);
+    w.KeyInt("output_tokens", 0);
+    w.EndObject();
+    w.EndObject();
+    w.EndObject();
     return IoResponse{w.Take()};
   }
 
  private:
+  // Queries and documents embedded on their own (each query once), prefixes on texts.
+  template <typename Add>
+  static Status PreProcessLateInteraction(const ModelContext& m, ScoreState& st, Add& add) {
+    auto encode = [&](const Item& it, const std::string& prefix,
+                      const std::string& path) -> StatusOr<TokenSequence> {
+      Item x = it;
+      if (!x.is_ids) x.text = prefix + x.text;
+      return EncodeOne(m, x, st.truncate, path);
+    };
+    std::vector<size_t> q_index(st.queries.size());
+    for (size_t i = 0; i < st.queries.size(); ++i) {
+      const std::string path =
+          st.queries.size() > 1 ? st.query_field + "[" + std::to_string(i) + "]" : st.query_field;
+      ASSIGN_OR_RETURN(TokenSequence s, encode(st.queries[i], m.query_prefix, path));
+      q_index[i] = add(std::move(s));
+    }
+    for (size_t i = 0; i < st.docs.size(); ++i) {
+      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix,
+                                               st.docs_field + "[" + std::to_string(i) + "]"));
+      st.q_seq.push_back(q_index[st.queries.size() == 1 ? 0 : i]);
+      st.d_seq.push_back(add(std::move(s)));
+    }
+    return Status::Ok();
+  }
+
   ScoreFlavor flavor_;
 };
 

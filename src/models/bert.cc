@@ -194,6 +194,12 @@ SLUICE_REGISTER_ARCHITECTURES({
     Encoder("XLMRobertaModel", "roberta", "", HeadKind::kNone, Task::kEmbed, CreateBertModel<true>),
     Encoder("XLMRobertaForSequenceClassification", "roberta", "roberta.",
             HeadKind::kRobertaClassifier, Task::kClassify, CreateBertModel<true>),
+    Encoder("BertForTokenClassification", "bert", "bert.", HeadKind::kTokenClassifier,
+            Task::kTokenClassify, CreateBertModel<false>),
+    Encoder("RobertaForTokenClassification", "roberta", "roberta.", HeadKind::kTokenClassifier,
+            Task::kTokenClassify, CreateBertModel<true>),
+    Encoder("XLMRobertaForTokenClassification", "roberta", "roberta.", HeadKind::kTokenClassifier,
+            Task::kTokenClassify, CreateBertModel<true>),
 });
 
 }  // namespace

@@ -21,12 +21,16 @@ bool ParseTask(std::string_view s, Task* out);
 
 // The head a checkpoint carries on top of its base model (resolved by src/pooling).
 enum class HeadKind {
-  kNone,                  // base model only: embeddings
-  kBertPoolerClassifier,  // BERT pooler (tanh) + classifier
-  kRobertaClassifier,     // RoBERTa classification head (dense tanh + out_proj)
-  kScoreLast,             // decoder `score` row at the last token
-  kLanguageModel,         // lm_head over the vocabulary (tied or not): generation, or the
-                          // yes/no rows of a causal-LM reranker (--task score)
+  kNone,                       // base model only: embeddings
+  kBertPoolerClassifier,       // BERT pooler (tanh) + classifier
+  kRobertaClassifier,          // RoBERTa classification head (dense tanh + out_proj)
+  kScoreLast,                  // decoder `score` row at the last token
+  kModernBertClassifier,       // ModernBERT prediction head (dense, act, LayerNorm) on the CLS
+                               // row or the mean (classifier_pooling) -> classifier
+  kTokenClassifier,            // per token: classifier (BERT/RoBERTa/XLM-R ForTokenClassification)
+  kModernBertTokenClassifier,  // per token: prediction head -> classifier
+  kLanguageModel,              // lm_head over the vocabulary (tied or not): generation, or the
+                               // yes/no rows of a causal-LM reranker (--task score)
 };
 
 // How a model pools when nothing (sentence-transformers, sluice.json) says otherwise.

@@ -96,6 +96,22 @@ StatusOr<HostLinear> LoadHostLinear(const WeightStore& w, const std::string& nam
   return l;
 }
 
+// ModernBERT's prediction head (dense -> classifier_activation -> LayerNorm) as one layer.
+StatusOr<HostLinear> LoadModernBertHead(const WeightStore& w, const ModelConfig& c) {
+  const int H = c.hidden_size;
+  ASSIGN_OR_RETURN(std::string act,
+                   HostActivation(c.head_activation.empty() ? "gelu" : c.head_activation));
+  ASSIGN_OR_RETURN(HostLinear l, LoadHostLinear(w, "head.dense", H, H, c.classifier_bias, act));
+  ASSIGN_OR_RETURN(HostTensor nw, w.Get("head.norm.weight", {H}));
+  l.norm_weight = ToF32(nw);
+  if (c.norm_bias) {
+    ASSIGN_OR_RETURN(HostTensor nb, w.Get("head.norm.bias", {H}));
+    l.norm_bias = ToF32(nb);
+  }
+  l.norm_eps = static_cast<float>(c.norm_eps.value_or(1e-5));
+  return l;
+}
+
 // sentence-transformers / torch activation class name -> host activation name.
 StatusOr<std::string> TorchActivation(const std::string& name) {
   if (name.empty()) return std::string("tanh");  // ST Dense default
@@ -164,8 +180,30 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       arch.pooling == DefaultPooling::kLast ? PoolingKind::kLast : PoolingKind::kCls;
   std::string desc;
 
+  const bool token_head =
+      arch.head == HeadKind::kTokenClassifier || arch.head == HeadKind::kModernBertTokenClassifier;
+  if (ov.late_interaction) {
+    if (arch.head != HeadKind::kNone) {
+      return FailedPrecondition("sluice.json: late_interaction needs a base model (" + arch.name +
+                                " carries a head)");
+    }
+    if (in.task && *in.task != Task::kScore) {
+      return FailedPrecondition("a late-interaction model (sluice.json) scores pairs: --task " +
+                                std::string(TaskName(*in.task)) + " does not apply");
+    }
+    h.task = Task::kScore;
+    h.late_interaction = true;
+  }
+  if (h.task == Task::kTokenClassify && !token_head) {
+    return FailedPrecondition(arch.name +
+                              " has no token-classification head (token-classify needs a "
+                              "...ForTokenClassification checkpoint)");
+  }
+  if (token_head && (h.task == Task::kClassify || h.task == Task::kScore)) {
+    return FailedPrecondition(arch.name + " classifies tokens: use --task token-classify");
+  }
   if (arch.head == HeadKind::kNone) {
-    if (h.task != Task::kEmbed && h.task != Task::kTokenClassify) {
+    if (h.task != Task::kEmbed && !h.late_interaction) {
       return FailedPrecondition(arch.name +
                                 " has no classification head; it can only embed "
                                 "(use --task embed)");
@@ -200,9 +238,10 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
         h.layers.push_back(std::move(l));
         dim = d.out_features;
       }
-      h.normalize = in.st->normalize;
+      h.st_normalize = in.st->normalize;
     }
     h.output_dim = dim;
+    if (h.late_interaction) h.pooling = PoolingKind::kAll;
   } else {
     if (h.task == Task::kEmbed) {
       // Embedding from a classifier checkpoint: pooled hidden state, no head.
@@ -222,6 +261,25 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
       ASSIGN_OR_RETURN(auto out,
                        LoadHostLinear(w, "classifier.out_proj", c.num_labels, H, true, "none"));
       h.layers.push_back(std::move(out));
+    } else if (arch.head == HeadKind::kModernBertClassifier) {
+      if (!c.classifier_pooling.empty() && c.classifier_pooling != "cls" &&
+          c.classifier_pooling != "mean") {
+        return Unsupported("classifier_pooling \"" + c.classifier_pooling +
+                           "\" is not supported (cls, mean)");
+      }
+      h.pooling = c.classifier_pooling == "mean" ? PoolingKind::kMean : PoolingKind::kCls;
+      ASSIGN_OR_RETURN(auto head, LoadModernBertHead(w, c));
+      h.layers.push_back(std::move(head));
+      ASSIGN_OR_RETURN(auto cls, LoadHostLinear(w, "classifier", c.num_labels, H, true, "none"));
+      h.layers.push_back(std::move(cls));
+    } else if (token_head) {
+      h.pooling = PoolingKind::kAll;
+      if (arch.head == HeadKind::kModernBertTokenClassifier) {
+        ASSIGN_OR_RETURN(auto head, LoadModernBertHead(w, c));
+        h.layers.push_back(std::move(head));
+      }
+      ASSIGN_OR_RETURN(auto cls, LoadHostLinear(w, "classifier", c.num_labels, H, true, "none"));
+      h.layers.push_back(std::move(cls));
     } else if (arch.head == HeadKind::kScoreLast) {
       h.pooling = PoolingKind::kLast;
       ASSIGN_OR_RETURN(auto score, LoadHostLinear(w, "score", c.num_labels, H, false, "none"));
@@ -260,8 +318,10 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
     }
     if (h.task != Task::kEmbed) {
       h.output_dim = h.yes_no ? 1 : c.num_labels;
-      // Activation: sigmoid for one output or multi-label, softmax otherwise.
-      h.activation = (h.output_dim == 1 || c.problem_type == "multi_label_classification")
+      // Activation: sigmoid for one output or multi-label, softmax otherwise; tokens:
+      // softmax (the token-classification pipeline's).
+      h.activation = h.task != Task::kTokenClassify &&
+                             (h.output_dim == 1 || c.problem_type == "multi_label_classification")
                          ? OutputActivation::kSigmoid
                          : OutputActivation::kSoftmax;
       if (!c.classifier_activation.empty()) {
@@ -330,20 +390,36 @@ StatusOr<HeadSpec> ResolveHead(const HeadResolveInput& in) {
     return InvalidArgument("STEP pooling needs step_token_id in sluice.json");
   }
   if ((h.pooling == PoolingKind::kAll || h.pooling == PoolingKind::kStep) &&
-      h.task != Task::kEmbed && h.task != Task::kTokenClassify) {
+      h.task != Task::kEmbed && h.task != Task::kTokenClassify && !h.late_interaction) {
     return InvalidArgument("token-level pooling (all/step) only applies to embed/pooling tasks");
   }
+  if (h.task == Task::kTokenClassify && h.pooling != PoolingKind::kAll) {
+    return InvalidArgument(
+        "token classification keeps every token: sluice.json pooling must be "
+        "\"all\" (or absent)");
+  }
+  if (h.late_interaction && h.pooling != PoolingKind::kAll) {
+    return InvalidArgument(
+        "late interaction keeps every token: sluice.json pooling must be "
+        "\"all\" (or absent)");
+  }
+  h.normalize = ov.normalize.value_or(true);
 
   desc = std::string("pooling=") + PoolingName(h.pooling);
   for (const auto& l : h.layers) {
     desc += " -> linear(" + l.name + ", " + std::to_string(l.in) + "->" + std::to_string(l.out) +
-            (l.act != "none" ? ", " + l.act : "") + ")";
+            (l.act != "none" ? ", " + l.act : "") + (l.norm_weight.empty() ? "" : ", layernorm") +
+            ")";
   }
   if (h.yes_no) desc += " -> sigmoid(yes - no)";
   if (!h.calibration_mean.empty()) desc += " -> calibrate";
   if (h.task != Task::kEmbed && !h.yes_no)
     desc += std::string(" -> ") + OutputActivationName(h.activation);
-  if (h.normalize) desc += " -> normalize";
+  if (h.late_interaction) {
+    desc += " -> normalize tokens -> MaxSim";
+  } else if (h.task == Task::kEmbed) {
+    desc += h.normalize ? " -> normalize (default)" : " (not normalised by default)";
+  }
   h.description = desc;
   return h;
 }
@@ -356,14 +432,75 @@ void L2Normalize(float* v, int n) {
   for (int i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] / norm);
 }
 
-namespace {
+void NormalizeRows(PooledOutput* out) {
+  if (out->rows <= 0 || out->values.empty()) return;
+  const int dim = static_cast<int>(out->values.size() / out->rows);
+  for (int r = 0; r < out->rows; ++r)
+    L2Normalize(out->values.data() + static_cast<size_t>(r) * dim, dim);
+}
 
-float ApplyAct(const std::string& act, float x) {
+float MaxSim(const PooledOutput& q, const PooledOutput& d) {
+  if (q.rows <= 0 || d.rows <= 0 || q.values.empty() || d.values.empty()) return 0.f;
+  const size_t dim = q.values.size() / q.rows;
+  double total = 0;
+  for (int i = 0; i < q.rows; ++i) {
+    const float* qi = q.values.data() + i * dim;
+    double best = -INFINITY;
+    for (int j = 0; j < d.rows; ++j) {
+      const float* dj = d.values.data() + j * dim;
+      double dot = 0;
+      for (size_t k = 0; k < dim; ++k) dot += static_cast<double>(qi[k]) * dj[k];
+      best = std::max(best, dot);
+    }
+    total += best;
+  }
+  return static_cast<float>(total);
+}
+
+StatusOr<std::string> HostActivation(const std::string& a) {
+  if (a == "gelu" || a == "gelu_python") return std::string("gelu");
+  if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") {
+    return std::string("gelu_tanh");
+  }
+  if (a == "relu") return std::string("relu");
+  if (a == "silu" || a == "swish") return std::string("silu");
+  if (a == "tanh") return std::string("tanh");
+  if (a == "sigmoid") return std::string("sigmoid");
+  if (a == "linear" || a == "identity" || a == "none") return std::string("none");
+  return Unsupported("activation \"" + a +
+                     "\" is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu, "
+                     "tanh, sigmoid, linear)");
+}
+
+float ApplyHostActivation(const std::string& act, float x) {
   if (act == "tanh") return std::tanh(x);
   if (act == "relu") return x > 0 ? x : 0;
   if (act == "gelu") return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
+  if (act == "gelu_tanh") {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x)));
+  }
+  if (act == "silu") return x / (1.f + std::exp(-x));
   if (act == "sigmoid") return 1.f / (1.f + std::exp(-x));
   return x;
+}
+
+namespace {
+
+// The activation and LayerNorm of layer l on y (its matrix product's output), in place.
+void Finish(const HostLinear& l, float* y) {
+  for (int o = 0; o < l.out; ++o) y[o] = ApplyHostActivation(l.act, y[o]);
+  if (l.norm_weight.empty()) return;
+  double mean = 0, var = 0;
+  for (int o = 0; o < l.out; ++o) mean += y[o];
+  mean /= l.out;
+  for (int o = 0; o < l.out; ++o) var += (y[o] - mean) * (y[o] - mean);
+  var /= l.out;
+  const double rstd = 1.0 / std::sqrt(var + l.norm_eps);
+  for (int o = 0; o < l.out; ++o) {
+    y[o] = static_cast<float>((y[o] - mean) * rstd * l.norm_weight[o] +
+                              (l.norm_bias.empty() ? 0.0 : l.norm_bias[o]));
+  }
 }
 
 void HostLinearApply(const HostLinear& l, const float* x, float* y) {
@@ -371,7 +508,31 @@ void HostLinearApply(const HostLinear& l, const float* x, float* y) {
     const float* wr = l.weight.data() + static_cast<size_t>(o) * l.in;
     double acc = l.bias.empty() ? 0.0 : l.bias[o];
     for (int i = 0; i < l.in; ++i) acc += static_cast<double>(wr[i]) * x[i];
-    y[o] = ApplyAct(l.act, static_cast<float>(acc));
+    y[o] = static_cast<float>(acc);
+  }
+  Finish(l, y);
+}
+
+// Calibration and the output activation of one row of logits (classification heads).
+void Activate(const HeadSpec& spec, std::vector<float>* a, PooledOutput* o) {
+  for (size_t i = 0; i < spec.calibration_mean.size() && i < a->size(); ++i) {
+    (*a)[i] = ((*a)[i] - spec.calibration_mean[i]) / spec.calibration_std[i];
+  }
+  o->raw.insert(o->raw.end(), a->begin(), a->end());
+  const size_t base = o->values.size();
+  o->values.insert(o->values.end(), a->begin(), a->end());
+  float* v = o->values.data() + base;
+  const size_t n = a->size();
+  if (spec.yes_no || spec.activation == OutputActivation::kSigmoid) {
+    for (size_t i = 0; i < n; ++i) v[i] = 1.f / (1.f + std::exp(-v[i]));
+  } else if (spec.activation == OutputActivation::kSoftmax) {
+    float mx = v[0];
+    for (size_t i = 0; i < n; ++i) mx = std::max(mx, v[i]);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(v[i] - mx));
+    for (size_t i = 0; i < n; ++i) {
+      v[i] = static_cast<float>(std::exp(static_cast<double>(v[i] - mx)) / sum);
+    }
   }
 }
 
@@ -382,10 +543,7 @@ void HeadRunner::Apply(const float* pooled, int n, int hidden, PooledOutput* out
   for (int r = 0; r < n; ++r) {
     a.assign(pooled + static_cast<size_t>(r) * hidden,
              pooled + static_cast<size_t>(r + 1) * hidden);
-    if (first_layer_ > 0) {
-      const std::string& act = spec_.layers[first_layer_ - 1].act;
-      for (auto& v : a) v = ApplyAct(act, v);
-    }
+    if (first_layer_ > 0) Finish(spec_.layers[first_layer_ - 1], a.data());
     for (size_t li = first_layer_; li < spec_.layers.size(); ++li) {
       const auto& l = spec_.layers[li];
       b.resize(l.out);
@@ -394,36 +552,62 @@ void HeadRunner::Apply(const float* pooled, int n, int hidden, PooledOutput* out
     }
     PooledOutput& o = outs[r];
     o.rows = 1;
+    o.values.clear();
+    o.raw.clear();
     if (spec_.task == Task::kEmbed) {
-      if (spec_.normalize) L2Normalize(a.data(), static_cast<int>(a.size()));
       o.values = a;
       continue;
     }
     if (spec_.yes_no) a = {a[0] - a[1]};
-    for (size_t i = 0; i < spec_.calibration_mean.size() && i < a.size(); ++i) {
-      a[i] = (a[i] - spec_.calibration_mean[i]) / spec_.calibration_std[i];
-    }
-    o.raw = a;
-    o.values = a;
-    if (spec_.yes_no || spec_.activation == OutputActivation::kSigmoid) {
-      for (auto& v : o.values) v = 1.f / (1.f + std::exp(-v));
-    } else if (spec_.activation == OutputActivation::kSoftmax) {
-      float mx = o.values[0];
-      for (float v : o.values) mx = std::max(mx, v);
-      double sum = 0;
-      for (auto& v : o.values) sum += std::exp(static_cast<double>(v - mx));
-      for (auto& v : o.values) v = static_cast<float>(std::exp(static_cast<double>(v - mx)) / sum);
-    }
+    Activate(spec_, &a, &o);
   }
 }
 
-void HeadRunner::ApplyTokens(const float* rows, int n, int hidden, PooledOutput* out) const {
+void HeadRunner::ApplyTokens(const float* rows, int n, int width, PooledOutput* out) const {
   out->rows = n;
-  out->values.assign(rows, rows + static_cast<size_t>(n) * hidden);
-  if (spec_.normalize) {
-    for (int r = 0; r < n; ++r)
-      L2Normalize(out->values.data() + static_cast<size_t>(r) * hidden, hidden);
+  out->values.clear();
+  out->raw.clear();
+  if (spec_.task != Task::kTokenClassify) {
+    out->values.assign(rows, rows + static_cast<size_t>(n) * width);
+    if (!spec_.layers.empty()) {
+      const std::string& act = spec_.layers.back().act;
+      if (!DeviceActivation(act, nullptr)) {
+        for (auto& v : out->values) v = ApplyHostActivation(act, v);
+      }
+    }
+    if (spec_.late_interaction) NormalizeRows(out);
+    return;
   }
+  out->values.reserve(static_cast<size_t>(n) * width);
+  out->raw.reserve(static_cast<size_t>(n) * width);
+  std::vector<float> a;
+  const std::string& act = spec_.layers.back().act;
+  const bool host_act = !DeviceActivation(act, nullptr);
+  for (int r = 0; r < n; ++r) {
+    a.assign(rows + static_cast<size_t>(r) * width, rows + static_cast<size_t>(r + 1) * width);
+    if (host_act) {
+      for (auto& v : a) v = ApplyHostActivation(act, v);
+    }
+    Activate(spec_, &a, out);
+  }
+}
+
+bool DeviceActivation(const std::string& act, Activation* out) {
+  Activation a;
+  if (act == "none")
+    a = Activation::kNone;
+  else if (act == "gelu")
+    a = Activation::kGeluErf;
+  else if (act == "gelu_tanh")
+    a = Activation::kGeluTanh;
+  else if (act == "relu")
+    a = Activation::kRelu;
+  else if (act == "silu")
+    a = Activation::kSilu;
+  else
+    return false;
+  if (out) *out = a;
+  return true;
 }
 
 }  // namespace sluice

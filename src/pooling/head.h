@@ -25,13 +25,19 @@ bool ParsePooling(std::string_view s, PoolingKind* out);
 enum class OutputActivation { kNone, kSigmoid, kSoftmax };
 const char* OutputActivationName(OutputActivation a);
 
-// One fp32 linear layer applied on the host to pooled rows.
+// One fp32 linear layer of a head: y = norm(act(x W^T + b)). Applied on the host to pooled
+// rows, or on the device to every token row (token-level heads, Pooler).
 struct HostLinear {
   std::string name;
   int in = 0, out = 0;
   std::vector<float> weight;  // [out, in]
   std::vector<float> bias;    // [out] or empty
-  std::string act;            // "none" | "tanh" | "relu" | "gelu" | "sigmoid"
+  // "none" | "tanh" | "relu" | "gelu" (erf) | "gelu_tanh" | "silu" | "sigmoid"
+  std::string act;
+  // Optional LayerNorm after the activation (ModernBERT's prediction head): weight [out]
+  // (empty = none), bias [out] or empty.
+  std::vector<float> norm_weight, norm_bias;
+  float norm_eps = 1e-5f;
 };
 
 struct HeadSpec {
@@ -40,7 +46,15 @@ struct HeadSpec {
   std::vector<HostLinear> layers;
   bool yes_no = false;  // score = sigmoid(logit_yes - logit_no) over layers' 2 outputs
   int yes_token_id = -1, no_token_id = -1;
-  bool normalize = false;  // L2-normalise embeddings
+  // Embeddings (task embed): the engine returns them as the model computes them, before any
+  // normalisation; the routes and `sluice embed` L2-normalise them unless asked not to
+  // (NormalizeByDefault). st_normalize: the sentence-transformers pipeline ends in a
+  // Normalize module (what its reference outputs include).
+  bool normalize = true;  // the default: sluice.json "normalize", else true (as vLLM)
+  bool st_normalize = false;
+  // Late interaction (sluice.json): token-level rows after the Dense projection, each
+  // L2-normalised by the engine, scored by MaxSim (task score).
+  bool late_interaction = false;
   OutputActivation activation = OutputActivation::kNone;
   std::vector<float> calibration_mean, calibration_std;
   std::vector<std::string> labels;
@@ -72,15 +86,33 @@ class HeadRunner {
   HeadRunner(const HeadSpec& spec, int first_layer) : spec_(spec), first_layer_(first_layer) {}
   // pooled: [n, hidden] row-major. Writes one PooledOutput per row.
   void Apply(const float* pooled, int n, int hidden, PooledOutput* outs) const;
-  // Token-level rows of one sequence (ALL/STEP): keeps per-row vectors, normalised if asked.
-  void ApplyTokens(const float* rows, int n, int hidden, PooledOutput* out) const;
+  // Token-level rows of one sequence (ALL/STEP), after the head's layers ran on the device
+  // (Pooler; a last activation the device lacks, tanh/sigmoid, is applied here): embeddings
+  // keep per-row vectors (late interaction: L2-normalised); token classification gets per-row
+  // probabilities (values) and logits (raw), rows x labels.
+  void ApplyTokens(const float* rows, int n, int width, PooledOutput* out) const;
 
  private:
   const HeadSpec& spec_;
   int first_layer_ = 0;
 };
 
+// The backend activation of a host activation name; false when the device has none (tanh,
+// sigmoid). `out` may be null.
+bool DeviceActivation(const std::string& act, Activation* out);
+
 // L2-normalises v in place (zero vectors stay zero, like torch.nn.functional.normalize).
 void L2Normalize(float* v, int n);
+// L2-normalises each of out's rows (one row, or token-level rows).
+void NormalizeRows(PooledOutput* out);
+// MaxSim (ColBERT late interaction): sum over the rows of q of the largest dot product with
+// any row of d (both [rows, dim]); 0 when either has no rows.
+float MaxSim(const PooledOutput& q, const PooledOutput& d);
+
+// The host name ("none", "gelu", ...) of a transformers activation name (hidden_act /
+// classifier_activation spellings: gelu, gelu_new, gelu_pytorch_tanh, relu, silu, tanh, ...).
+StatusOr<std::string> HostActivation(const std::string& hf_name);
+// y = act(x) for a host activation name.
+float ApplyHostActivation(const std::string& act, float x);
 
 }  // namespace sluice

@@ -12,6 +12,7 @@
 #include "io/chat.h"
 #include "io/completions.h"
 #include "io/json.h"
+#include "server/auth.h"
 #include "server/errors.h"
 #include "tokenizer/tokenizer.h"
 
@@ -161,8 +162,15 @@ void GenerationService::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) 
     e.headers.emplace_back("Allow", want);
     return Respond(call, std::move(e));
   }
-  if (!health && p != "/metrics" && !options_.api_key.empty() &&
-      r.authorization != "Bearer " + options_.api_key) {
+  if (r.overflow && !health) {
+    // Over --max-connections: health still answers; anything else is turned away.
+    HttpResponse e = ErrorResponse(503, "too many connections (--max-connections); retry later");
+    e.headers.emplace_back("Retry-After", "1");
+    e.close = true;
+    return Respond(call, std::move(e));
+  }
+  if (!health && (p != "/metrics" || options_.metrics_require_key) && !options_.api_key.empty() &&
+      !BearerMatches(r.authorization, options_.api_key)) {
     HttpResponse e = ErrorResponse(401, "missing or wrong API key (Authorization: Bearer KEY)");
     e.headers.emplace_back("WWW-Authenticate", "Bearer");
     return Respond(call, std::move(e));

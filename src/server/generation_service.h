@@ -29,8 +29,9 @@ struct GenerationServiceOptions {
   std::string served_name;
   std::string chat_template;  // the model's (tokenizer_config.json, chat_template.jinja, flag)
   ChatRenderer render_chat;
-  std::string api_key;  // empty = no auth
-  int workers = 2;      // request parsing and tokenisation
+  std::string api_key;               // empty = no auth
+  bool metrics_require_key = false;  // /metrics behind the API key too
+  int workers = 2;                   // request parsing and tokenisation
   int64_t max_prompts_per_request = 256;
 };
 

@@ -1,15 +1,18 @@
 #include "server/http_server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 // GCC 12 at -O2 reports a false -Wmaybe-uninitialized inside Beast's parser (boost::optional).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #pragma GCC diagnostic pop
+#include <cerrno>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -31,17 +34,24 @@ namespace {
 
 class Session;
 
-// Live sessions, so that Stop can close them.
+// Live sessions, so that Stop can close them, and their counts (over max_connections or not).
 struct SessionSet {
   std::mutex mu;
   std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> live;
+  std::atomic<int> normal{0}, overflow{0};
 };
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, const HttpServerOptions& options, const HttpHandler& handler,
-          SessionSet* set)
-      : stream_(std::move(socket)), options_(options), handler_(handler), set_(set) {}
+          SessionSet* set, bool overflow)
+      : stream_(std::move(socket)),
+        options_(options),
+        handler_(handler),
+        set_(set),
+        overflow_(overflow) {
+    (overflow_ ? set_->overflow : set_->normal)++;
+  }
 
   void Run() {
     {
@@ -61,6 +71,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   ~Session() {
+    (overflow_ ? set_->overflow : set_->normal)--;
     std::lock_guard<std::mutex> lock(set_->mu);
     set_->live.erase(key_);
   }
@@ -130,6 +141,10 @@ class Session : public std::enable_shared_from_this<Session> {
       if (auth != msg.end()) req.authorization = std::string(auth->value());
     }
     if (auto q = req.path.find('?'); q != std::string::npos) req.path.resize(q);
+    if (overflow_) {
+      req.overflow = true;  // one request, then the connection closes
+      keep_alive_ = false;
+    }
     stream_.expires_never();
     auto ex = std::make_shared<Exchange>(
         [self = shared_from_this()](HttpResponse&& r) {
@@ -245,6 +260,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const HttpServerOptions& options_;
   const HttpHandler& handler_;
   SessionSet* set_;
+  const bool overflow_;
   bool keep_alive_ = true;
   std::shared_ptr<Exchange> exchange_;
   std::deque<std::string> out_q_;  // streamed response pieces not yet written
@@ -260,20 +276,50 @@ struct HttpServer::Impl {
   SessionSet sessions;  // before ioc: sessions left in the context unregister on its destruction
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> backoff;  // accept after running out of descriptors
   std::vector<std::thread> threads;
   int port = 0;
+  int max_connections = 0;
   bool stopped = false;
+  LogLimiter accept_log{1.0}, refuse_log{1.0};
 
+  // One accept outstanding at a time: the handlers below never run concurrently.
   void Accept() {
     acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
       if (ec) {
         if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-        SLUICE_LOG_WARN("accept failed: {}", ec.message());
-      } else {
-        beast::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(s), options, handler, &sessions)->Run();
+        int64_t dropped = 0;
+        if (accept_log.Allow(&dropped)) {
+          SLUICE_LOG_WARN("accept failed: {} ({} connections open{})", ec.message(),
+                          sessions.normal.load() + sessions.overflow.load(),
+                          dropped > 0 ? ", " + std::to_string(dropped) + " more failures" : "");
+        }
+        const int e = ec.value();
+        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+          // Retrying at once would spin on the same error: wait for descriptors to free up.
+          backoff->expires_after(std::chrono::milliseconds(100));
+          backoff->async_wait([this](beast::error_code tec) {
+            if (!tec && acceptor->is_open()) Accept();
+          });
+          return;
+        }
+        return Accept();
       }
+      const bool over = sessions.normal.load() >= max_connections;
+      if (over && sessions.overflow.load() >= kOverflowConnections) {
+        beast::error_code ignored;
+        s.close(ignored);
+        int64_t dropped = 0;
+        if (refuse_log.Allow(&dropped)) {
+          SLUICE_LOG_WARN("connection closed: {} connections open (--max-connections {}){}",
+                          sessions.normal.load() + sessions.overflow.load(), max_connections,
+                          dropped > 0 ? ", " + std::to_string(dropped) + " more" : "");
+        }
+        return Accept();
+      }
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<Session>(std::move(s), options, handler, &sessions, over)->Run();
       Accept();
     });
   }
@@ -305,6 +351,25 @@ Status HttpServer::Start() {
                                                 ec.message());
   }
   m.port = m.acceptor->local_endpoint().port();
+  // Connections are capped below the descriptor limit (raised to its hard maximum first).
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  const int64_t fds = rl.rlim_cur == RLIM_INFINITY ? (1 << 20) : static_cast<int64_t>(rl.rlim_cur);
+  const int64_t room = std::max<int64_t>(1, fds - kFdReserve - kOverflowConnections);
+  if (m.options.max_connections < 0) return InvalidArgument("--max-connections must be >= 0");
+  m.max_connections =
+      m.options.max_connections > 0 ? m.options.max_connections : static_cast<int>(room);
+  if (m.max_connections > room) {
+    SLUICE_LOG_WARN(
+        "--max-connections {} is over what {} file descriptors leave room for ({}): the server "
+        "may run out of descriptors",
+        m.max_connections, fds, room);
+  }
+  m.backoff.emplace(m.ioc);
   m.Accept();
   for (int i = 0; i < std::max(1, m.options.io_threads); ++i) {
     m.threads.emplace_back([&m] { m.ioc.run(); });
@@ -314,6 +379,8 @@ Status HttpServer::Start() {
 
 int HttpServer::port() const { return impl_->port; }
 
+int HttpServer::max_connections() const { return impl_->max_connections; }
+
 void HttpServer::Stop() {
   Impl& m = *impl_;
   if (m.stopped) return;
@@ -322,6 +389,7 @@ void HttpServer::Stop() {
     net::post(m.ioc, [&m] {
       beast::error_code ec;
       m.acceptor->close(ec);
+      if (m.backoff) m.backoff->cancel();
     });
   }
   std::vector<std::shared_ptr<Session>> live;

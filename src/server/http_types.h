@@ -21,6 +21,9 @@ struct HttpRequest {
   // --max-body-bytes) or 400 (malformed HTTP). The service answers it with a JSON error.
   int transport_error = 0;
   std::string transport_message;
+  // The connection came in over --max-connections: the service answers health routes and
+  // turns anything else away (503); the connection closes after one response.
+  bool overflow = false;
 };
 
 struct HttpResponse {

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include "io/json.h"
+#include "server/auth.h"
 #include "server/errors.h"
 
 namespace sluice::server {
@@ -55,7 +56,7 @@ void Service::Respond(const std::shared_ptr<Call>& call, HttpResponse r) {
 
 bool Service::Authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
-  return req.authorization == "Bearer " + options_.api_key;
+  return BearerMatches(req.authorization, options_.api_key);
 }
 
 HttpResponse Service::Health(bool ready_check) const {
@@ -118,7 +119,14 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
     e.headers.emplace_back("Allow", want);
     return Respond(call, std::move(e));
   }
-  if (!IsHealthRoute(p) && p != "/metrics" && !Authorized(r)) {
+  if (r.overflow && !IsHealthRoute(p)) {
+    // Over --max-connections: health still answers; anything else is turned away.
+    HttpResponse e = ErrorResponse(503, "too many connections (--max-connections); retry later");
+    e.headers.emplace_back("Retry-After", "1");
+    e.close = true;
+    return Respond(call, std::move(e));
+  }
+  if (!IsHealthRoute(p) && (p != "/metrics" || options_.metrics_require_key) && !Authorized(r)) {
     HttpResponse e = ErrorResponse(401, "missing or wrong API key (Authorization: Bearer KEY)");
     e.headers.emplace_back("WWW-Authenticate", "Bearer");
     return Respond(call, std::move(e));

@@ -18,9 +18,10 @@
 namespace sluice::server {
 
 struct ServiceOptions {
-  std::string api_key;           // empty = no auth
-  int workers = 2;               // worker pool threads (IO processors)
-  double request_timeout_s = 0;  // 0 = none; queued work older than this is dropped (503)
+  std::string api_key;               // empty = no auth
+  bool metrics_require_key = false;  // /metrics behind the API key too
+  int workers = 2;                   // worker pool threads (IO processors)
+  double request_timeout_s = 0;      // 0 = none; queued work older than this is dropped (503)
 };
 
 class Service {

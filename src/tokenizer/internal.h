@@ -265,6 +265,8 @@ class Model {
   virtual std::optional<int32_t> TokenToId(std::string_view t) const = 0;
   virtual std::optional<std::string> IdToToken(int32_t id) const = 0;
   virtual size_t VocabSize() const = 0;
+  // The model's continuing_subword_prefix ("##" for WordPiece), empty when it has none.
+  virtual std::string ContinuingSubwordPrefix() const { return ""; }
 };
 
 class PostProcessor {

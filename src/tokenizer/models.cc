@@ -58,6 +58,7 @@ class WordPiece : public VocabModel {
         unk_(std::move(unk)),
         prefix_(std::move(prefix)),
         max_chars_(max_chars) {}
+  std::string ContinuingSubwordPrefix() const override { return prefix_; }
   Status Tokenize(std::string_view s, std::vector<Token>* out) const override {
     size_t chars = 0;
     for (size_t i = 0; i < s.size(); ++i)
@@ -134,6 +135,7 @@ class Bpe : public VocabModel {
     bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
   };
   Bpe(Vocab v, Options o) : VocabModel(std::move(v)), o_(std::move(o)), cache_id_(NextCacheId()) {}
+  std::string ContinuingSubwordPrefix() const override { return o_.prefix.value_or(""); }
 
   Status AddMerge(std::string_view a, std::string_view b, int32_t rank) {
     const int32_t* ia = Find(a);

@@ -353,6 +353,69 @@ StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids,
   return out;
 }
 
+StatusOr<std::string> Tokenizer::DecodeTokens(std::vector<std::string> tokens) const {
+  if (!p_->decoder) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+    return out;
+  }
+  RETURN_IF_ERROR(p_->decoder->DecodeChain(&tokens));
+  std::string out;
+  for (const auto& t : tokens) out += t;
+  return out;
+}
+
+std::string Tokenizer::ContinuingSubwordPrefix() const {
+  return p_->model->ContinuingSubwordPrefix();
+}
+
+std::optional<int32_t> Tokenizer::UnkId() const {
+  if (!config_.unk_token) return std::nullopt;
+  return TokenToId(*config_.unk_token);
+}
+
+StatusOr<Tokenizer::PairLayout> Tokenizer::PairTemplate() const {
+  // Two one-token encodings with sentinel ids through the post-processor: what lands before,
+  // between and after them is the template's.
+  constexpr int32_t kA = -1, kB = -2;
+  std::vector<Encoding> encs(2);
+  for (int i = 0; i < 2; ++i) {
+    Encoding& e = encs[i];
+    e.ids = {i == 0 ? kA : kB};
+    e.type_ids = {i};
+    e.tokens = {""};
+    e.offsets = {{0, 0}};
+    e.special_tokens_mask = {0};
+    e.sequence_ids = {static_cast<int8_t>(i)};
+    e.word_ids = {0};
+  }
+  if (p_->post) RETURN_IF_ERROR(p_->post->Process(&encs, true));
+  Encoding out;
+  if (encs.size() == 1) {
+    out = std::move(encs[0]);
+  } else {
+    tok::MergeEncodings(&encs, &out);
+  }
+  PairLayout l;
+  int part = 0;  // 0 prefix, 1 middle, 2 suffix
+  for (size_t i = 0; i < out.ids.size(); ++i) {
+    const int32_t id = out.ids[i], type = out.type_ids[i];
+    if (id == kA || id == kB) {
+      if ((id == kA) != (part == 0)) return Internal("unexpected pair template order");
+      (id == kA ? l.a_type : l.b_type) = type;
+      ++part;
+      continue;
+    }
+    (part == 0 ? l.prefix : part == 1 ? l.middle : l.suffix).push_back(id);
+    (part == 0 ? l.prefix_types : part == 1 ? l.middle_types : l.suffix_types).push_back(type);
+  }
+  if (part != 2) return Internal("the pair template does not hold both texts once");
+  return l;
+}
+
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
   if (auto id = p_->added.TokenToId(token)) return id;
   return p_->model->TokenToId(token);

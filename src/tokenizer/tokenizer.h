@@ -78,6 +78,27 @@ class Tokenizer {
                                 const TruncationParams* trunc = nullptr) const;
   StatusOr<std::string> Decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;
 
+  // The decoder over token strings, as transformers' convert_tokens_to_string: the
+  // tokenizer.json decoder (no special-token skipping, no extra clean-up), or the tokens
+  // joined by spaces when there is none. Tokens may be any strings (e.g. already decoded
+  // words: a byte-level decoder keeps a token with characters outside its alphabet as it is).
+  StatusOr<std::string> DecodeTokens(std::vector<std::string> tokens) const;
+  // The model's continuing_subword_prefix ("##" for WordPiece; empty when none): the
+  // token-classification pipeline's test for word-aware tokenizers.
+  std::string ContinuingSubwordPrefix() const;
+  // The unknown token's id: tokenizer_config.json's unk_token, else none.
+  std::optional<int32_t> UnkId() const;
+  // Where the post-processor puts the special tokens of a pair: ids of the tokens before
+  // the first text, between the texts and after the second, and the type ids of each part
+  // (`a_type`/`b_type` for the texts' own tokens). Lets pre-tokenised pairs get exactly the
+  // tokenizer's pair template (BERT [CLS] a [SEP] b [SEP]; RoBERTa/XLM-R <s> a </s></s> b
+  // </s>; any TemplateProcessing).
+  struct PairLayout {
+    std::vector<int32_t> prefix, middle, suffix;
+    std::vector<int32_t> prefix_types, middle_types, suffix_types;
+    int32_t a_type = 0, b_type = 0;
+  };
+  StatusOr<PairLayout> PairTemplate() const;
   std::optional<int32_t> TokenToId(std::string_view token) const;
   std::optional<std::string> IdToToken(int32_t id) const;
   size_t vocab_size() const;  // largest id + 1 (model vocabulary and added tokens)

@@ -195,6 +195,38 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
       RETURN_IF_ERROR(rf.Int("original_max_position_embeddings", &c.rope_original_max_position));
     }
   }
+  // ModernBERT: 5.x nests one rope_parameters object per layer type.
+  if (f.Get("rope_parameters", &rope)) {
+    for (const char* type : {"full_attention", "sliding_attention"}) {
+      element sub;
+      object so;
+      if (rope[type].get(sub) || sub.get(so)) continue;
+      Fields sf(so, origin + " rope_parameters." + type);
+      double theta = 0;
+      RETURN_IF_ERROR(sf.Double("rope_theta", &theta));
+      std::string rope_type;
+      RETURN_IF_ERROR(sf.String("rope_type", &rope_type));
+      if (!rope_type.empty() && rope_type != "default") c.rope_type = rope_type;
+      if (theta > 0) {
+        (std::string(type) == "full_attention" ? c.global_rope_theta : c.local_rope_theta) = theta;
+      }
+    }
+  }
+  double theta = 0;
+  RETURN_IF_ERROR(f.Double("global_rope_theta", &theta));  // 4.x
+  if (theta > 0) c.global_rope_theta = theta;
+  theta = 0;
+  RETURN_IF_ERROR(f.Double("local_rope_theta", &theta));
+  if (theta > 0) c.local_rope_theta = theta;
+  RETURN_IF_ERROR(f.Int("global_attn_every_n_layers", &c.global_attn_every_n_layers));
+  RETURN_IF_ERROR(f.Int("local_attention", &c.local_attention));
+  double norm_eps = 0;
+  RETURN_IF_ERROR(f.Double("norm_eps", &norm_eps));
+  if (norm_eps > 0) c.norm_eps = norm_eps;
+  RETURN_IF_ERROR(f.Bool("norm_bias", &c.norm_bias));
+  RETURN_IF_ERROR(f.Bool("classifier_bias", &c.classifier_bias));
+  RETURN_IF_ERROR(f.String("classifier_pooling", &c.classifier_pooling));
+  RETURN_IF_ERROR(f.String("classifier_activation", &c.head_activation));
   RETURN_IF_ERROR(f.String("position_embedding_type", &c.position_embedding_type));
   RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
   RETURN_IF_ERROR(f.Bool("mlp_bias", &c.mlp_bias));
@@ -438,10 +470,16 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   }
   const std::string origin = path.string();
   Fields f(obj, origin);
-  static const char* kKnown[] = {
-      "task",        "pooling",       "activation",    "calibration",          "labels",
-      "thresholds",  "yes_token",     "no_token",      "yes_token_id",         "no_token_id",
-      "instruction", "step_token_id", "is_matryoshka", "matryoshka_dimensions"};
+  static const char* kKnown[] = {"task",          "pooling",
+                                 "activation",    "calibration",
+                                 "labels",        "thresholds",
+                                 "yes_token",     "no_token",
+                                 "yes_token_id",  "no_token_id",
+                                 "instruction",   "step_token_id",
+                                 "is_matryoshka", "matryoshka_dimensions",
+                                 "normalize",     "late_interaction",
+                                 "query_prefix",  "document_prefix",
+                                 "absa"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;
@@ -471,6 +509,48 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
     o.is_matryoshka = matryoshka;
   }
   RETURN_IF_ERROR(f.Ints("matryoshka_dimensions", &o.matryoshka_dimensions));
+  element e_normalize;
+  if (f.Get("normalize", &e_normalize)) {
+    bool normalize = true;
+    RETURN_IF_ERROR(f.Bool("normalize", &normalize));
+    o.normalize = normalize;
+  }
+  RETURN_IF_ERROR(f.Bool("late_interaction", &o.late_interaction));
+  RETURN_IF_ERROR(f.String("query_prefix", &o.query_prefix));
+  RETURN_IF_ERROR(f.String("document_prefix", &o.document_prefix));
+  element absa;
+  if (f.Get("absa", &absa)) {
+    object ao;
+    if (absa.get(ao)) return InvalidArgument(origin + ": \"absa\" must be an object");
+    SluiceOverrides::Absa a;
+    Fields af(ao, origin + " absa");
+    for (auto kv : ao) {
+      if (kv.key != "sentiments" && kv.key != "aggregation" && kv.key != "max_aspects") {
+        return InvalidArgument(origin + ": unknown field \"absa." + std::string(kv.key) +
+                               "\" (sentiments, aggregation, max_aspects)");
+      }
+    }
+    element sent;
+    if (af.Get("sentiments", &sent)) {
+      object so;
+      if (sent.get(so)) return InvalidArgument(origin + ": absa.sentiments must be an object");
+      for (auto kv : so) {
+        std::string_view v;
+        if (kv.value.get(v)) {
+          return InvalidArgument(origin + ": absa.sentiments values must be strings");
+        }
+        a.sentiments.emplace_back(std::string(kv.key), std::string(v));
+      }
+    }
+    RETURN_IF_ERROR(af.String("aggregation", &a.aggregation));
+    if (a.aggregation != "first" && a.aggregation != "average" && a.aggregation != "max" &&
+        a.aggregation != "simple") {
+      return InvalidArgument(origin + ": absa.aggregation must be first, average, max or simple");
+    }
+    RETURN_IF_ERROR(af.Int("max_aspects", &a.max_aspects));
+    if (a.max_aspects < 1) return InvalidArgument(origin + ": absa.max_aspects must be >= 1");
+    o.absa = std::move(a);
+  }
   auto floats = [&](element e, const std::string& what, std::vector<float>* out) -> Status {
     simdjson::dom::array a;
     double dv;

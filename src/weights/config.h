@@ -63,6 +63,20 @@ struct ModelConfig {
   bool is_matryoshka = false;
   std::vector<int> matryoshka_dimensions;
 
+  // ModernBERT (transformers 4.48+ and 5.x spellings). Layer l attends globally when
+  // l % global_attn_every_n_layers == 0, else within local_attention / 2 positions on each
+  // side; global layers rotate with global_rope_theta, local ones with local_rope_theta
+  // (layer_types names each layer's type; 5.x rope_parameters holds one theta per type).
+  int global_attn_every_n_layers = 0;  // 0 = absent (the model's default, 3, applies)
+  int local_attention = 0;             // the whole window, both sides; 0 = absent (128)
+  std::optional<double> global_rope_theta, local_rope_theta;
+  std::optional<double> norm_eps;  // LayerNorm epsilon of ModernBERT's norms
+  bool norm_bias = false;          // LayerNorms with a bias
+  bool classifier_bias = false;    // the prediction head's dense layer has a bias
+  std::string classifier_pooling;  // sequence classification: "cls" | "mean"
+  std::string head_activation;     // the prediction head's activation (config.json
+                                   // "classifier_activation" of ModernBERT)
+
   // Token ids a causal-LM reranker reads at the last position ("yes" and "no").
   // Resolved from sluice.json or the tokenizer by the engine; unset otherwise.
 };
@@ -131,6 +145,26 @@ struct SluiceOverrides {
   // Matryoshka, as in config.json (set here for models whose config.json lacks it).
   std::optional<bool> is_matryoshka;
   std::vector<int> matryoshka_dimensions;
+  // Embeddings are L2-normalised unless a request says otherwise (`normalize`); default
+  // true, as vLLM. Applies to every embedding route and `sluice embed`.
+  std::optional<bool> normalize;
+  // Late interaction (ColBERT): the model embeds every token (after its Dense projection,
+  // each token vector L2-normalised) and scores a (query, document) pair by MaxSim: the
+  // sum over query tokens of the best dot product with any document token. Served through
+  // /score and /v1/rerank; query_prefix / document_prefix are prepended to the texts.
+  bool late_interaction = false;
+  std::string query_prefix, document_prefix;
+  // Aspect-based sentiment (POST /absa) on a token classifier with BIO labels (O, B-X,
+  // I-X): `sentiments` maps a tag X to the sentiment it reports (default: X lower-cased),
+  // `aggregation` is the word aggregation of the token-classification pipeline used to
+  // build spans (first | average | max | simple; default first), `max_aspects` caps the
+  // aspects of one request (default 32).
+  struct Absa {
+    std::vector<std::pair<std::string, std::string>> sentiments;
+    std::string aggregation = "first";
+    int max_aspects = 32;
+  };
+  std::optional<Absa> absa;
 };
 
 // Whether `dimensions` (truncated embeddings) may be asked of a model: config.json's

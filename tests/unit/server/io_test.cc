@@ -77,6 +77,9 @@ ModelContext Ctx() {
   m.pair_prefix = {101};
   m.pair_separator = {102};
   m.pair_suffix = {102};
+  m.pair_prefix_types = {0};
+  m.pair_separator_types = {0};
+  m.pair_suffix_types = {1};
   return m;
 }
 
