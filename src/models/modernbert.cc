@@ -9,12 +9,13 @@
 //            h += Wo_mlp(act(a) * g) where a, g = Wi(LN_mlp(h))
 //   out = LN_final(h)
 //
-// Layer l is local when l % global_attn_every_n_layers != 0 (transformers' rule, default
-// every 3rd layer global); local layers see local_attention / 2 positions on each side
-// (AttentionParams::window = local_attention / 2 + 1). RoPE theta: global layers
-// global_rope_theta (default 160000), local layers local_rope_theta (default 10000), by
-// layer type (layer_types when config.json lists them). Biases follow attention_bias,
-// mlp_bias and norm_bias (all false in the released checkpoints).
+// Layer l is local when config.json's layer_types names it "sliding_attention" (transformers
+// 5.x), else when l % global_attn_every_n_layers != 0 (4.x configs; default every 3rd layer
+// global); local layers see local_attention / 2 positions on each side, inclusive
+// (AttentionParams::window = local_attention / 2 + 1; transformers 5.17 checked against a
+// reference, tests/golden/generate_tokenlevel.py). RoPE theta: global layers
+// global_rope_theta (default 160000), local layers local_rope_theta (default 10000).
+// Biases follow attention_bias, mlp_bias and norm_bias (all false in released checkpoints).
 #include <cmath>
 
 #include "models/layers.h"
@@ -96,11 +97,9 @@ class ModernBertModel final : public Model {
       ASSIGN_OR_RETURN(L.attn_out, w.Linear(p + "attn.Wo", H, H, c.attention_bias));
       ASSIGN_OR_RETURN(L.wi, w.Linear(p + "mlp.Wi", 2 * I, H, c.mlp_bias));
       ASSIGN_OR_RETURN(L.wo, w.Linear(p + "mlp.Wo", H, I, c.mlp_bias));
-      // transformers: the window follows global_attn_every_n_layers, the RoPE theta the
-      // layer type (the same split unless config.json lists other layer_types).
-      L.window = l % every != 0 ? local / 2 + 1 : 0;
       const bool sliding =
           c.layer_types.empty() ? l % every != 0 : c.layer_types[l] == "sliding_attention";
+      L.window = sliding ? local / 2 + 1 : 0;
       L.theta = sliding ? c.local_rope_theta.value_or(kDefaultLocalTheta)
                         : c.global_rope_theta.value_or(kDefaultGlobalTheta);
       layers_.push_back(std::move(L));

@@ -16,6 +16,9 @@ Writes, under --out:
 The C++ test tests/golden/golden_test.cc runs every case through sluice's engine and
 compares with the stated tolerance. This script is the only way fixtures change:
     python3 tests/golden/generate.py --out tests/fixtures
+Token-level cases (ModernBERT, token classifiers, late interaction, the token-classification
+pipeline) are in generate_tokenlevel.py; `--only tokenlevel` writes just those,
+`--only base` just the cases of this file.
 """
 import argparse
 import copy
@@ -127,7 +130,7 @@ def activation(logits, num_labels, problem_type):
 
 
 def classifier_case(out, name, model_cls, config, seed, pairs, dtype=torch.float32,
-                    sluice_json=None, shard=None, vocab_lo=3, avoid=()):
+                    sluice_json=None, shard=None, vocab_lo=3, avoid=(), inputs=None):
     seeded(seed)
     model = model_cls(config).eval()
     init_weights(model, seed)
@@ -137,7 +140,8 @@ def classifier_case(out, name, model_cls, config, seed, pairs, dtype=torch.float
     if sluice_json:
         with open(os.path.join(path, "sluice.json"), "w") as f:
             json.dump(sluice_json, f)
-    inputs = make_inputs(seed, vocab_lo, config.vocab_size, 40, pairs, avoid)
+    if inputs is None:
+        inputs = make_inputs(seed, vocab_lo, config.vocab_size, 40, pairs, avoid)
     outputs, raw, outputs_f32 = [], [], []
     model_f32 = reload(model_cls, path, torch.float32) if dtype != torch.float32 else None
     for inp in inputs:
@@ -358,9 +362,18 @@ def reranker_case(out, name, config, seed, yes_id, no_id, dtype=torch.float32):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", choices=["all", "base", "tokenlevel"], default="all")
+    ap.add_argument("--tokenizers", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "..", "fixtures", "tokenizers"),
+                    help="the tokenizer fixtures (token classification reuses some)")
     args = ap.parse_args()
     out = args.out
     torch.set_num_threads(4)
+    if args.only in ("all", "tokenlevel"):
+        import generate_tokenlevel
+        generate_tokenlevel.run(out, args.tokenizers)
+    if args.only == "tokenlevel":
+        return
 
     # BERT family classifiers / cross-encoders.
     classifier_case(out, "bert_cross_encoder", BertForSequenceClassification,

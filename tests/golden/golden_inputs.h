@@ -5,6 +5,7 @@
 
 #include <simdjson.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ inline std::vector<TokenSequence> GoldenInputs(simdjson::dom::element doc) {
     v.push_back(std::move(s));
   }
   return v;
+}
+
+// The backend under test: SLUICE_TEST_DEVICE=cuda selects CUDA, anything else the CPU.
+inline DeviceKind TestDevice() {
+  const char* d = std::getenv("SLUICE_TEST_DEVICE");
+  return d != nullptr && std::string(d) == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
 // The inputs of fixture `name` under `fixtures` (the fixtures directory).
