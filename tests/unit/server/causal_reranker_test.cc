@@ -1,6 +1,6 @@
 // Causal-LM reranker prompts (Qwen3-Reranker): the score/rerank processors render text
-// pairs with the template and the instruction, put token-id pairs into the same template,
-// and truncation keeps the suffix.
+// pairs with the template and the instruction, decode token-id pairs and render them the same
+// way (the ids of /tokenize give the text's sequence), and truncation keeps the suffix.
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -72,9 +72,17 @@ TEST_F(CausalReranker, RendersTheTemplateWithTheInstruction) {
             m_.prompt_prefix.size() + mid.size() + m_.prompt_suffix.size());
 }
 
+// Tokens of the template before the document ("<Instruct>: ...\n<Query>: q\n<Document>: ").
+size_t HeadTokens(const Tokenizer& tok, const ModelContext& m, const std::string& q) {
+  return tok.Encode("<Instruct>: " + m.default_instruction + "\n<Query>: " + q + "\n<Document>: ",
+                    false)
+      ->size();
+}
+
 TEST_F(CausalReranker, TruncationKeepsTheSuffix) {
-  m_.max_tokens_per_input =
-      static_cast<int>(m_.prompt_prefix.size() + m_.prompt_suffix.size()) + 12;
+  m_.max_tokens_per_input = static_cast<int>(m_.prompt_prefix.size() + m_.prompt_suffix.size() +
+                                             HeadTokens(*tok_, m_, "q")) +
+                            12;
   const std::string doc(2000, 'x');
   auto over = Run(R"({"query": "q", "documents": [")" + doc + R"("]})");
   EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
@@ -86,43 +94,60 @@ TEST_F(CausalReranker, TruncationKeepsTheSuffix) {
   EXPECT_TRUE(std::equal(m_.prompt_suffix.rbegin(), m_.prompt_suffix.rend(), ids.rbegin()));
 }
 
-TEST_F(CausalReranker, TokenIdPairsGetTheTemplate) {
+// Token ids (as /tokenize returns them for the query and each document) give exactly the
+// sequences of the texts: "<Query>: " ends in a space that byte-level BPE merges into the
+// query's first word, so splicing the query's own tokens after the template's would not.
+TEST_F(CausalReranker, TokenIdPairsGiveTheTextSequences) {
   m_.max_tokens_per_input = 100000;
-  auto seqs = Run(R"({"query": [11, 12, 13], "documents": [[21, 22], [23]]})");
-  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
-  ASSERT_EQ(seqs->size(), 2u);
-  auto want = [&](const std::string& instruction, std::vector<int32_t> q, std::vector<int32_t> d) {
-    std::vector<int32_t> w = m_.prompt_prefix;
-    for (const auto& part :
-         {Enc("<Instruct>: " + instruction + "\n<Query>: "), q, Enc("\n<Document>: "), d}) {
-      w.insert(w.end(), part.begin(), part.end());
-    }
-    w.insert(w.end(), m_.prompt_suffix.begin(), m_.prompt_suffix.end());
-    return w;
+  auto ids = [&](const std::string& s) {
+    std::string out = "[";
+    for (int32_t id : Enc(s)) out += (out.size() > 1 ? "," : "") + std::to_string(id);
+    return out + "]";
   };
-  EXPECT_EQ((*seqs)[0].ids, want(m_.default_instruction, {11, 12, 13}, {21, 22}));
-  EXPECT_EQ((*seqs)[1].ids, want(m_.default_instruction, {11, 12, 13}, {23}));
-  auto custom = Run(R"({"query": [11], "documents": [[21]], "instruction": "Find code"})");
-  ASSERT_TRUE(custom.ok()) << custom.status().ToString();
-  EXPECT_EQ((*custom)[0].ids, want("Find code", {11}, {21}));
-  // /score takes the same path.
+  const std::string q = "what is a sluice", d1 = "a gate for water", d2 = "salmon";
+  auto text = Run(R"({"query": ")" + q + R"(", "documents": [")" + d1 + R"(", ")" + d2 + R"("]})");
+  auto tok = Run(R"({"query": )" + ids(q) + R"(, "documents": [)" + ids(d1) + "," + ids(d2) + "]}");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  ASSERT_EQ(tok->size(), 2u);
+  EXPECT_EQ((*tok)[0].ids, (*text)[0].ids);
+  EXPECT_EQ((*tok)[1].ids, (*text)[1].ids);
+  // Splicing the ids into the template's tokens differs: the template's trailing space.
+  std::vector<int32_t> spliced = m_.prompt_prefix;
+  for (const auto& part : {Enc("<Instruct>: " + m_.default_instruction + "\n<Query>: "), Enc(q),
+                           Enc("\n<Document>: "), Enc(d1)}) {
+    spliced.insert(spliced.end(), part.begin(), part.end());
+  }
+  spliced.insert(spliced.end(), m_.prompt_suffix.begin(), m_.prompt_suffix.end());
+  EXPECT_NE((*tok)[0].ids, spliced);
+  // A custom instruction, and /score, take the same path.
+  auto ci = Run(R"({"query": )" + ids(q) + R"(, "documents": [)" + ids(d1) +
+                R"(], "instruction": "Find code"})");
+  auto ct = Run(R"({"query": ")" + q + R"(", "documents": [")" + d1 +
+                R"("], "instruction": "Find code"})");
+  ASSERT_TRUE(ci.ok() && ct.ok());
+  EXPECT_EQ((*ci)[0].ids, (*ct)[0].ids);
   const IoProcessor* p = reg_.Find("/score");
-  auto st = p->Parse(IoRequest{"/score", R"({"text_1": [11], "text_2": [21]})", &m_});
-  ASSERT_TRUE(st.ok());
+  auto st = p->Parse(
+      IoRequest{"/score", R"({"text_1": )" + ids(q) + R"(, "text_2": )" + ids(d1) + "}", &m_});
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
   std::vector<TokenSequence> score_seqs;
   ASSERT_TRUE(p->PreProcess(m_, **st, &score_seqs).ok());
-  EXPECT_EQ(score_seqs[0].ids, want(m_.default_instruction, {11}, {21}));
+  EXPECT_EQ(score_seqs[0].ids, (*text)[0].ids);
   // Mixing text and ids is refused.
   EXPECT_FALSE(Run(R"({"query": "q", "documents": [[21]]})").ok());
 }
 
 TEST_F(CausalReranker, TokenIdTruncationKeepsTheSuffix) {
-  const size_t head = m_.prompt_prefix.size() + m_.prompt_query_head.size();
-  m_.max_tokens_per_input =
-      static_cast<int>(head + 2 + m_.prompt_document_head.size() + 3 + m_.prompt_suffix.size());
+  std::string doc_text;
+  for (int i = 0; i < 60; ++i) doc_text += " word" + std::to_string(i);
   std::string doc = "[";
-  for (int i = 0; i < 50; ++i) doc += (i ? "," : "") + std::to_string(30 + i);
+  for (int32_t id : Enc(doc_text)) doc += (doc.size() > 1 ? "," : "") + std::to_string(id);
   doc += "]";
+  const std::string q = *tok_->Decode(std::vector<int32_t>{11, 12}, false);
+  m_.max_tokens_per_input = static_cast<int>(m_.prompt_prefix.size() + m_.prompt_suffix.size() +
+                                             HeadTokens(*tok_, m_, q)) +
+                            20;
   auto over = Run(R"({"query": [11, 12], "documents": [)" + doc + "]}");
   EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
   auto cut =
@@ -131,13 +156,20 @@ TEST_F(CausalReranker, TokenIdTruncationKeepsTheSuffix) {
   const auto& ids = (*cut)[0].ids;
   ASSERT_EQ(ids.size(), static_cast<size_t>(m_.max_tokens_per_input));
   EXPECT_TRUE(std::equal(m_.prompt_suffix.rbegin(), m_.prompt_suffix.rend(), ids.rbegin()));
-  // The document keeps its first 3 tokens; the query is whole.
-  const size_t suffix_at = ids.size() - m_.prompt_suffix.size();
-  EXPECT_EQ(std::vector<int32_t>(ids.begin() + static_cast<long>(suffix_at) - 3,
-                                 ids.begin() + static_cast<long>(suffix_at)),
-            (std::vector<int32_t>{30, 31, 32}));
-  EXPECT_EQ(ids[head], 11);
-  EXPECT_EQ(ids[head + 1], 12);
+}
+
+// A query that leaves no room for a document is reported as the query, not a document.
+TEST_F(CausalReranker, OverLongQueryIsNamed) {
+  m_.max_tokens_per_input =
+      static_cast<int>(m_.prompt_prefix.size() + m_.prompt_suffix.size()) + 30;
+  std::string q;
+  for (int i = 0; i < 40; ++i) q += " word" + std::to_string(i);
+  auto r =
+      Run(R"({"query": ")" + q + R"(", "documents": ["a", "b"], "truncate_prompt_tokens": -1})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(r.status().message().find("\"query\""), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find("documents["), std::string::npos) << r.status().message();
 }
 
 TEST_F(CausalReranker, InstructionRefusedForCrossEncoders) {
