@@ -37,11 +37,11 @@ def golden(name):
 class Server:
     """`sluice serve` on 127.0.0.1 with --port 0; the port is read from its log."""
 
-    def __init__(self, model, *extra, timeout=120):
+    def __init__(self, model, *extra, timeout=120, preexec_fn=None):
         cmd = [ARGS.sluice, "serve", "--model", model_dir(model), "--port", "0",
                "--threads", "1"] + list(extra)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+                                     text=True, preexec_fn=preexec_fn)
         self.log = []
         self.port = None
         ready = threading.Event()

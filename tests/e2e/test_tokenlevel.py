@@ -1,0 +1,341 @@
+"""Token-level serving end to end: /token-classify against the Hugging Face pipeline's
+fixtures (tests/fixtures/token_classification, every aggregation strategy, Korean offsets),
+/pooling token_classify, /absa (spans, offsets into the review, one request = its aspects
+alone), late interaction through /score and /v1/rerank (MaxSim against the golden fixture),
+Cohere v2 /v2/rerank, Bearer auth and --metrics-require-key, --max-connections (health keeps
+answering), file-descriptor exhaustion (no spinning, rate-limited log lines, recovery), and the
+CLI's token classification, --version, tokenize help, bench progress line and missing model
+directory."""
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import harness
+from harness import Server, golden
+
+harness.parse_args()
+c = harness.Checker()
+TC = os.path.abspath(os.path.join(harness.ARGS.fixtures, "token_classification"))
+DEMO = os.path.abspath(os.path.join(harness.ARGS.fixtures, "..", "..", "models", "demo-reranker"))
+
+
+def expected(name):
+    with open(os.path.join(TC, name, "expected.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def same_entities(got, want, tol, what):
+    c.check(len(got) == len(want), f"{what}: {len(got)} entities, want {len(want)}")
+    for a, b in zip(got, want):
+        keys = [k for k in b if k != "score"]
+        c.check(all(a.get(k) == b[k] for k in keys), f"{what}: {a} vs {b}")
+        c.check(abs(a["score"] - b["score"]) <= tol, f"{what}: score {a['score']} vs {b['score']}")
+
+
+def token_classify(name):
+    e = expected(name)
+    texts = [x["text"] for x in e["cases"]]
+    with Server(os.path.join(TC, name, "model")) as s:
+        conn = s.conn()
+        for v in e["variants"]:
+            body = {"inputs": texts, "aggregation_strategy": v["aggregation_strategy"]}
+            if v["ignore_labels"] is not None:
+                body["ignore_labels"] = v["ignore_labels"]
+            st, _, got = s.post("/token-classify", body, conn=conn)
+            c.check(st == 200 and len(got) == len(texts), f"{name} {v['name']}: {st}")
+            for case, ents in zip(e["cases"], got):
+                same_entities(ents, case["outputs"][v["name"]], e["tolerance"],
+                              f"{name} {v['name']} {case['text']!r}")
+        # One text gives one list; offsets are characters of the (Unicode) text.
+        case = e["cases"][-1]
+        st, _, one = s.post("/token-classify", {"inputs": case["text"]}, conn=conn)
+        c.check(st == 200 and isinstance(one, list) and (not one or isinstance(one[0], dict)),
+                f"{name} single text")
+        same_entities(one, case["outputs"]["none"], e["tolerance"], f"{name} single")
+        for ent in one:
+            c.check(0 <= ent["start"] <= ent["end"] <= len(case["text"]), f"{name} offsets {ent}")
+        # Pairs: entities of both texts, each with its text's offsets.
+        st, _, pair = s.post("/token-classify", {"inputs": texts[0], "text_pair": texts[1],
+                                                 "ignore_labels": []}, conn=conn)
+        c.check(st == 200 and {x["sequence"] for x in pair} == {0, 1}, f"{name} pair {st}")
+        for x in pair:
+            text = texts[x["sequence"]]
+            c.check(x["end"] <= len(text), f"{name} pair offsets {x}")
+        # /pooling: per-token label probabilities.
+        st, _, pool = s.post("/pooling", {"input": texts[:2], "task": "token_classify"}, conn=conn)
+        c.check(st == 200, f"{name} /pooling token_classify {st}")
+        rows = pool["data"][0]["data"]
+        c.check(len(rows[0]) == len(e["labels"]) and all(abs(sum(r) - 1) < 1e-5 for r in rows),
+                f"{name} /pooling rows")
+        st, _, err = s.post("/token-classify", {"inputs": "x", "aggregation_strategy": "best"},
+                            conn=conn)
+        c.error_shape(st, err, 400, f"{name} bad aggregation")
+        st, _, err = s.post("/classify", {"input": texts[0]}, conn=conn)
+        c.error_shape(st, err, 400, f"{name} /classify on a token classifier")
+
+
+def absa():
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "absa")
+        shutil.copytree(os.path.join(TC, "bert_wordpiece_ko", "model"), model)
+        with open(os.path.join(model, "sluice.json"), "w") as f:
+            json.dump({"absa": {"sentiments": {"POS": "positive", "NEG": "negative"},
+                                "max_aspects": 8}}, f)
+        with Server(model) as s:
+            conn = s.conn()
+            for review, aspects in [
+                    ("음식은 정말 맛있었지만 대기 시간이 너무 길었어요.", ["음식", "대기 시간", "가격"]),
+                    ("The food was great but the wait was long 🙂", ["food", "wait", "service",
+                                                                    "price", "staff", "music",
+                                                                    "parking", "view"])]:
+                st, _, body = s.post("/absa", {"review": review, "aspects": aspects}, conn=conn)
+                c.check(st == 200 and len(body["results"]) == len(aspects), f"absa {st} {body}")
+                for a, res in zip(aspects, body["results"]):
+                    c.check(res["aspect"] == a, f"absa aspect {res}")
+                    # The spans are the review's entities of the pair (aspect, review) with
+                    # aggregation "first"; offsets index the review's characters.
+                    st, _, ents = s.post("/token-classify", {"inputs": a, "text_pair": review,
+                                                             "aggregation_strategy": "first"},
+                                         conn=conn)
+                    want = [x for x in ents if x["sequence"] == 1]
+                    c.check(len(res["spans"]) == len(want), f"absa spans {res} vs {want}")
+                    for sp, w in zip(res["spans"], want):
+                        c.check(sp["start"] == w["start"] and sp["end"] == w["end"]
+                                and abs(sp["score"] - w["score"]) < 1e-6, f"absa span {sp} {w}")
+                        c.check(sp["text"] == review[sp["start"]:sp["end"]], f"absa text {sp}")
+                        c.check(sp["label"] == {"POS": "positive", "NEG": "negative"}[w["entity_group"]],
+                                f"absa label {sp}")
+                    if res["spans"]:
+                        top = max(res["spans"], key=lambda x: x["score"])
+                        c.check(res["sentiment"] == top["label"] and res["score"] == top["score"],
+                                f"absa sentiment rule {res}")
+                    else:
+                        c.check(res["sentiment"] == "none", f"absa no span {res}")
+                    # One aspect alone gives what it gives inside the request.
+                    st, _, alone = s.post("/absa", {"review": review, "aspects": [a]}, conn=conn)
+                    r1 = alone["results"][0]
+                    c.check(r1["sentiment"] == res["sentiment"] and abs(r1["score"] - res["score"]) < 1e-5
+                            and [x["start"] for x in r1["spans"]] == [x["start"] for x in res["spans"]],
+                            f"absa alone vs batched {a}")
+                c.check(body["usage"]["prompt_tokens"] > 0, "absa usage")
+            st, _, err = s.post("/absa", {"review": "x", "aspects": ["a"] * 9})
+            c.error_shape(st, err, 400, "absa max_aspects")
+            st, _, err = s.post("/absa", {"review": "x"})
+            c.error_shape(st, err, 400, "absa aspects required")
+    with Server(os.path.join(TC, "bert_wordpiece_ko", "model")) as s:
+        st, _, err = s.post("/absa", {"review": "x", "aspects": ["a"]})
+        c.error_shape(st, err, 400, "absa not configured")
+        c.check("absa" in err["error"]["message"], f"says how: {err}")
+
+
+def late_interaction():
+    g = golden("bert_late_interaction")
+    ids = [x["ids"] for x in g["inputs"]]
+    with Server("bert_late_interaction") as s:
+        conn = s.conn()
+        for q, d, want in g["maxsim"]:
+            st, _, body = s.post("/score", {"text_1": ids[q], "text_2": ids[d]}, conn=conn)
+            c.check(st == 200, f"late /score {st} {body}")
+            c.close(body["data"][0]["score"], want, g["tolerance"] * 10, f"late maxsim {q} {d}")
+        q = g["maxsim"][1][0]
+        docs = [ids[d] for _, d, _ in g["maxsim"]]
+        st, _, one_n = s.post("/score", {"text_1": ids[q], "text_2": docs}, conn=conn)
+        scores = [x["score"] for x in one_n["data"]]
+        st, _, rr = s.post("/v1/rerank", {"query": ids[q], "documents": docs, "top_n": 3},
+                           conn=conn)
+        order = sorted(range(len(scores)), key=lambda k: -scores[k])
+        c.check(st == 200 and [r["index"] for r in rr["results"]] == order[:3], f"late rerank {rr}")
+        st, _, pool = s.post("/pooling", {"input": ids[:3]}, conn=conn)
+        c.check(st == 200, f"late /pooling {st}")
+        for i in range(3):
+            flat = [v for row in pool["data"][i]["data"] for v in row]
+            c.close(flat, g["outputs"][i], g["tolerance"], f"late token vectors {i}")
+        st, _, err = s.post("/v1/embeddings", {"input": ids[0]}, conn=conn)
+        c.error_shape(st, err, 400, "late interaction on /v1/embeddings")
+
+
+def cohere_v2_and_auth():
+    docs = ["Salmon swim up the cold river every spring.", "", "Traders sell shares."]
+    with Server(DEMO, "--api-key", "sekret", "--metrics-require-key") as s:
+        st, _, v1 = s.post("/v1/rerank", {"query": "salmon river", "documents": docs},
+                           headers={"Authorization": "bearer sekret"})
+        c.check(st == 200, f"lower-case bearer {st}")
+        st, _, v2 = s.post("/v2/rerank", {"model": "demo-reranker", "query": "salmon river",
+                                          "documents": docs, "top_n": 2},
+                           headers={"Authorization": "BEARER  sekret"})
+        c.check(st == 200 and len(v2["results"]) == 2, f"v2 {st} {v2}")
+        c.check(v2["meta"]["api_version"]["version"] == "2" and "id" in v2, f"v2 meta {v2}")
+        c.check(all(set(r) == {"index", "relevance_score"} for r in v2["results"]), f"v2 results {v2}")
+        by_index = {r["index"]: r["relevance_score"] for r in v1["results"]}
+        c.check(all(abs(r["relevance_score"] - by_index[r["index"]]) < 1e-6 for r in v2["results"]),
+                "v2 scores = v1 scores")
+        c.check(any(r["index"] == 1 for r in v1["results"]), "the empty document is scored")
+        st, _, err = s.post("/v2/rerank", {"query": "q", "documents": ["d"]},
+                            headers={"Authorization": "Bearer wrong"})
+        c.error_shape(st, err, 401, "wrong key")
+        st, _, err = s.get("/metrics")
+        c.error_shape(st, err, 401, "/metrics needs the key")
+        st, _, _ = s.get("/metrics", headers={"Authorization": "Bearer sekret"})
+        c.check(st == 200, f"/metrics with the key {st}")
+        st, _, _ = s.get("/health")
+        c.check(st == 200, "health needs no key")
+    with Server(DEMO, "--api-key", "sekret") as s:
+        st, _, _ = s.get("/metrics")
+        c.check(st == 200, f"/metrics open by default {st}")
+
+
+def connect(port):
+    so = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return so
+
+
+def raw_get(so, path):
+    so.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = so.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return int(data.split(b" ", 2)[1]) if data else 0, data
+
+
+def max_connections():
+    with Server(DEMO, "--max-connections", "4") as s:
+        idle = [connect(s.port) for _ in range(6)]
+        time.sleep(0.3)
+        so = connect(s.port)
+        st, data = raw_get(so, "/health")
+        c.check(st == 200, f"health over --max-connections: {st} {data[:200]}")
+        so.close()
+        st, _, err = s.post("/v1/rerank", {"query": "q", "documents": ["d"]})
+        c.error_shape(st, err, 503, "work over --max-connections")
+        c.check("max-connections" in err["error"]["message"], f"says why: {err}")
+        for x in idle:
+            x.close()
+        ok = False
+        for _ in range(50):
+            st, _, _ = s.post("/v1/rerank", {"query": "q", "documents": ["d"]})
+            if st == 200:
+                ok = True
+                break
+            time.sleep(0.1)
+        c.check(ok, "served again once connections close")
+        c.check(any("max_connections 4" in line for line in s.log), "limit logged")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fd_exhaustion():
+    """Descriptors run out (limit 96, --max-connections above it): accept backs off instead of
+    spinning, logs at most once a second, and the server answers again once clients go."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+
+    with Server(DEMO, "--max-connections", "1000", preexec_fn=limit) as s:
+        c.check(any("may run out of descriptors" in line for line in s.log),
+                "warns that --max-connections is over the descriptor limit")
+        socks = []
+        for _ in range(150):
+            try:
+                socks.append(connect(s.port))
+            except OSError:
+                break
+        time.sleep(0.5)
+        before, lines0 = cpu_seconds(s.proc.pid), len(s.log)
+        time.sleep(3.0)
+        spent, lines = cpu_seconds(s.proc.pid) - before, len(s.log) - lines0
+        c.check(spent < 0.6, f"accept loop spins: {spent:.2f} s of CPU in 3 s")
+        c.check(lines <= 8, f"{lines} log lines in 3 s: {s.log[-5:]}")
+        c.check(any("accept failed" in line for line in s.log), "the failure is logged")
+        for x in socks:
+            x.close()
+        ok = False
+        for _ in range(60):
+            try:
+                so = connect(s.port)
+                st, _ = raw_get(so, "/health")
+                so.close()
+                if st == 200:
+                    ok = True
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        c.check(ok, "health answers again after descriptors free up")
+
+
+def run(*args):
+    p = subprocess.run([harness.ARGS.sluice] + list(args), capture_output=True, text=True,
+                       timeout=300)
+    return p.returncode, p.stdout + p.stderr
+
+
+def cli():
+    rc, out = run("--version")
+    c.check(rc == 0 and out.startswith("sluice 0."), f"--version: {rc} {out}")
+    rc, out = run("tokenize", "--help")
+    c.check(rc == 0 and "-- -text" in out, f"tokenize help mentions --: {out}")
+    rc, out = run("tokenize", "--model", DEMO, "--", "-text")
+    c.check(rc == 0 and "tokens" in out, f"tokenize -- -text: {rc} {out}")
+    rc, out = run("tokenize", "--model", DEMO, "-text")
+    c.check(rc != 0 and "goes after --" in out, f"tokenize -text says how: {out}")
+    for cmd in (["score", "--input", "x.jsonl"], ["tokenize", "hello"], ["serve"]):
+        rc, out = run(cmd[0], "--model", "/no/such/dir", *cmd[1:])
+        c.check(rc != 0 and "model directory /no/such/dir does not exist" in out,
+                f"{cmd[0]} missing model directory: {out}")
+    # Token classification offline = the route (= the pipeline's fixture).
+    e = expected("bert_wordpiece_ko")
+    with tempfile.TemporaryDirectory() as tmp:
+        inp = os.path.join(tmp, "in.jsonl")
+        with open(inp, "w", encoding="utf-8") as f:
+            for case in e["cases"]:
+                f.write(json.dumps({"text": case["text"]}, ensure_ascii=False) + "\n")
+        for agg in ("none", "first", "average"):
+            rc, out = run("classify", "--model", os.path.join(TC, "bert_wordpiece_ko", "model"),
+                          "--input", inp, "--output", os.path.join(tmp, "out.jsonl"),
+                          "--aggregation-strategy", agg)
+            c.check(rc == 0, f"classify token-classify {agg}: {out}")
+            with open(os.path.join(tmp, "out.jsonl"), encoding="utf-8") as f:
+                lines = [json.loads(x) for x in f]
+            for case, line in zip(e["cases"], lines):
+                same_entities(line["entities"], case["outputs"][agg], e["tolerance"], f"cli {agg}")
+        # embed: normalised by default, --normalize off gives the model's vectors.
+        g = golden("roberta_st_max")
+        with open(inp, "w") as f:
+            for x in g["inputs"][:3]:
+                f.write(json.dumps({"input_ids": x["ids"]}) + "\n")
+        for flag, want in (([], True), (["--normalize", "off"], False)):
+            rc, out = run("embed", "--model", harness.model_dir("roberta_st_max"), "--input", inp,
+                          "--output", os.path.join(tmp, "e.jsonl"), *flag)
+            with open(os.path.join(tmp, "e.jsonl")) as f:
+                got = [json.loads(x)["embedding"] for x in f]
+            for v, ref in zip(got, g["outputs"]):
+                n = sum(x * x for x in ref) ** 0.5
+                c.close(v, [x / n for x in ref] if want else ref, g["tolerance"], f"embed {flag}")
+    # bench: requests/s as req/s, no token rate.
+    with Server(DEMO) as s:
+        rc, out = run("bench", "--port", str(s.port), "--endpoint", "/v1/rerank", "--requests",
+                      "60", "--documents", "4", "--vocab", "600")
+        c.check(rc == 0 and " req/s" in out and "seq/s" not in out and "tok/s" not in out,
+                f"bench progress line: {out}")
+
+
+for name in ("bert_wordpiece_ko", "modernbert_bytelevel", "xlmr_unigram"):
+    token_classify(name)
+absa()
+late_interaction()
+cohere_v2_and_auth()
+max_connections()
+fd_exhaustion()
+cli()
+c.finish("tokenlevel")
