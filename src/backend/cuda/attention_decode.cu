@@ -15,6 +15,7 @@
 #include "backend/cuda/convert.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -24,6 +25,7 @@ constexpr int kMaxGroup = 8;    // query heads per KV head handled in registers
 constexpr int kMaxPerLane = 4;  // head_dim <= 128
 constexpr int kMinSplitKeys = 64;
 constexpr int kMaxSplits = 16;
+constexpr int kKeysInFlight = 4;  // keys per warp whose K/V rows are loaded together
 
 template <typename T, int G, int PL>
 __global__ void __launch_bounds__(kDecWarps * 32)
@@ -33,6 +35,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
                       float* __restrict__ part) {
   const int kvh = blockIdx.x, seq = blockIdx.y, split = blockIdx.z;
   const int num_kv = gridDim.x;
+  PdlTrigger();
+  PdlWait();
   const int len = cu[seq + 1] - cu[seq];
   // Partial results: [seq][kv head][split][G] (m, l) then [G][dim] weighted values.
   const int64_t slot = (static_cast<int64_t>(seq) * num_kv + kvh) * splits + split;
@@ -73,31 +77,43 @@ __global__ void __launch_bounds__(kDecWarps * 32)
 #pragma unroll
     for (int i = 0; i < PL; ++i) o[g][i] = 0.f;
   }
-  for (int key = k0 + warp; key < k1; key += kDecWarps) {
-    const int64_t row = sk.Row(key);
-    const T* kr = k + row * ldk + static_cast<int64_t>(kvh) * dim;
-    const T* vr = v + row * ldv + static_cast<int64_t>(kvh) * dim;
-    float kv[PL], vv[PL];
+  // The warp's keys k0 + warp, k0 + warp + kDecWarps, ... in ascending order; the K/V rows
+  // of kKeysInFlight of them are loaded before any is used (latency, not bandwidth, bounds
+  // one sequence's decode).
+  for (int key0 = k0 + warp; key0 < k1; key0 += kDecWarps * kKeysInFlight) {
+    float kv[kKeysInFlight][PL], vv[kKeysInFlight][PL];
 #pragma unroll
-    for (int i = 0; i < PL; ++i) {
-      const int d = lane + 32 * i;
-      kv[i] = d < dim ? ToFloat(kr[d]) : 0.f;
-      vv[i] = d < dim ? ToFloat(vr[d]) : 0.f;
+    for (int j = 0; j < kKeysInFlight; ++j) {
+      const int key = key0 + j * kDecWarps;
+      const bool in = key < k1;
+      const int64_t row = in ? sk.Row(key) : 0;
+      const T* kr = k + row * ldk + static_cast<int64_t>(kvh) * dim;
+      const T* vr = v + row * ldv + static_cast<int64_t>(kvh) * dim;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) {
+        const int d = lane + 32 * i;
+        kv[j][i] = in && d < dim ? ToFloat(kr[d]) : 0.f;
+        vv[j][i] = in && d < dim ? ToFloat(vr[d]) : 0.f;
+      }
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float s = 0.f;
+    for (int j = 0; j < kKeysInFlight; ++j) {
+      if (key0 + j * kDecWarps >= k1) break;
 #pragma unroll
-      for (int i = 0; i < PL; ++i) s = fmaf(qr[g][i], kv[i], s);
+      for (int g = 0; g < G; ++g) {
+        float s = 0.f;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      const float mn = fmaxf(m[g], s);
-      const float corr = __expf(m[g] - mn);  // 0 on the first key (m = -inf)
-      const float p = __expf(s - mn);
-      l[g] = l[g] * corr + p;
+        for (int i = 0; i < PL; ++i) s = fmaf(qr[g][i], kv[j][i], s);
 #pragma unroll
-      for (int i = 0; i < PL; ++i) o[g][i] = fmaf(p, vv[i], o[g][i] * corr);
-      m[g] = mn;
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        const float mn = fmaxf(m[g], s);
+        const float corr = __expf(m[g] - mn);  // 0 on the first key (m = -inf)
+        const float p = __expf(s - mn);
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int i = 0; i < PL; ++i) o[g][i] = fmaf(p, vv[j][i], o[g][i] * corr);
+        m[g] = mn;
+      }
     }
   }
   // Merge the warps of the block in shared memory, then write the split's partial.
@@ -135,6 +151,8 @@ template <typename T, int G>
 __global__ void DecodeMergeKernel(const float* __restrict__ part, const int32_t* __restrict__ cu,
                                   int dim, int splits, T* __restrict__ out, int64_t ldo) {
   const int kvh = blockIdx.x, seq = blockIdx.y, num_kv = gridDim.x;
+  PdlTrigger();
+  PdlWait();
   if (cu[seq + 1] == cu[seq]) return;
   const int64_t base = (static_cast<int64_t>(seq) * num_kv + kvh) * splits;
   const int64_t stride = static_cast<int64_t>(G) * (2 + dim);
@@ -172,21 +190,27 @@ void LaunchDecode(const AttentionParams& p, int splits, float* part, cudaStream_
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs),
                   static_cast<unsigned>(splits));
   const KeySource src = KeySourceOf(p);
+  const T* q = p.q.ptr<T>();
+  const T* k = p.k.ptr<T>();
+  const T* v = p.v.ptr<T>();
+  const int64_t ldq = p.q.row_stride(), ldk = p.k.row_stride(), ldv = p.v.row_stride();
+  const int32_t* cu = p.cu_seqlens;
+  const int dim = p.head_dim, window = p.window;
+  const float scale = p.scale;
   if (p.head_dim <= 64) {
-    DecodeSplitKernel<T, G, 2><<<grid, kDecWarps * 32, 0, stream>>>(
-        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
-        p.v.row_stride(), p.cu_seqlens, src, p.head_dim, p.scale, p.window, splits, part);
+    LaunchPdl("DecodeSplit", DecodeSplitKernel<T, G, 2>, grid, dim3(kDecWarps * 32), 0, stream, q,
+              ldq, k, ldk, v, ldv, cu, src, dim, scale, window, splits, part);
   } else {
-    DecodeSplitKernel<T, G, 4><<<grid, kDecWarps * 32, 0, stream>>>(
-        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
-        p.v.row_stride(), p.cu_seqlens, src, p.head_dim, p.scale, p.window, splits, part);
+    LaunchPdl("DecodeSplit", DecodeSplitKernel<T, G, 4>, grid, dim3(kDecWarps * 32), 0, stream, q,
+              ldq, k, ldk, v, ldv, cu, src, dim, scale, window, splits, part);
   }
-  CheckLaunch("DecodeSplit");
-  DecodeMergeKernel<T, G>
-      <<<dim3(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs)),
-         static_cast<unsigned>(std::min(1024, (G * p.head_dim + 31) / 32 * 32)), 0, stream>>>(
-          part, p.cu_seqlens, p.head_dim, splits, p.out.ptr<T>(), p.out.row_stride());
-  CheckLaunch("DecodeMerge");
+  const float* cpart = part;
+  T* out = p.out.ptr<T>();
+  const int64_t ldo = p.out.row_stride();
+  LaunchPdl("DecodeMerge", DecodeMergeKernel<T, G>,
+            dim3(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs)),
+            dim3(static_cast<unsigned>(std::min(1024, (G * p.head_dim + 31) / 32 * 32))), 0, stream,
+            cpart, cu, dim, splits, out, ldo);
 }
 
 template <typename T>

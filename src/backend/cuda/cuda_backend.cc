@@ -310,6 +310,7 @@ class CudaBackend final : public Backend {
       g.n = n;
       g.k = k;
       g.x = xb;
+      g.x_dtype = w.dtype;
       g.ldx = ldb;
       g.bias = w.has_bias ? static_cast<const float*>(w.bias.t().data) : nullptr;
       g.residual = p.residual ? p.residual->data : nullptr;
@@ -390,6 +391,47 @@ class CudaBackend final : public Backend {
       cuda::BiasActResidual(d, need_bias ? static_cast<const float*>(bias) : nullptr,
                             need_act ? p.act : Activation::kNone, need_res ? p.residual : nullptr,
                             p.out, stream_);
+    }
+  }
+
+  // Decode batches (M <= kGemvMaxRows): the RMSNorm prologue and the SiLU-gated epilogue run
+  // inside the GEMV kernel; everything else as separate operations.
+  void LinearBlock(const LinearBlockParams& p) override {
+    Device();
+    const auto& w = *static_cast<const CudaLinearWeight*>(p.weight);
+    const int64_t m = p.x.rows;
+    const bool fusable = p.norm_weight != nullptr || p.gate != Activation::kNone;
+    if (gemv_ && fusable && m >= 1 && m <= cuda::kGemvMaxRows &&
+        (!p.residual || p.residual->dtype == p.out.dtype)) {
+      cuda::GemvParams g;
+      g.w = w.w.t().data;
+      g.w_dtype = w.dtype;
+      g.m = m;
+      g.n = w.out_features;
+      g.k = w.in_features;
+      g.x = p.x.data;
+      g.x_dtype = p.x.dtype;
+      g.ldx = p.x.row_stride();
+      g.norm_weight = p.norm_weight ? p.norm_weight->ptr<float>() : nullptr;
+      g.eps = p.eps;
+      g.gate = p.gate;
+      g.bias = w.has_bias ? static_cast<const float*>(w.bias.t().data) : nullptr;
+      g.residual = p.residual ? p.residual->data : nullptr;
+      g.ldr = p.residual ? p.residual->row_stride() : 0;
+      g.out = p.out.data;
+      g.ldo = p.out.row_stride();
+      g.out_dtype = p.out.dtype;
+      if (cuda::GemvEligible(g)) {
+        cuda::Gemv(g, stream_);
+        return;
+      }
+    }
+    Backend::LinearBlock(p);
+  }
+  void AttentionInputs(const AttentionInputParams& p) override {
+    Device();
+    if (!cuda::AttentionInputs(p, InvFreq(p.q_rope), CosSinTable(p.q_rope), stream_)) {
+      Backend::AttentionInputs(p);
     }
   }
 
