@@ -470,6 +470,7 @@ class CudaBackend final : public Backend {
         std::abort();
       }
       if (!cuda::DecodeAttention(p, splits, static_cast<float*>(decode_ws_.Get(bytes, kept_)),
+                                 DecodeCounters(static_cast<size_t>(p.num_seqs) * p.num_kv_heads),
                                  stream_)) {
         std::fprintf(stderr, "sluice cuda: unsupported decode attention\n");
         std::abort();
@@ -594,6 +595,20 @@ class CudaBackend final : public Backend {
 
   void Device() const { CUDA_OK(cudaSetDevice(device_)); }
 
+  // The decode attention's split counters: zeroed when (re)allocated, left zero by every
+  // launch (a recording that references an outgrown buffer keeps it, still zero).
+  int* DecodeCounters(size_t n) {
+    void* p = decode_counters_.Get(n * sizeof(int), kept_);
+    if (p != counters_ptr_ || n > counters_zeroed_) {
+      if (p != counters_ptr_) counters_zeroed_ = 0;
+      CUDA_OK(cudaMemsetAsync(static_cast<int*>(p) + counters_zeroed_, 0,
+                              (n - counters_zeroed_) * sizeof(int), stream_));
+      counters_ptr_ = p;
+      counters_zeroed_ = n;
+    }
+    return static_cast<int*>(p);
+  }
+
   // Calls that synchronise or copy to the host cannot be part of a recording.
   void NotRecording(const char* what) const {
     if (!recording_) return;
@@ -684,6 +699,9 @@ class CudaBackend final : public Backend {
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
   Scratch decode_ws_;                                           // split-decode attention partials
+  Scratch decode_counters_;  // their per-(sequence, KV head) counters (DecodeCounters)
+  void* counters_ptr_ = nullptr;
+  size_t counters_zeroed_ = 0;
   int num_sms_ = 0;
   bool gemv_ = true;  // skinny GEMMs (M <= kGemvMaxRows) on the GEMV kernel
   // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are

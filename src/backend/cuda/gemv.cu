@@ -267,6 +267,9 @@ void LaunchModes(const GemvParams& p, const GemvArgs& a, cudaStream_t stream) {
   const bool norm = p.norm_weight != nullptr, gated = p.gate != Activation::kNone;
   int ks = GemvSplits(p.n, p.k);
   if (gated) ks = std::min(ks, 4);  // a block holds >= one (gate, up) pair
+  // The norm prologue runs once per block: one weight row per warp keeps the grid to the
+  // fewest blocks (one wave for the 0.6B shapes, where a second wave cost a prologue more).
+  if (norm) ks = 1;
   if (norm && gated) {
     LaunchKs<T, O, X, M, true, true>(p, a, ks, stream);
   } else if (norm) {

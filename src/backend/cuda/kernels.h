@@ -103,7 +103,10 @@ bool AttentionInputs(const AttentionInputParams& p, const float* inv_freq, const
 bool DecodeAttentionEligible(const AttentionParams& p);
 int DecodeAttentionSplits(const AttentionParams& p, int num_sms);
 size_t DecodeAttentionScratch(const AttentionParams& p, int splits);
-bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, cudaStream_t stream);
+// counters: [num_seqs * num_kv_heads] ints, zero before the first call (each call leaves them
+// zero); null runs the two-kernel variant (split, then merge).
+bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, int* counters,
+                     cudaStream_t stream);
 
 // Paged KV cache writes and sampling (sampling.cu). rows/adjusts/adj_raw/out: device
 // memory (adj_raw: p.num_adjusts floats of scratch).
