@@ -3,10 +3,13 @@
 #include <jpeglib.h>
 #include <png.h>
 #include <webp/decode.h>
+#include <webp/demux.h>
 
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+
+#include "media/exif.h"
 
 namespace sluice::media {
 
@@ -16,7 +19,7 @@ bool StartsWith(std::string_view b, std::string_view magic) {
   return b.size() >= magic.size() && b.substr(0, magic.size()) == magic;
 }
 
-Status CheckSize(int w, int h, const DecodeLimits& limits, const char* what) {
+Status CheckSize(int w, int h, const DecodeOptions& limits, const char* what) {
   if (w <= 0 || h <= 0) {
     return InvalidArgument(std::string(what) + " image has no pixels (" + std::to_string(w) + "x" +
                            std::to_string(h) + ")");
@@ -56,7 +59,7 @@ struct JpegState {
   }
 };
 
-Status DecodeJpeg(std::string_view bytes, const DecodeLimits& limits, bool header_only,
+Status DecodeJpeg(std::string_view bytes, const DecodeOptions& limits, bool header_only,
                   ImageInfo* info, Image* out) {
   JpegState st;
   st.cinfo.err = jpeg_std_error(&st.err.mgr);
@@ -70,6 +73,7 @@ Status DecodeJpeg(std::string_view bytes, const DecodeLimits& limits, bool heade
   st.created = true;
   jpeg_mem_src(&st.cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
                static_cast<unsigned long>(bytes.size()));
+  jpeg_save_markers(&st.cinfo, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&st.cinfo, TRUE);
   info->format = ImageFormat::kJpeg;
   info->width = static_cast<int>(st.cinfo.image_width);
@@ -82,6 +86,15 @@ Status DecodeJpeg(std::string_view bytes, const DecodeLimits& limits, bool heade
     return Unsupported("CMYK JPEG images are not supported (convert to RGB)");
   }
   st.cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  // The saved markers live in the image pool, which finishing the decode frees.
+  int orientation = 1;
+  for (jpeg_saved_marker_ptr m = st.cinfo.marker_list; m != nullptr; m = m->next) {
+    const std::string_view d(reinterpret_cast<const char*>(m->data), m->data_length);
+    if (m->marker == JPEG_APP0 + 1 && d.substr(0, 6) == std::string_view("Exif\0\0", 6)) {
+      orientation = ExifOrientation(d);
+      break;  // the first EXIF segment, as Pillow
+    }
+  }
   jpeg_start_decompress(&st.cinfo);
   const int w = static_cast<int>(st.cinfo.output_width),
             h = static_cast<int>(st.cinfo.output_height);
@@ -99,6 +112,7 @@ Status DecodeJpeg(std::string_view bytes, const DecodeLimits& limits, bool heade
     }
   }
   jpeg_finish_decompress(&st.cinfo);
+  if (limits.exif_orientation) ApplyOrientation(out, orientation);
   return Status::Ok();
 }
 
@@ -128,7 +142,16 @@ void PngErrorFn(png_structp png, png_const_charp msg) {
 }
 void PngWarnFn(png_structp, png_const_charp) {}
 
-Status DecodePng(std::string_view bytes, const DecodeLimits& limits, bool header_only,
+// The eXIf chunk's orientation (before or after the image data; read_end collects the
+// latter), 1 without one.
+int PngOrientation(const PngState& st) {
+  png_uint_32 n = 0;
+  png_bytep exif = nullptr;
+  if (png_get_eXIf_1(st.png, st.info, &n, &exif) == 0 || exif == nullptr) return 1;
+  return ExifOrientation(std::string_view(reinterpret_cast<const char*>(exif), n));
+}
+
+Status DecodePng(std::string_view bytes, const DecodeOptions& limits, bool header_only,
                  ImageInfo* info, Image* out) {
   PngState st;
   st.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &st, PngErrorFn, PngWarnFn);
@@ -162,12 +185,13 @@ Status DecodePng(std::string_view bytes, const DecodeLimits& limits, bool header
     rows.resize(h);
     for (png_uint_32 y = 0; y < h; ++y) rows[y] = g16.data() + static_cast<size_t>(y) * w * 2;
     png_read_image(st.png, rows.data());
-    png_read_end(st.png, nullptr);
+    png_read_end(st.png, st.info);
     for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i) {
       const unsigned v = (static_cast<unsigned>(g16[2 * i]) << 8) | g16[2 * i + 1];
       out->rgb[3 * i] = out->rgb[3 * i + 1] = out->rgb[3 * i + 2] =
           static_cast<uint8_t>(v > 255 ? 255 : v);
     }
+    if (limits.exif_orientation) ApplyOrientation(out, PngOrientation(st));
     return Status::Ok();
   }
   if (depth == 16) png_set_strip_16(st.png);  // the high byte, as Pillow's RGB;16B
@@ -186,13 +210,14 @@ Status DecodePng(std::string_view bytes, const DecodeLimits& limits, bool header
   rows.resize(h);
   for (png_uint_32 y = 0; y < h; ++y) rows[y] = out->rgb.data() + static_cast<size_t>(y) * w * 3;
   png_read_image(st.png, rows.data());
-  png_read_end(st.png, nullptr);
+  png_read_end(st.png, st.info);
+  if (limits.exif_orientation) ApplyOrientation(out, PngOrientation(st));
   return Status::Ok();
 }
 
 // ---- WebP (libwebp). ----
 
-Status DecodeWebp(std::string_view bytes, const DecodeLimits& limits, bool header_only,
+Status DecodeWebp(std::string_view bytes, const DecodeOptions& limits, bool header_only,
                   ImageInfo* info, Image* out) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   WebPBitstreamFeatures f;
@@ -213,11 +238,24 @@ Status DecodeWebp(std::string_view bytes, const DecodeLimits& limits, bool heade
     out->rgb.clear();
     return InvalidArgument("WebP image is corrupt or truncated");
   }
+  if (limits.exif_orientation) {
+    WebPData wd{data, bytes.size()};
+    WebPDemuxer* demux = WebPDemux(&wd);
+    if (demux != nullptr) {
+      WebPChunkIterator it;
+      if (WebPDemuxGetChunk(demux, "EXIF", 1, &it)) {
+        ApplyOrientation(out, ExifOrientation(std::string_view(
+                                  reinterpret_cast<const char*>(it.chunk.bytes), it.chunk.size)));
+        WebPDemuxReleaseChunkIterator(&it);
+      }
+      WebPDemuxDelete(demux);
+    }
+  }
   return Status::Ok();
 }
 
-Status Decode(std::string_view bytes, const DecodeLimits& limits, bool header_only, ImageInfo* info,
-              Image* out) {
+Status Decode(std::string_view bytes, const DecodeOptions& limits, bool header_only,
+              ImageInfo* info, Image* out) {
   switch (SniffFormat(bytes)) {
     case ImageFormat::kJpeg:
       return DecodeJpeg(bytes, limits, header_only, info, out);
@@ -260,11 +298,11 @@ ImageFormat SniffFormat(std::string_view b) {
 StatusOr<ImageInfo> ReadImageInfo(std::string_view bytes) {
   ImageInfo info;
   Image unused;
-  RETURN_IF_ERROR(Decode(bytes, DecodeLimits{}, true, &info, &unused));
+  RETURN_IF_ERROR(Decode(bytes, DecodeOptions{}, true, &info, &unused));
   return info;
 }
 
-StatusOr<Image> DecodeImage(std::string_view bytes, const DecodeLimits& limits) {
+StatusOr<Image> DecodeImage(std::string_view bytes, const DecodeOptions& limits) {
   ImageInfo info;
   Image img;
   RETURN_IF_ERROR(Decode(bytes, limits, false, &info, &img));

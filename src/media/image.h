@@ -3,7 +3,7 @@
 // from), as 8-bit RGB, row-major, 3 bytes per pixel.
 //
 // Decoding is bounded: the header is read first and an image of more than
-// DecodeLimits::max_pixels pixels (or wider/taller than max_side) is refused before any
+// DecodeOptions::max_pixels pixels (or wider/taller than max_side) is refused before any
 // pixel memory is allocated, so a small file that claims a huge size (a decompression bomb)
 // costs nothing. Every failure is an InvalidArgument (or Unsupported) naming the problem.
 //
@@ -41,9 +41,12 @@ struct ImageInfo {
 // The format and size from the header only.
 StatusOr<ImageInfo> ReadImageInfo(std::string_view bytes);
 
-struct DecodeLimits {
+struct DecodeOptions {
   int64_t max_pixels = 40'000'000;  // width * height
   int max_side = 20'000;
+  // Rotate/mirror by the EXIF orientation (JPEG APP1, PNG eXIf, WebP EXIF), as
+  // transformers' load_image does (PIL.ImageOps.exif_transpose).
+  bool exif_orientation = true;
 };
 
 // Pillow semantics per format:
@@ -54,6 +57,6 @@ struct DecodeLimits {
 //     grayscale replicated, alpha dropped (not composited), interlacing undone, gamma
 //     ignored.
 //   WebP: libwebp's default decode, alpha dropped.
-StatusOr<Image> DecodeImage(std::string_view bytes, const DecodeLimits& limits = {});
+StatusOr<Image> DecodeImage(std::string_view bytes, const DecodeOptions& options = {});
 
 }  // namespace sluice::media

@@ -14,7 +14,9 @@ Usage: /usr/bin/python3 tests/golden/generate_images.py [--out tests/fixtures/im
 Files: <name>.<ext> (the encoded image), <name>.rgb (decoded RGB, row-major: the test
 compares bytes and reports the first difference), and cases.json (per image: file, mode,
 width, height, CRC-32 of the decoded RGB, and resize cases with their output size, filter
-and the CRC-32 (zlib's) of the resized RGB).
+and the CRC-32 (zlib's) of the resized RGB). The exif* images carry EXIF orientations 2-8
+in JPEG, PNG and WebP; their expected pixels are ImageOps.exif_transpose's, as transformers'
+load_image applies it.
 """
 import argparse
 import io
@@ -117,6 +119,29 @@ def main():
             entry["resizes"].append({"width": w, "height": h, "filter": flt, "crc32": crc(out)})
         cases.append(entry)
         print(f"{fname}: {len(data)} bytes, mode {dec.mode}, {rgb.width}x{rgb.height}")
+    # EXIF orientations 2..8 in each container: what transformers' load_image gives
+    # (ImageOps.exif_transpose, then convert("RGB")).
+    from PIL import ImageOps
+    base = synthetic(23, 14, 17)
+    for fmt, ext in (("JPEG", "jpg"), ("PNG", "png"), ("WEBP", "webp")):
+        for o in range(2, 9):
+            ex = Image.Exif()
+            ex[0x0112] = o
+            kw = {"quality": 92} if fmt != "PNG" else {}
+            if fmt == "WEBP":
+                kw = {"lossless": True}
+            data = encode(base, fmt, exif=ex, **kw)
+            name = f"exif{o}_{ext}"
+            with open(os.path.join(args.out, f"{name}.{ext}"), "wb") as f:
+                f.write(data)
+            dec = Image.open(io.BytesIO(data))
+            rgb = ImageOps.exif_transpose(dec).convert("RGB")
+            raw = rgb.tobytes()
+            with open(os.path.join(args.out, f"{name}.rgb"), "wb") as f:
+                f.write(raw)
+            cases.append({"name": name, "file": f"{name}.{ext}", "mode": dec.mode,
+                          "width": rgb.width, "height": rgb.height, "rgb": f"{name}.rgb",
+                          "crc32": crc(raw), "resizes": [], "exif_orientation": o})
     # PNGs Pillow cannot write but reads: 16-bit RGB (Pillow keeps the high byte of each
     # sample), 16-bit grayscale (mode "I": convert("RGB") clamps at 255), 16-bit gray+alpha,
     # and 1/2/4-bit grayscale (scaled to 0..255), written here chunk by chunk.
