@@ -206,6 +206,11 @@ def main():
     ap.add_argument("--models", default="/tmp/gen-models")
     ap.add_argument("--only", default="copy,decode,thru,prefix,preempt,cpu")
     ap.add_argument("--shapes", default="0.6b,8b")
+    ap.add_argument("--skip-hf", action="store_true",
+                    help="decode: sluice only (no HF generate timing)")
+    ap.add_argument("--variants", default="",
+                    help="decode: extra sluice runs with environment settings, e.g. "
+                         "'nopdl:SLUICE_CUDA_PDL=0;gemv0:SLUICE_CUDA_GEMV=0'")
     args = ap.parse_args()
     only = set(args.only.split(","))
     os.makedirs(args.out, exist_ok=True)
@@ -239,14 +244,26 @@ def main():
         prompt = [rng.randrange(1000, 100000) for _ in range(128)]
         write_jsonl(f"{w}/d.jsonl", [{"prompt_token_ids": prompt, "max_tokens": 256,
                                       "temperature": 0, "ignore_eos": True}])
+        variants = [v.split(":", 1) for v in args.variants.split(";") if v]
         for s in args.shapes.split(","):
-            sl = run_sluice(args.sluice, paths[s], f"{w}/d.jsonl", f"{w}/d.out",
-                            ["--device", "cuda", "--max-model-len", "1024"])
-            hf = hf_decode(paths[s], prompt, 256)
+            flags = ["--device", "cuda", "--max-model-len", "1024"]
+            sl = run_sluice(args.sluice, paths[s], f"{w}/d.jsonl", f"{w}/d.out", flags)
             bound_ms = 1e3 * weight_bytes(paths[s]) / bw
-            out[s] = {"sluice": sl, "hf": hf, "bound_ms": bound_ms,
-                      "fraction_of_bound": bound_ms / sl["itl_p50_ms"],
-                      "speedup_vs_hf": hf["ms_per_token"] / sl["itl_p50_ms"]}
+            out[s] = {"sluice": sl, "bound_ms": bound_ms,
+                      "fraction_of_bound": bound_ms / sl["itl_p50_ms"]}
+            for name, env in variants:
+                e = dict(os.environ)
+                e.update(kv.split("=", 1) for kv in env.split(",") if kv)
+                v = run_sluice(args.sluice, paths[s], f"{w}/d.jsonl", f"{w}/d_{name}.out", flags,
+                               env=e)
+                out[s][name] = {"itl_p50_ms": v["itl_p50_ms"], "itl_p99_ms": v["itl_p99_ms"],
+                                "fraction_of_bound": bound_ms / v["itl_p50_ms"],
+                                "same_tokens": outputs(f"{w}/d_{name}.out") ==
+                                outputs(f"{w}/d.out")}
+            if not args.skip_hf:
+                hf = hf_decode(paths[s], prompt, 256)
+                out[s]["hf"] = hf
+                out[s]["speedup_vs_hf"] = hf["ms_per_token"] / sl["itl_p50_ms"]
         return out
 
     section("decode", decode)

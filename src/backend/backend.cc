@@ -76,6 +76,42 @@ class SyncFence final : public Fence {
 
 }  // namespace
 
+void Backend::AttentionInputs(const AttentionInputParams& p) {
+  RopeParams k = p.q_rope;
+  k.x = p.k;
+  k.num_heads = p.num_kv_heads;
+  if (p.q_norm != nullptr) {
+    QkNormRope(p.q_rope, *p.q_norm, p.eps);
+  } else {
+    Rope(p.q_rope);
+  }
+  if (p.k_norm != nullptr) {
+    QkNormRope(k, *p.k_norm, p.eps);
+  } else {
+    Rope(k);
+  }
+  WriteKv(p.kv);
+}
+
+void Backend::LinearBlock(const LinearBlockParams& p) {
+  Tensor in = p.x;
+  if (p.norm_weight != nullptr) {
+    RmsNorm(p.x, nullptr, *p.norm_weight, p.eps, p.normed);
+    in = p.normed;
+  }
+  if (p.gate == Activation::kNone) {
+    Linear({p.weight, in, p.out, Activation::kNone, p.residual});
+    return;
+  }
+  Linear({p.weight, in, p.gate_up});
+  if (p.residual == nullptr) {
+    GatedActivate(p.gate_up, p.gate, p.out);
+    return;
+  }
+  std::fprintf(stderr, "sluice: LinearBlock with a gate and a residual is not supported\n");
+  std::abort();
+}
+
 HostBuffer Backend::AllocateHost(size_t bytes) {
   const size_t n = std::max<size_t>(bytes, 64);
   void* p = ::operator new (n, std::align_val_t{64});

@@ -92,6 +92,27 @@ struct LinearParams {
   const Tensor* residual = nullptr;    // optional [M, out_features]: out = act(xW^T+b) + residual
 };
 
+// A linear layer with the steps that pre-norm decoders run around it, which a backend may
+// fuse into the GEMM (CUDA decode batches: one kernel instead of three):
+//   in  = norm_weight ? RMSNorm(x) * norm_weight : x          (rounded to the activation dtype)
+//   y   = in · W^T + b
+//   out = gate != kNone ? gate(y[:, :N/2]) * y[:, N/2:] : y  (W stacks [W_gate; W_up])
+//   out += residual (when given; out may alias it)
+// A backend that does not fuse runs RmsNorm into `normed` ([M, K], activation dtype), Linear
+// into `gate_up` ([M, N], activation dtype) and GatedActivate, as separate operations with
+// the same roundings; those scratch tensors are only written then.
+struct LinearBlockParams {
+  const LinearWeight* weight = nullptr;
+  Tensor x;    // [M, K]: the residual stream (norm_weight set) or the GEMM input
+  Tensor out;  // [M, N] (or [M, N/2] with a gate)
+  const Tensor* residual = nullptr;
+  const Tensor* norm_weight = nullptr;  // [1, K] f32, RMSNorm's weight
+  float eps = 1e-6f;
+  Tensor normed;  // scratch, with norm_weight
+  Activation gate = Activation::kNone;
+  Tensor gate_up;  // scratch, with a gate
+};
+
 enum class RopeStyle { kNeox, kInterleaved };
 
 // RoPE frequency scaling (config.json rope_scaling / rope_parameters), as transformers
@@ -224,6 +245,20 @@ struct SampleParams {
   SampledToken* out = nullptr;  // host [n], valid once a fence after the call has passed
 };
 
+// The attention inputs of one layer of a decoder with a paged KV cache: q and k rotated
+// (RoPE, after a per-head RMSNorm with q_norm / k_norm where given: Qwen3's QK-norm) in place,
+// then k and v written to the cache rows `kv.slots` (KvWriteParams). Backends may fuse the
+// steps (CUDA: one kernel); the default runs QkNormRope/Rope on q and k, then WriteKv.
+struct AttentionInputParams {
+  RopeParams q_rope;               // x = q [T, Hq * D], num_heads = Hq
+  Tensor k;                        // [T, Hkv * D] (rotated like q, with k_norm)
+  const Tensor* q_norm = nullptr;  // [1, D] f32, or null (RoPE only)
+  const Tensor* k_norm = nullptr;
+  float eps = 1e-6f;
+  int num_kv_heads = 0;
+  KvWriteParams kv;  // k, v and the cache (kv.k must be `k`)
+};
+
 // Copies whole KV blocks (every layer's K and V) from src[i] to dst[i] (a sequence forked
 // from another shares its full blocks and gets a copy of the partial last one).
 struct KvCopyParams {
@@ -343,6 +378,9 @@ class Backend {
   }
   virtual void Attention(const AttentionParams& p) = 0;
   virtual void WriteKv(const KvWriteParams& p) = 0;
+  // See AttentionInputParams / LinearBlockParams; the defaults run the unfused operations.
+  virtual void AttentionInputs(const AttentionInputParams& p);
+  virtual void LinearBlock(const LinearBlockParams& p);
   virtual void CopyKvBlocks(const KvCopyParams& p) = 0;
   // Picks one token per row (and its logprobs) on the device; see SampleParams.
   virtual void Sample(const SampleParams& p) = 0;

@@ -187,6 +187,11 @@ int RunGenerate(const GenerateFlags& f) {
                1e3 * Percentile(itl, 0.5), 1e3 * Percentile(itl, 0.99),
                static_cast<long long>(st.steps), static_cast<long long>(st.preemptions),
                static_cast<long long>(pc.hits), static_cast<long long>(pc.queries));
+  const double per = 1e6 / static_cast<double>(std::max<int64_t>(st.steps, 1));
+  std::fprintf(stderr,
+               "step phases (mean per step): prepare %.1f us, launch %.1f us, wait for the "
+               "device %.1f us, apply %.1f us\n",
+               st.prepare_s * per, st.launch_s * per, st.wait_s * per, st.apply_s * per);
   const int64_t total = gen.backend().DeviceMemoryTotal();
   if (total > 0) {
     std::fprintf(

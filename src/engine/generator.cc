@@ -349,6 +349,7 @@ Status Generator::Step() {
     }
     ++i;
   }
+  const auto t_begin = SteadyClock::now();
   scheduler_->Schedule(&items_, &preempted_);
   stats_.preemptions = scheduler_->preemptions();
   preempted_.clear();
@@ -464,14 +465,21 @@ Status Generator::Step() {
   }
 
   stats_.batched_tokens += static_cast<int64_t>(batch_.token_ids.size());
+  const auto t_launch = SteadyClock::now();
+  auto t_wait = t_launch;
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(RunnerForward f,
                      runner_->Run(batch_, OutputRows::kNone, &staging_, &kv_->tensors()));
     RETURN_IF_ERROR(sampler_->Enqueue(batch_, f, 0));
     done_->Record();
+    t_wait = SteadyClock::now();
     done_->Wait();
     return Status::Ok();
   }();
+  const auto t_apply = SteadyClock::now();
+  stats_.prepare_s += Seconds(t_begin, t_launch);
+  stats_.launch_s += Seconds(t_launch, t_wait);
+  stats_.wait_s += Seconds(t_wait, t_apply);
   if (!st.ok()) {
     SLUICE_LOG_ERROR("generation step of {} sequences failed: {}", items_.size(), st.message());
     Fail(items_, st);
@@ -548,6 +556,7 @@ Status Generator::Step() {
     for (const CompletionOutput& o : r->outputs) all &= !o.finish_reason.empty();
     if (all) CompleteRequest(*r, Status::Ok());
   }
+  stats_.apply_s += Seconds(t_apply, SteadyClock::now());
   return Status::Ok();
 }
 

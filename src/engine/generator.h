@@ -86,6 +86,10 @@ struct GenerationStats {
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t batched_tokens = 0;  // tokens computed over all steps (prefill chunks + decode)
+  // Wall time of the steps' phases (seconds, summed over steps): planning and packing the
+  // batch on the host, queueing the forward and sampling, waiting for the device, and
+  // applying the results (stop checks, detokenisation, deliveries).
+  double prepare_s = 0, launch_s = 0, wait_s = 0, apply_s = 0;
 };
 
 class Generator {

@@ -220,28 +220,45 @@ class DecoderModel final : public Model {
     const int32_t* rows = b.output_rows.ptr<int32_t>();
     for (size_t l = 0; l < layers_.size(); ++l) {
       const DecoderLayer& L = layers_[l];
-      backend_->RmsNorm(res, nullptr, L.in_norm.t(), eps, x);
-      backend_->Linear({L.qkv.get(), x, qkv});
+      LinearBlockParams qkv_block;
+      qkv_block.weight = L.qkv.get();
+      qkv_block.x = res;
+      qkv_block.out = qkv;
+      qkv_block.norm_weight = &L.in_norm.t();
+      qkv_block.eps = eps;
+      qkv_block.normed = x;
+      backend_->LinearBlock(qkv_block);
       Tensor q = qkv.ColSlice(0, static_cast<int64_t>(Hq) * D);
       Tensor k = qkv.ColSlice(static_cast<int64_t>(Hq) * D, static_cast<int64_t>(Hkv) * D);
       Tensor v = qkv.ColSlice(static_cast<int64_t>(Hq + Hkv) * D, static_cast<int64_t>(Hkv) * D);
-      rp.x = q;
-      rp.num_heads = Hq;
-      QkNormRope(rp, L.q_norm, eps);
-      rp.x = k;
-      rp.num_heads = Hkv;
-      QkNormRope(rp, L.k_norm, eps);
       ap.q = q;
       ap.k = k;
       ap.v = v;
       ap.out = attn;
       ap.window = L.window;
+      rp.x = q;
+      rp.num_heads = Hq;
       if (paged) {
+        // RoPE (+ QK-norm) of q and k and the KV-cache write, fused where the backend can.
         const Tensor& kc = (*b.kv_cache)[2 * l];
         const Tensor& vc = (*b.kv_cache)[2 * l + 1];
-        backend_->WriteKv({k, v, kc, vc, b.kv_slots.ptr<int32_t>()});
+        AttentionInputParams in;
+        in.q_rope = rp;
+        in.k = k;
+        const bool qk_norm = family_ == Family::kQwen3;
+        in.q_norm = qk_norm ? &L.q_norm.t() : nullptr;
+        in.k_norm = qk_norm ? &L.k_norm.t() : nullptr;
+        in.eps = eps;
+        in.num_kv_heads = Hkv;
+        in.kv = {k, v, kc, vc, b.kv_slots.ptr<int32_t>()};
+        backend_->AttentionInputs(in);
         ap.k = kc;
         ap.v = vc;
+      } else {
+        QkNormRope(rp, L.q_norm, eps);
+        rp.x = k;
+        rp.num_heads = Hkv;
+        QkNormRope(rp, L.k_norm, eps);
       }
       backend_->Attention(ap);
       if (prune && l + 1 == layers_.size()) {
@@ -281,9 +298,16 @@ class DecoderModel final : public Model {
   void PostAttention(const DecoderLayer& L, Tensor attn, Tensor res, Tensor x, Tensor gu,
                      Tensor act, float eps) {
     backend_->Linear({L.o.get(), attn, res, Activation::kNone, &res});
-    backend_->RmsNorm(res, nullptr, L.post_norm.t(), eps, x);
-    backend_->Linear({L.gate_up.get(), x, gu});
-    backend_->GatedActivate(gu, Activation::kSilu, act);
+    LinearBlockParams mlp;
+    mlp.weight = L.gate_up.get();
+    mlp.x = res;
+    mlp.out = act;
+    mlp.norm_weight = &L.post_norm.t();
+    mlp.eps = eps;
+    mlp.normed = x;
+    mlp.gate = Activation::kSilu;
+    mlp.gate_up = gu;
+    backend_->LinearBlock(mlp);
     backend_->Linear({L.down.get(), act, res, Activation::kNone, &res});
   }
 

@@ -310,6 +310,7 @@ class CudaBackend final : public Backend {
       g.n = n;
       g.k = k;
       g.x = xb;
+      g.x_dtype = w.dtype;
       g.ldx = ldb;
       g.bias = w.has_bias ? static_cast<const float*>(w.bias.t().data) : nullptr;
       g.residual = p.residual ? p.residual->data : nullptr;
@@ -393,6 +394,47 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Decode batches (M <= kGemvMaxRows): the RMSNorm prologue and the SiLU-gated epilogue run
+  // inside the GEMV kernel; everything else as separate operations.
+  void LinearBlock(const LinearBlockParams& p) override {
+    Device();
+    const auto& w = *static_cast<const CudaLinearWeight*>(p.weight);
+    const int64_t m = p.x.rows;
+    const bool fusable = p.norm_weight != nullptr || p.gate != Activation::kNone;
+    if (gemv_ && fusable && m >= 1 && m <= cuda::kGemvMaxRows &&
+        (!p.residual || p.residual->dtype == p.out.dtype)) {
+      cuda::GemvParams g;
+      g.w = w.w.t().data;
+      g.w_dtype = w.dtype;
+      g.m = m;
+      g.n = w.out_features;
+      g.k = w.in_features;
+      g.x = p.x.data;
+      g.x_dtype = p.x.dtype;
+      g.ldx = p.x.row_stride();
+      g.norm_weight = p.norm_weight ? p.norm_weight->ptr<float>() : nullptr;
+      g.eps = p.eps;
+      g.gate = p.gate;
+      g.bias = w.has_bias ? static_cast<const float*>(w.bias.t().data) : nullptr;
+      g.residual = p.residual ? p.residual->data : nullptr;
+      g.ldr = p.residual ? p.residual->row_stride() : 0;
+      g.out = p.out.data;
+      g.ldo = p.out.row_stride();
+      g.out_dtype = p.out.dtype;
+      if (cuda::GemvEligible(g)) {
+        cuda::Gemv(g, stream_);
+        return;
+      }
+    }
+    Backend::LinearBlock(p);
+  }
+  void AttentionInputs(const AttentionInputParams& p) override {
+    Device();
+    if (!cuda::AttentionInputs(p, InvFreq(p.q_rope), CosSinTable(p.q_rope), stream_)) {
+      Backend::AttentionInputs(p);
+    }
+  }
+
   void EmbeddingGather(const Tensor& table, const int32_t* ids, int64_t n, Tensor out,
                        bool accumulate) override {
     Device();
@@ -428,6 +470,7 @@ class CudaBackend final : public Backend {
         std::abort();
       }
       if (!cuda::DecodeAttention(p, splits, static_cast<float*>(decode_ws_.Get(bytes, kept_)),
+                                 DecodeCounters(static_cast<size_t>(p.num_seqs) * p.num_kv_heads),
                                  stream_)) {
         std::fprintf(stderr, "sluice cuda: unsupported decode attention\n");
         std::abort();
@@ -552,6 +595,20 @@ class CudaBackend final : public Backend {
 
   void Device() const { CUDA_OK(cudaSetDevice(device_)); }
 
+  // The decode attention's split counters: zeroed when (re)allocated, left zero by every
+  // launch (a recording that references an outgrown buffer keeps it, still zero).
+  int* DecodeCounters(size_t n) {
+    void* p = decode_counters_.Get(n * sizeof(int), kept_);
+    if (p != counters_ptr_ || n > counters_zeroed_) {
+      if (p != counters_ptr_) counters_zeroed_ = 0;
+      CUDA_OK(cudaMemsetAsync(static_cast<int*>(p) + counters_zeroed_, 0,
+                              (n - counters_zeroed_) * sizeof(int), stream_));
+      counters_ptr_ = p;
+      counters_zeroed_ = n;
+    }
+    return static_cast<int*>(p);
+  }
+
   // Calls that synchronise or copy to the host cannot be part of a recording.
   void NotRecording(const char* what) const {
     if (!recording_) return;
@@ -642,6 +699,9 @@ class CudaBackend final : public Backend {
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
   Scratch decode_ws_;                                           // split-decode attention partials
+  Scratch decode_counters_;  // their per-(sequence, KV head) counters (DecodeCounters)
+  void* counters_ptr_ = nullptr;
+  size_t counters_zeroed_ = 0;
   int num_sms_ = 0;
   bool gemv_ = true;  // skinny GEMMs (M <= kGemvMaxRows) on the GEMV kernel
   // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are

@@ -84,6 +84,10 @@ __device__ __forceinline__ void StoreAny(void* p, DType t, int64_t i, float v) {
 template <int Bytes>
 struct Chunk;
 template <>
+struct Chunk<2> {
+  using type = uint16_t;
+};
+template <>
 struct Chunk<4> {
   using type = uint32_t;
 };

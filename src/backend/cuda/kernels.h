@@ -61,13 +61,24 @@ bool AttentionTc(const AttentionParams& p, cudaStream_t stream);
 // (+ residual[m, n]) for 1 <= m <= kGemvMaxRows rows of bf16/f16 weights and activations (x in
 // the weight dtype), output f32 or the weight dtype (residual in the output's dtype; out
 // may alias it). Streams the weights near the memory bandwidth where cuBLASLt does not.
+// Optional fused steps (LinearBlockParams' semantics, with the unfused kernels' roundings):
+//   norm_weight: x is a residual stream (f32 or the weight dtype) and the GEMM's input is
+//     RMSNorm(x) * norm_weight rounded to the weight dtype, with the arithmetic RmsNorm uses
+//     for such rows (its warp kernel where RmsNormWarpColumns(k), else its row kernel);
+//   gate = kSilu: w stacks [W_gate; W_up] (n rows, n even) and out [m, n / 2] =
+//     SiLU(gate) * up, each rounded to the weight dtype first (as the GEMM output it replaces).
+// Launched with programmatic dependent launch (pdl.cuh).
 constexpr int kGemvMaxRows = 4;
 struct GemvParams {
   const void* w = nullptr;  // [n, k], row-major, 16-byte aligned
   DType w_dtype = DType::kBF16;
   int64_t m = 0, n = 0, k = 0;
-  const void* x = nullptr;  // [m, k] in w_dtype, row stride ldx
+  const void* x = nullptr;  // [m, k], row stride ldx; w_dtype (or f32 with norm_weight)
+  DType x_dtype = DType::kBF16;
   int64_t ldx = 0;
+  const float* norm_weight = nullptr;  // [k] or null
+  float eps = 1e-6f;
+  Activation gate = Activation::kNone;
   const float* bias = nullptr;  // [n] or null
   const void* residual = nullptr;
   int64_t ldr = 0;
@@ -78,12 +89,24 @@ struct GemvParams {
 bool GemvEligible(const GemvParams& p);
 int GemvSplits(int64_t n, int64_t k);
 void Gemv(const GemvParams& p, cudaStream_t stream);
+// True when RmsNorm takes its one-warp-per-row path for rows of `cols` columns (the
+// numerics GemvParams::norm_weight reproduces).
+bool RmsNormWarpColumns(int64_t cols);
+
+// The attention inputs of a paged decoder layer in one kernel (norm_kernels.cu): QK-norm (if
+// given) + neox RoPE of q (in place) and k, k and v written to the cache rows. False (nothing
+// launched) unless rotary_dim == head_dim in {32, 64, 128}, neox style, rows aligned.
+bool AttentionInputs(const AttentionInputParams& p, const float* inv_freq, const float2* table,
+                     cudaStream_t stream);
 
 // Decode attention (attention_decode.cu): paged, one query per sequence, split over the keys.
 bool DecodeAttentionEligible(const AttentionParams& p);
 int DecodeAttentionSplits(const AttentionParams& p, int num_sms);
 size_t DecodeAttentionScratch(const AttentionParams& p, int splits);
-bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, cudaStream_t stream);
+// counters: [num_seqs * num_kv_heads] ints, zero before the first call (each call leaves them
+// zero); null runs the two-kernel variant (split, then merge).
+bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, int* counters,
+                     cudaStream_t stream);
 
 // Paged KV cache writes and sampling (sampling.cu). rows/adjusts/adj_raw/out: device
 // memory (adj_raw: p.num_adjusts floats of scratch).

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -287,6 +288,84 @@ __global__ void __launch_bounds__(kQkWarps * 32)
   }
 }
 
+// The attention inputs of a paged decoder layer (AttentionInputParams): one warp per
+// (token, head) over the q heads, the k heads and the v heads. q and k heads get QkNormRope's
+// arithmetic (QkNormRopeNeoxKernel's lane layout: lane l holds elements [EPL l, EPL (l + 1)),
+// the rotation partner in lane l ^ 16) -- without the norm where kNorm is false --; q is
+// written back in place, k to its cache row; v heads are copied to theirs.
+struct AttnInArgs {
+  void* q;
+  int64_t ldq;
+  const void* k;
+  int64_t ldk;
+  const void* v;
+  int64_t ldv;
+  void* kc;
+  int64_t ldkc;
+  void* vc;
+  int64_t ldvc;
+  const int32_t* slots;
+  const int32_t* pos;
+  const float* q_norm;
+  const float* k_norm;
+  float eps;
+  const float* inv_freq;
+  const float2* table;
+  int64_t rows;
+  int hq, hkv;
+};
+
+template <typename T, int EPL, bool kNorm>
+__global__ void __launch_bounds__(kQkWarps * 32) AttentionInputsKernel(const AttnInArgs a) {
+  constexpr int D = 32 * EPL, kHalf = D / 2;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int heads = a.hq + 2 * a.hkv;
+  const int64_t wid = static_cast<int64_t>(blockIdx.x) * kQkWarps + warp;
+  PdlTrigger();
+  PdlWait();
+  if (wid >= a.rows * heads) return;
+  const int64_t t = wid / heads;
+  const int h = static_cast<int>(wid % heads);
+  const int c0 = lane * EPL;
+  const int64_t slot = a.slots[t];
+  if (h >= a.hq + a.hkv) {  // a v head: into the cache
+    const int vh = h - a.hq - a.hkv;
+    float v[EPL];
+    Load<T, EPL>(static_cast<const T*>(a.v) + t * a.ldv + static_cast<int64_t>(vh) * D + c0, v);
+    Store<T, EPL>(static_cast<T*>(a.vc) + slot * a.ldvc + static_cast<int64_t>(vh) * D + c0, v);
+    return;
+  }
+  const bool is_q = h < a.hq;
+  const int kh = h - a.hq;
+  const T* src = is_q ? static_cast<const T*>(a.q) + t * a.ldq + static_cast<int64_t>(h) * D
+                      : static_cast<const T*>(a.k) + t * a.ldk + static_cast<int64_t>(kh) * D;
+  float v[EPL];
+  Load<T, EPL>(src + c0, v);
+  if constexpr (kNorm) {
+    const float* w = is_q ? a.q_norm : a.k_norm;
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) ss += v[j] * v[j];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float rs = rsqrtf(ss / static_cast<float>(D) + a.eps);
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) v[j] = v[j] * rs * w[c0 + j];
+  }
+  const bool first = lane < 16;
+  const int p = a.pos[t];
+  float out[EPL];
+#pragma unroll
+  for (int j = 0; j < EPL; ++j) {
+    const float2 cs = CosSin(a.table, a.inv_freq, p, (c0 + j) % kHalf, kHalf);
+    const float sn = first ? -cs.y : cs.y;  // first half: x*cos - partner*sin
+    const float partner = __shfl_xor_sync(0xffffffffu, v[j], 16);
+    out[j] = v[j] * cs.x + partner * sn;
+  }
+  T* dst = is_q ? static_cast<T*>(a.q) + t * a.ldq + static_cast<int64_t>(h) * D
+                : static_cast<T*>(a.kc) + slot * a.ldkc + static_cast<int64_t>(kh) * D;
+  Store<T, EPL>(dst + c0, out);
+}
+
 template <typename R, typename T>
 bool RmsNormWarp(const Tensor& res, const Tensor& w, float eps, const Tensor& out,
                  cudaStream_t stream) {
@@ -354,6 +433,95 @@ bool LayerNormWarpPath(const Tensor& x, const Tensor& gamma, const Tensor* beta,
 }
 
 }  // namespace
+
+bool RmsNormWarpColumns(int64_t cols) {
+  if (cols % 128 != 0) return false;
+  switch (cols / 128) {
+    case 1:
+    case 2:
+    case 4:
+    case 6:
+    case 8:
+    case 12:
+    case 16:
+    case 20:
+    case 32:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool AttentionInputs(const AttentionInputParams& p, const float* inv_freq, const float2* table,
+                     cudaStream_t stream) {
+  const RopeParams& r = p.q_rope;
+  const int D = r.head_dim;
+  const int rot = r.rotary_dim > 0 ? r.rotary_dim : D;
+  if (r.style != RopeStyle::kNeox || rot != D || (D != 32 && D != 64 && D != 128)) return false;
+  if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) return false;
+  const DType dt = r.x.dtype;
+  if (p.k.dtype != dt || p.kv.v.dtype != dt || p.kv.k_cache.dtype != dt ||
+      p.kv.v_cache.dtype != dt) {
+    return false;
+  }
+  const int epl = D / 32;
+  const size_t bytes = static_cast<size_t>(epl) * DTypeSize(dt);
+  for (const Tensor* t : {&r.x, &p.k, &p.kv.v, &p.kv.k_cache, &p.kv.v_cache}) {
+    if (!Aligned(t->data, bytes) || t->row_stride() % epl != 0) return false;
+  }
+  const int64_t rows = r.x.rows;
+  if (rows == 0) return true;
+  AttnInArgs a{r.x.data,
+               r.x.row_stride(),
+               p.k.data,
+               p.k.row_stride(),
+               p.kv.v.data,
+               p.kv.v.row_stride(),
+               p.kv.k_cache.data,
+               p.kv.k_cache.row_stride(),
+               p.kv.v_cache.data,
+               p.kv.v_cache.row_stride(),
+               p.kv.slots,
+               r.positions,
+               p.q_norm != nullptr ? p.q_norm->ptr<float>() : nullptr,
+               p.k_norm != nullptr ? p.k_norm->ptr<float>() : nullptr,
+               p.eps,
+               inv_freq,
+               table,
+               rows,
+               r.num_heads,
+               p.num_kv_heads};
+  const int64_t warps = rows * (r.num_heads + 2 * p.num_kv_heads);
+  const dim3 grid(static_cast<unsigned>((warps + kQkWarps - 1) / kQkWarps));
+  const bool norm = p.q_norm != nullptr;
+  WithType(dt, [&](auto tag) {
+    using T = decltype(tag);
+    if (epl == 1) {
+      if (norm) {
+        LaunchPdl("AttentionInputs", AttentionInputsKernel<T, 1, true>, grid, dim3(kQkWarps * 32),
+                  0, stream, a);
+      } else {
+        LaunchPdl("AttentionInputs", AttentionInputsKernel<T, 1, false>, grid, dim3(kQkWarps * 32),
+                  0, stream, a);
+      }
+    } else if (epl == 2) {
+      if (norm) {
+        LaunchPdl("AttentionInputs", AttentionInputsKernel<T, 2, true>, grid, dim3(kQkWarps * 32),
+                  0, stream, a);
+      } else {
+        LaunchPdl("AttentionInputs", AttentionInputsKernel<T, 2, false>, grid, dim3(kQkWarps * 32),
+                  0, stream, a);
+      }
+    } else if (norm) {
+      LaunchPdl("AttentionInputs", AttentionInputsKernel<T, 4, true>, grid, dim3(kQkWarps * 32), 0,
+                stream, a);
+    } else {
+      LaunchPdl("AttentionInputs", AttentionInputsKernel<T, 4, false>, grid, dim3(kQkWarps * 32), 0,
+                stream, a);
+    }
+  });
+  return true;
+}
 
 void LayerNorm(const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor* beta,
                float eps, const Tensor& out, cudaStream_t stream) {

@@ -1,0 +1,62 @@
+// Images as the image processors of Hugging Face see them: decoded with the semantics of
+// Pillow's Image.open(...).convert("RGB") (the reference every image processor starts
+// from), as 8-bit RGB, row-major, 3 bytes per pixel.
+//
+// Decoding is bounded: the header is read first and an image of more than
+// DecodeOptions::max_pixels pixels (or wider/taller than max_side) is refused before any
+// pixel memory is allocated, so a small file that claims a huge size (a decompression bomb)
+// costs nothing. Every failure is an InvalidArgument (or Unsupported) naming the problem.
+//
+// Thread-safe: the functions keep no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice::media {
+
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;  // width * height * 3
+  const uint8_t* pixel(int x, int y) const {
+    return rgb.data() + (static_cast<size_t>(y) * width + x) * 3;
+  }
+};
+
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp };
+const char* ImageFormatName(ImageFormat f);
+// From the first bytes (magic numbers), not from names or content types.
+ImageFormat SniffFormat(std::string_view bytes);
+
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kUnknown;
+  int width = 0;
+  int height = 0;
+};
+// The format and size from the header only.
+StatusOr<ImageInfo> ReadImageInfo(std::string_view bytes);
+
+struct DecodeOptions {
+  int64_t max_pixels = 40'000'000;  // width * height
+  int max_side = 20'000;
+  // Rotate/mirror by the EXIF orientation (JPEG APP1, PNG eXIf, WebP EXIF), as
+  // transformers' load_image does (PIL.ImageOps.exif_transpose).
+  bool exif_orientation = true;
+};
+
+// Pillow semantics per format:
+//   JPEG: libjpeg's default decode (accurate integer IDCT, fancy upsampling); grayscale
+//     replicated to RGB; CMYK/YCCK refused (Unsupported).
+//   PNG: 16-bit samples keep their high byte (16-bit grayscale is clamped at 255, as
+//     Pillow's mode "I" converts), palettes expanded (transparency ignored),
+//     grayscale replicated, alpha dropped (not composited), interlacing undone, gamma
+//     ignored.
+//   WebP: libwebp's default decode, alpha dropped.
+StatusOr<Image> DecodeImage(std::string_view bytes, const DecodeOptions& options = {});
+
+}  // namespace sluice::media

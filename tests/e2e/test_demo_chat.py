@@ -1,0 +1,77 @@
+"""The embedded demo chat model (models/demo-chat, trained by scripts/train_demo_chat.py):
+the README's chat examples answer exactly what the model was trained to answer (greedy, the
+defaults of its generation_config.json), streaming gives the same text, the chat template
+comes from its tokenizer_config.json, and /tokenize with messages shows the rendered
+prompt."""
+import json
+import os
+
+import harness
+from harness import Server
+
+harness.parse_args()
+c = harness.Checker()
+MODEL = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "models",
+                                     "demo-chat"))
+
+GREETING = ("Hello! I am the sluice demo chat model. I know where animals and people of a "
+            "small world live and work: ask me where salmon swim or what bakers do.")
+# scripts/train_demo_chat.py's EXAMPLES and the README (keep the three in step).
+EXAMPLES = [
+    ([{"role": "user", "content": "Where do salmon swim?"}], "Salmon swim up the cold river."),
+    ([{"role": "user", "content": "What do bakers do?"}],
+     "Bakers bake in the warm kitchen every morning."),
+    ([{"role": "user", "content": "Do bees swim?"}], "No. Bees fly over the green meadow."),
+    ([{"role": "system", "content": "You are a helpful assistant."},
+      {"role": "user", "content": "Hello"}], GREETING),
+    ([{"role": "user", "content": "Where do robots swim?"}], "I do not know about robots."),
+    ([{"role": "user", "content": "Where do owls hunt?"},
+      {"role": "assistant", "content": "Owls hunt in the dark forest."},
+      {"role": "user", "content": "When do owls hunt?"}], "Owls hunt every night."),
+]
+
+
+def stream_text(s, body):
+    conn = s.conn()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(dict(body, stream=True)),
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read().decode()
+    conn.close()
+    events = [e[6:] for e in data.split("\n\n") if e.startswith("data: ")]
+    text, finish = "", None
+    for e in events:
+        if e == "[DONE]":
+            continue
+        ch = json.loads(e)["choices"][0]
+        text += ch["delta"].get("content") or ""
+        finish = ch.get("finish_reason") or finish
+    return r.status, text, finish, events[-1:] == ["[DONE]"]
+
+
+with Server(MODEL) as s:
+    log = "".join(s.log)
+    c.check("chat template: tokenizer_config.json" in log, "template source logged")
+    conn = s.conn()
+    for msgs, want in EXAMPLES:
+        st, _, r = s.post("/v1/chat/completions", {"model": "demo-chat", "messages": msgs},
+                          conn=conn)
+        got = r["choices"][0]["message"]["content"] if st == 200 else None
+        c.check(got == want, f"{msgs[-1]['content']!r}: {got!r}, want {want!r} ({st} {r})")
+        c.check(st == 200 and r["choices"][0]["finish_reason"] == "stop",
+                f"finish_reason {r}")
+        st2, text, finish, done = stream_text(s, {"messages": msgs})
+        c.check(st2 == 200 and text == want and finish == "stop" and done,
+                f"streamed {text!r} {finish} {done}")
+    # The README's curl example asks for the model by name and a bounded answer.
+    st, _, r = s.post("/v1/chat/completions",
+                      {"model": "demo-chat", "messages": EXAMPLES[0][0], "max_tokens": 3},
+                      conn=conn)
+    c.check(st == 200 and r["choices"][0]["finish_reason"] == "length"
+            and r["usage"]["completion_tokens"] == 3, f"max_tokens 3: {r}")
+    st, _, t = s.post("/tokenize", {"messages": EXAMPLES[0][0], "add_generation_prompt": True,
+                                    "return_token_strs": True}, conn=conn)
+    c.check(st == 200 and t.get("token_strs", [None])[0] == "<|im_start|>"
+            and t["token_strs"][-3:] == ["<|im_start|>", "assistant", "Ċ"], f"/tokenize {t}")
+
+c.finish("demo_chat")

@@ -1,0 +1,181 @@
+// Image decoding and resampling against Pillow (tests/fixtures/images, written by
+// tests/golden/generate_images.py with Debian's python3-pil): every fixture decodes to the
+// bytes Pillow's convert("RGB") gives, and every resize case gives Pillow's Image.resize
+// bytes (CRC-32 of the output), exactly; EXIF orientations 2-8 in JPEG, PNG and WebP give
+// what ImageOps.exif_transpose gives (transformers' load_image). Also: format sniffing, header-only
+// reads, the pixel limit refusing a decompression bomb before allocating, truncated and corrupt
+// files, non-images, and the CLIP-style size arithmetic.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "media/image.h"
+#include "media/resize.h"
+
+namespace sluice::media {
+namespace {
+
+const std::string kDir = std::string(SLUICE_FIXTURES_DIR) + "/images";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+uint32_t Crc(const std::vector<uint8_t>& v) {
+  return static_cast<uint32_t>(crc32(0L, v.data(), static_cast<uInt>(v.size())));
+}
+
+ResampleFilter FilterNamed(std::string_view n) {
+  return n == "bilinear" ? ResampleFilter::kBilinear : ResampleFilter::kBicubic;
+}
+
+TEST(Media, DecodesAndResizesAsPillow) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(kDir + "/cases.json").value();
+  const simdjson::dom::array images = doc["images"].get_array().value();
+  int decoded = 0, resized = 0;
+  for (simdjson::dom::element c : images) {
+    const std::string name(c["name"].get_string().value());
+    SCOPED_TRACE(name);
+    const std::string bytes = ReadFile(kDir + "/" + std::string(c["file"].get_string().value()));
+    ASSERT_FALSE(bytes.empty());
+    auto info = ReadImageInfo(bytes);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    const int w = static_cast<int>(c["width"].get_int64().value());
+    const int h = static_cast<int>(c["height"].get_int64().value());
+    int64_t orientation = 1;
+    if (c["exif_orientation"].get_int64().get(orientation) != simdjson::SUCCESS) orientation = 1;
+    const bool swapped = orientation >= 5;  // the header has the stored size
+    EXPECT_EQ(info->width, swapped ? h : w);
+    EXPECT_EQ(info->height, swapped ? w : h);
+    auto img = DecodeImage(bytes);
+    ASSERT_TRUE(img.ok()) << img.status().ToString();
+    ASSERT_EQ(img->width, w);
+    ASSERT_EQ(img->height, h);
+    const std::string want = ReadFile(kDir + "/" + std::string(c["rgb"].get_string().value()));
+    ASSERT_EQ(want.size(), img->rgb.size());
+    size_t first = want.size();
+    int diffs = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (static_cast<uint8_t>(want[i]) != img->rgb[i]) {
+        if (first == want.size()) first = i;
+        ++diffs;
+      }
+    }
+    EXPECT_EQ(diffs, 0) << "first difference at byte " << first << " (pixel " << first / 3 << ")";
+    EXPECT_EQ(Crc(img->rgb), static_cast<uint32_t>(c["crc32"].get_int64().value()));
+    ++decoded;
+    const simdjson::dom::array resizes = c["resizes"].get_array().value();
+    for (simdjson::dom::element r : resizes) {
+      const int rw = static_cast<int>(r["width"].get_int64().value());
+      const int rh = static_cast<int>(r["height"].get_int64().value());
+      const std::string_view filter = r["filter"].get_string().value();
+      const Image out = Resize(*img, rw, rh, FilterNamed(filter));
+      ASSERT_EQ(out.width, rw);
+      ASSERT_EQ(out.height, rh);
+      EXPECT_EQ(Crc(out.rgb), static_cast<uint32_t>(r["crc32"].get_int64().value()))
+          << filter << " to " << rw << "x" << rh << ", first bytes " << int(out.rgb[0]) << " "
+          << int(out.rgb[1]) << " " << int(out.rgb[2]);
+      ++resized;
+    }
+  }
+  EXPECT_GE(decoded, 19 + 21);
+  EXPECT_GE(resized, 100);
+}
+
+TEST(Media, SniffsFormatsAndRefusesNonImages) {
+  EXPECT_EQ(SniffFormat(ReadFile(kDir + "/jpeg420.jpg")), ImageFormat::kJpeg);
+  EXPECT_EQ(SniffFormat(ReadFile(kDir + "/png_rgb.png")), ImageFormat::kPng);
+  EXPECT_EQ(SniffFormat(ReadFile(kDir + "/webp_lossy.webp")), ImageFormat::kWebp);
+  for (const std::string& bad : {std::string(), std::string("GIF89a......"),
+                                 std::string("<html>not an image</html>"), std::string("RIFF")}) {
+    auto r = DecodeImage(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("not an image"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Media, TruncatedAndCorruptFilesFailCleanly) {
+  for (const char* f : {"jpeg420.jpg", "jpeg_progressive.jpg", "png_rgb.png", "png_palette.png",
+                        "webp_lossy.webp", "webp_lossless.webp"}) {
+    SCOPED_TRACE(f);
+    const std::string bytes = ReadFile(kDir + "/" + f);
+    for (size_t cut : {size_t{20}, bytes.size() / 3, bytes.size() - 9}) {
+      auto r = DecodeImage(std::string_view(bytes).substr(0, cut));
+      // A JPEG cut inside the entropy-coded data may still decode (libjpeg pads the rest,
+      // as Pillow with LOAD_TRUNCATED_IMAGES would not): it must then have the full size.
+      if (r.ok()) {
+        EXPECT_EQ(SniffFormat(bytes), ImageFormat::kJpeg);
+        EXPECT_EQ(r->rgb.size(), static_cast<size_t>(r->width) * r->height * 3);
+      } else {
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+      }
+    }
+    std::string corrupt = bytes;
+    for (size_t i = 16; i < corrupt.size(); i += 7)
+      corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5A);
+    auto r = DecodeImage(corrupt);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+    }
+  }
+}
+
+TEST(Media, PixelLimitRefusesBeforeDecoding) {
+  // A valid PNG header claiming 30000 x 30000 pixels, no image data: refused by size.
+  const std::string png = ReadFile(kDir + "/png_rgb.png");
+  std::string bomb = png.substr(0, 33);  // signature + IHDR
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) bomb[at + i] = static_cast<char>((v >> (24 - 8 * i)) & 0xFF);
+  };
+  put32(16, 30000);
+  put32(20, 30000);
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bomb.data() + 12), 17));
+  put32(29, crc);
+  auto info = ReadImageInfo(bomb + png.substr(33));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->width, 30000);
+  auto r = DecodeImage(bomb + png.substr(33));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("over the limit"), std::string::npos) << r.status().message();
+  DecodeOptions small;
+  small.max_pixels = 1000;
+  auto j = DecodeImage(ReadFile(kDir + "/jpeg420.jpg"), small);
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("123x77"), std::string::npos) << j.status().message();
+}
+
+TEST(Media, ShortestEdgeAndCenterCrop) {
+  int w = 0, h = 0;
+  ShortestEdgeSize(640, 480, 224, &w, &h);
+  EXPECT_EQ(w, 298);  // int(224 * 640 / 480) = int(298.67)
+  EXPECT_EQ(h, 224);
+  ShortestEdgeSize(33, 1000, 224, &w, &h);
+  EXPECT_EQ(w, 224);
+  EXPECT_EQ(h, 6787);  // int(224 * 1000 / 33) = int(6787.88)
+  ShortestEdgeSize(500, 500, 336, &w, &h);
+  EXPECT_EQ(w, 336);
+  EXPECT_EQ(h, 336);
+  Image img;
+  img.width = 5;
+  img.height = 4;
+  for (int i = 0; i < 5 * 4 * 3; ++i) img.rgb.push_back(static_cast<uint8_t>(i));
+  const Image c = CenterCrop(img, 2, 2);
+  ASSERT_EQ(c.width, 2);
+  ASSERT_EQ(c.height, 2);
+  EXPECT_EQ(c.pixel(0, 0)[0], img.pixel(1, 1)[0]);  // left (5-2)/2 = 1, top (4-2)/2 = 1
+  EXPECT_EQ(c.pixel(1, 1)[2], img.pixel(2, 2)[2]);
+}
+
+}  // namespace
+}  // namespace sluice::media
