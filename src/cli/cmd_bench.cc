@@ -72,9 +72,9 @@ struct Bodies {
   std::vector<int> inputs;
 };
 
-// Counts a body's inputs: the length of its documents/texts/text_2/input/inputs list.
+// Counts a body's inputs: the length of its documents/texts/text_2/input/inputs/aspects list.
 int CountInputs(simdjson::dom::element doc) {
-  for (const char* k : {"documents", "texts", "text_2", "input", "inputs"}) {
+  for (const char* k : {"documents", "texts", "text_2", "input", "inputs", "aspects"}) {
     simdjson::dom::array a;
     if (!doc[k].get(a)) {
       if (a.size() > 0 && (a.at(0).is_int64() || a.at(0).is_uint64())) return 1;  // one id list
