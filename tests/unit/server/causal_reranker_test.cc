@@ -74,8 +74,8 @@ TEST_F(CausalReranker, RendersTheTemplateWithTheInstruction) {
 
 // Tokens of the template before the document ("<Instruct>: ...\n<Query>: q\n<Document>: ").
 size_t HeadTokens(const Tokenizer& tok, const ModelContext& m, const std::string& q) {
-  return tok.Encode("<Instruct>: " + m.default_instruction + "\n<Query>: " + q + "\n<Document>: ",
-                    false)
+  return tok
+      .Encode("<Instruct>: " + m.default_instruction + "\n<Query>: " + q + "\n<Document>: ", false)
       ->size();
 }
 
