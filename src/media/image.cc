@@ -5,6 +5,7 @@
 #include <webp/decode.h>
 #include <webp/demux.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -94,6 +95,22 @@ Status DecodeJpeg(std::string_view bytes, const DecodeOptions& limits, bool head
       orientation = ExifOrientation(d);
       break;  // the first EXIF segment, as Pillow
     }
+  }
+  if (limits.jpeg_min_short_edge > 0 || limits.jpeg_min_width > 0 || limits.jpeg_min_height > 0) {
+    // The displayed width/height (after the orientation) must stay >= the bounds.
+    const bool swap = limits.exif_orientation && orientation >= 5;
+    const int64_t w0 = swap ? info->height : info->width, h0 = swap ? info->width : info->height;
+    auto scaled = [](int64_t v, int m) { return (v * m + 7) / 8; };  // libjpeg rounds up
+    int m = 1;
+    for (; m < 8; ++m) {
+      const int64_t w = scaled(w0, m), h = scaled(h0, m);
+      if (std::min(w, h) >= limits.jpeg_min_short_edge && w >= limits.jpeg_min_width &&
+          h >= limits.jpeg_min_height) {
+        break;
+      }
+    }
+    st.cinfo.scale_num = static_cast<unsigned>(m);
+    st.cinfo.scale_denom = 8;
   }
   jpeg_start_decompress(&st.cinfo);
   const int w = static_cast<int>(st.cinfo.output_width),

@@ -194,8 +194,50 @@ def main():
         f.write(raw)
     cases.append({"name": "png_rgb16", "file": "png_rgb16.png", "mode": dec.mode, "width": w,
                   "height": h, "rgb": "png_rgb16.rgb", "crc32": crc(raw), "resizes": []})
+    # CLIP-style pre-processing (transformers' slow CLIPImageProcessor steps, emulated here:
+    # PIL resize of the shortest edge, center crop with (size - crop) // 2 offsets, rescale in
+    # float64 rounded to float32, (x - mean) / std in float32), as CRC-32s of the float32
+    # (little-endian) pixel values [3, H, W]. To be checked against transformers itself on
+    # the GPU machine (generate.py's CLIP fixtures).
+    def f32(x):
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+
+    def clip_pixels(img, shortest, crop_w, crop_h, resample, mean, std, factor):
+        w, h = img.size
+        short, long_ = (w, h) if w <= h else (h, w)
+        nl = int(shortest * long_ / short)
+        size = (shortest, nl) if w <= h else (nl, shortest)
+        r = img.resize(size, resample=resample)
+        top, left = (r.height - crop_h) // 2, (r.width - crop_w) // 2
+        r = r.crop((left, top, left + crop_w, top + crop_h))
+        px = r.tobytes()
+        out = bytearray()
+        for ch in range(3):
+            m, s = f32(mean[ch]), f32(std[ch])
+            for i in range(crop_w * crop_h):
+                v = f32(px[3 * i + ch] * factor)
+                out += struct.pack("<f", f32(f32(v - m) / s))
+        return crc(bytes(out))
+
+    clip_mean, clip_std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+    configs = [
+        {"name": "clip224", "shortest_edge": 224, "crop": [224, 224], "resample": 3,
+         "mean": clip_mean, "std": clip_std, "rescale_factor": 1 / 255},
+        {"name": "small_bilinear", "shortest_edge": 40, "crop": [32, 24], "resample": 2,
+         "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "rescale_factor": 0.00392156862745098},
+    ]
+    pre = []
+    for name in ("jpeg420", "png_rgb", "webp_lossy", "exif6_jpg", "jpeg444"):
+        entry = next(c for c in cases if c["name"] == name)
+        img = ImageOps.exif_transpose(Image.open(os.path.join(args.out, entry["file"]))).convert("RGB")
+        for cfg in configs:
+            pre.append({"image": name, "config": cfg["name"],
+                        "crc32": clip_pixels(img, cfg["shortest_edge"], cfg["crop"][0], cfg["crop"][1],
+                                             cfg["resample"], cfg["mean"], cfg["std"],
+                                             cfg["rescale_factor"])})
     with open(os.path.join(args.out, "cases.json"), "w") as f:
-        json.dump({"pillow": Image.__version__, "images": cases}, f, indent=1)
+        json.dump({"pillow": Image.__version__, "images": cases, "preprocess_configs": configs,
+                   "preprocess": pre}, f, indent=1)
         f.write("\n")
 
 

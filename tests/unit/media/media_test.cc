@@ -10,11 +10,13 @@
 #include <zlib.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "media/image.h"
+#include "media/preprocess.h"
 #include "media/resize.h"
 
 namespace sluice::media {
@@ -175,6 +177,118 @@ TEST(Media, ShortestEdgeAndCenterCrop) {
   ASSERT_EQ(c.height, 2);
   EXPECT_EQ(c.pixel(0, 0)[0], img.pixel(1, 1)[0]);  // left (5-2)/2 = 1, top (4-2)/2 = 1
   EXPECT_EQ(c.pixel(1, 1)[2], img.pixel(2, 2)[2]);
+}
+
+}  // namespace
+}  // namespace sluice::media
+
+namespace sluice::media {
+namespace {
+
+std::string ConfigJson(simdjson::dom::element c) {
+  const simdjson::dom::array crop = c["crop"].get_array().value();
+  std::vector<int64_t> cr;
+  for (simdjson::dom::element x : crop) cr.push_back(x.get_int64().value());
+  std::ostringstream j;
+  j.precision(17);
+  j << "{\"size\": {\"shortest_edge\": " << c["shortest_edge"].get_int64().value()
+    << "}, \"crop_size\": {\"width\": " << cr[0] << ", \"height\": " << cr[1]
+    << "}, \"resample\": " << c["resample"].get_int64().value()
+    << ", \"rescale_factor\": " << c["rescale_factor"].get_double().value()
+    << ", \"image_mean\": " << simdjson::to_string(c["mean"])
+    << ", \"image_std\": " << simdjson::to_string(c["std"])
+    << ", \"do_resize\": true, \"do_center_crop\": true, \"do_rescale\": true,"
+       " \"do_normalize\": true, \"do_convert_rgb\": true,"
+       " \"image_processor_type\": \"CLIPImageProcessor\"}";
+  return j.str();
+}
+
+TEST(Media, PreprocessAsTheSlowClipProcessor) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(kDir + "/cases.json").value();
+  std::map<std::string, ImageProcessorConfig> configs;
+  const simdjson::dom::array cfgs = doc["preprocess_configs"].get_array().value();
+  for (simdjson::dom::element c : cfgs) {
+    auto parsed = ParseImageProcessorConfig(ConfigJson(c));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    configs[std::string(c["name"].get_string().value())] = *parsed;
+  }
+  const simdjson::dom::array cases = doc["preprocess"].get_array().value();
+  int n = 0;
+  for (simdjson::dom::element c : cases) {
+    const std::string image(c["image"].get_string().value());
+    const std::string config(c["config"].get_string().value());
+    SCOPED_TRACE(image + " " + config);
+    std::string file;
+    const simdjson::dom::array images = doc["images"].get_array().value();
+    for (simdjson::dom::element e : images) {
+      if (e["name"].get_string().value() == image)
+        file = std::string(e["file"].get_string().value());
+    }
+    auto img = DecodeImage(ReadFile(kDir + "/" + file));
+    ASSERT_TRUE(img.ok());
+    const ImageProcessorConfig& cfg = configs.at(config);
+    std::vector<float> px;
+    Preprocess(*img, cfg, &px);
+    ASSERT_EQ(px.size(), static_cast<size_t>(3 * cfg.out_height() * cfg.out_width()));
+    const uint32_t got = static_cast<uint32_t>(
+        crc32(0L, reinterpret_cast<const Bytef*>(px.data()), static_cast<uInt>(px.size() * 4)));
+    EXPECT_EQ(got, static_cast<uint32_t>(c["crc32"].get_int64().value())) << "px[0] " << px[0];
+    ++n;
+  }
+  EXPECT_EQ(n, 10);
+}
+
+TEST(Media, ProcessorConfigSpellingsAndRefusals) {
+  auto old = ParseImageProcessorConfig(R"({"size": 224, "crop_size": 224, "resample": 3})");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->shortest_edge, 224);
+  EXPECT_EQ(old->crop_width, 224);
+  auto exact = ParseImageProcessorConfig(
+      R"({"size": {"height": 384, "width": 384}, "do_center_crop": false, "resample": 2})");
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->shortest_edge, 0);
+  EXPECT_EQ(exact->out_height(), 384);
+  EXPECT_EQ(exact->resample, ResampleFilter::kBilinear);
+  for (const char* bad :
+       {R"({"resample": 7})", R"({"do_pad": true})", R"({"size": {"longest_edge": 5}})",
+        R"({"image_std": [1, 0, 1]})", R"({"image_mean": [1, 2]})", R"([1])",
+        R"({"do_convert_rgb": false})", R"({"size": {}})"}) {
+    auto r = ParseImageProcessorConfig(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("preprocessor_config.json"), std::string::npos)
+          << r.status().message();
+    }
+  }
+  EXPECT_TRUE(ParseImageProcessorConfig(R"({"do_pad": false})").ok());
+}
+
+TEST(Media, FastJpegDecodeShrinksInTheDctDomain) {
+  const std::string jpg = ReadFile(kDir + "/jpeg444.jpg");  // 81 x 130
+  DecodeOptions o;
+  o.jpeg_min_short_edge = 20;
+  auto small = DecodeImage(jpg, o);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->width, 21);  // 2/8: ceil(81 * 2 / 8), ceil(130 * 2 / 8)
+  EXPECT_EQ(small->height, 33);
+  o.jpeg_min_short_edge = 80;
+  auto full = DecodeImage(jpg, o);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->width, 81);  // 8/8: nothing smaller keeps 80
+  const Image exact = *DecodeImage(jpg);
+  EXPECT_EQ(full->rgb, exact.rgb);
+  // With an EXIF rotation the bound applies to the displayed size.
+  DecodeOptions r;
+  r.jpeg_min_width = 10;
+  auto rot = DecodeImage(ReadFile(kDir + "/exif6_jpg.jpg"), r);  // stored 23 x 14, shown 14 x 23
+  ASSERT_TRUE(rot.ok());
+  EXPECT_GE(rot->width, 10);
+  EXPECT_LT(rot->width, 14);
+  // PNG and WebP ignore the bounds.
+  auto png = DecodeImage(ReadFile(kDir + "/png_rgb.png"), o);
+  ASSERT_TRUE(png.ok());
+  EXPECT_EQ(png->width, 97);
 }
 
 }  // namespace
