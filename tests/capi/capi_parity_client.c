@@ -1,0 +1,181 @@
+/* The C client of tests/capi/parity.py: reads a job file (sections of `model DIR`, `task T`,
+ * `threads N`, `truncate 0|1`, `normalize -1|0|1`, `dimensions N`, inputs `ids N id... M type...`,
+ * `text HEX`, `pair HEX HEX` ("-" = empty), ended by `run`), runs each section's inputs in one call
+ * of the C API, and prints every float's bits in hexadecimal: V job input rows dim bits... values
+ * (score, embedding rows, probabilities) L job input label-hex bits...       classify: the best
+ * label's name and the logits T job input label-hex...            classify: the labels over their
+ * thresholds */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/sluice.h"
+
+static void die(const char* what) {
+  fprintf(stderr, "%s: %s (%s)\n", what, sluice_last_error(), "capi_parity_client");
+  exit(1);
+}
+
+static uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static char* unhex(const char* h) {
+  if (strcmp(h, "-") == 0) h = "";
+  size_t n = strlen(h) / 2;
+  char* s = malloc(n + 1);
+  for (size_t i = 0; i < n; ++i) {
+    unsigned v;
+    sscanf(h + 2 * i, "%2x", &v);
+    s[i] = (char)v;
+  }
+  s[n] = 0;
+  return s;
+}
+
+static void print_hex_string(const char* s) {
+  if (!*s) printf("-");
+  for (; *s; ++s) printf("%02x", (unsigned char)*s);
+}
+
+typedef struct {
+  sluice_input* in;
+  size_t n, cap;
+} inputs;
+
+static sluice_input* push(inputs* v) {
+  if (v->n == v->cap) {
+    v->cap = v->cap ? 2 * v->cap : 64;
+    v->in = realloc(v->in, v->cap * sizeof *v->in);
+  }
+  memset(&v->in[v->n], 0, sizeof v->in[0]);
+  return &v->in[v->n++];
+}
+
+static void free_inputs(inputs* v) {
+  for (size_t i = 0; i < v->n; ++i) {
+    free((void*)v->in[i].text);
+    free((void*)v->in[i].text_pair);
+    free((void*)v->in[i].ids);
+    free((void*)v->in[i].type_ids);
+  }
+  v->n = 0;
+}
+
+static void run(int job, const char* model_dir, const char* task, int threads, int truncate,
+                int normalize, int dimensions, inputs* v) {
+  sluice_load_options lo;
+  sluice_load_options_init(&lo);
+  lo.task = task;
+  lo.threads = threads;
+  sluice_model* m;
+  if (sluice_model_load(model_dir, &lo, &m) != SLUICE_OK) die(model_dir);
+  sluice_run_options ro;
+  sluice_run_options_init(&ro);
+  ro.truncate = truncate;
+  ro.normalize = normalize;
+  ro.dimensions = dimensions;
+  if (strcmp(task, "score") == 0) {
+    float* s = malloc((v->n + 1) * sizeof *s);
+    if (sluice_score(m, v->in, v->n, &ro, s) != SLUICE_OK) die("sluice_score");
+    for (size_t i = 0; i < v->n; ++i) printf("V %d %zu 1 1 %08" PRIx32 "\n", job, i, bits(s[i]));
+    free(s);
+  } else {
+    sluice_result* r;
+    const int classify = strcmp(task, "classify") == 0;
+    if ((classify ? sluice_classify(m, v->in, v->n, &ro, &r)
+                  : sluice_embed(m, v->in, v->n, &ro, &r)) != SLUICE_OK) {
+      die(task);
+    }
+    for (size_t i = 0; i < sluice_result_count(r); ++i) {
+      size_t rows, dim;
+      const float* x = sluice_result_values(r, i, &rows, &dim);
+      printf("V %d %zu %zu %zu", job, i, rows, dim);
+      for (size_t k = 0; k < rows * dim; ++k) printf(" %08" PRIx32, bits(x[k]));
+      printf("\n");
+      if (classify) {
+        size_t nl;
+        const float* lg = sluice_result_logits(r, i, &nl);
+        int32_t best = sluice_result_label(r, i);
+        const char* name = sluice_model_label(m, (size_t)best);
+        char num[16];
+        snprintf(num, sizeof num, "%d", (int)best);
+        printf("L %d %zu ", job, i);
+        print_hex_string(name ? name : num);
+        for (size_t k = 0; k < nl; ++k) printf(" %08" PRIx32, bits(lg[k]));
+        printf("\nT %d %zu", job, i);
+        size_t no;
+        const int32_t* over = sluice_result_labels_over_threshold(r, i, &no);
+        for (size_t k = 0; k < no; ++k) {
+          const char* nm = sluice_model_label(m, (size_t)over[k]);
+          snprintf(num, sizeof num, "%d", (int)over[k]);
+          printf(" ");
+          print_hex_string(nm ? nm : num);
+        }
+        printf("\n");
+      }
+    }
+    sluice_result_free(r);
+  }
+  sluice_model_free(m);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s JOB\n", argv[0]);
+    return 2;
+  }
+  FILE* f = fopen(argv[1], "r");
+  if (!f) return 2;
+  static char line[1 << 20];
+  char model[4096] = "", task[64] = "";
+  int threads = 0, truncate = 0, normalize = -1, dimensions = 0, job = 0;
+  inputs v = {0};
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (strncmp(line, "model ", 6) == 0) {
+      snprintf(model, sizeof model, "%.4000s", line + 6);
+    } else if (strncmp(line, "task ", 5) == 0) {
+      snprintf(task, sizeof task, "%.60s", line + 5);
+    } else if (sscanf(line, "threads %d", &threads) == 1) {
+    } else if (sscanf(line, "truncate %d", &truncate) == 1) {
+    } else if (sscanf(line, "normalize %d", &normalize) == 1) {
+    } else if (sscanf(line, "dimensions %d", &dimensions) == 1) {
+    } else if (strncmp(line, "ids ", 4) == 0) {
+      sluice_input* in = push(&v);
+      char* p = line + 4;
+      char* end;
+      size_t n = strtoul(p, &end, 10);
+      int32_t* ids = malloc((n + 1) * sizeof *ids);
+      for (size_t k = 0; k < n; ++k) ids[k] = (int32_t)strtol(end, &end, 10);
+      size_t nt = strtoul(end, &end, 10);
+      in->ids = ids;
+      in->num_ids = n;
+      if (nt > 0) {
+        int32_t* types = malloc(nt * sizeof *types);
+        for (size_t k = 0; k < nt; ++k) types[k] = (int32_t)strtol(end, &end, 10);
+        in->type_ids = types;
+      }
+    } else if (strncmp(line, "text ", 5) == 0) {
+      push(&v)->text = unhex(line + 5);
+    } else if (strncmp(line, "pair ", 5) == 0) {
+      char* b = strchr(line + 5, ' ');
+      *b = 0;
+      sluice_input* in = push(&v);
+      in->text = unhex(line + 5);
+      in->text_pair = unhex(b + 1);
+    } else if (strcmp(line, "run") == 0) {
+      run(job++, model, task, threads, truncate, normalize, dimensions, &v);
+      free_inputs(&v);
+    } else if (line[0]) {
+      fprintf(stderr, "bad job line: %.80s\n", line);
+      return 2;
+    }
+  }
+  fclose(f);
+  free(v.in);
+  return 0;
+}
