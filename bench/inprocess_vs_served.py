@@ -17,7 +17,8 @@ Paths, each --reps times, interleaved (in-process, served, in-process, served, .
 The model (in-process) and the server run with --threads equal to the CPUs of
 --server-cpus, pinned there (this process is pinned to them while it scores); the HTTP
 client is pinned to --client-cpus. Pairs/s = pairs / wall time of the pass; the summary is
-the median over repetitions (min-max beside it).
+the median over repetitions (min-max beside it), and the ratios in-process / served per
+repetition (inproc-request / served-c1, inproc-all / served-c16) with their median.
 
   python3 bench/inprocess_vs_served.py --sluice build/release/sluice \\
       --lib build/release/libsluice.so --out /tmp/ivs --requests 40 --reps 5
@@ -144,12 +145,17 @@ def main():
         model.close()
 
     med = {k: statistics.median(v) for k, v in runs.items()}
+    per_rep = {
+        "request_vs_served_c1": [a / b for a, b in zip(runs["inproc-request"], runs["served-c1"])],
+        "all_vs_served_c16": [a / b for a, b in zip(runs["inproc-all"], runs["served-c16"])],
+    }
     summary = {"model": args.model, "requests": len(reqs), "documents": args.documents,
                "pairs": pairs, "threads": args.threads, "server_cpus": args.server_cpus,
                "client_cpus": args.client_cpus, "reps": args.reps, "runs": runs,
                "median": med,
-               "ratio_request_vs_served_c1": med["inproc-request"] / med["served-c1"],
-               "ratio_all_vs_served_c16": med["inproc-all"] / med["served-c16"]}
+               "ratios_per_rep": per_rep,
+               "ratio_request_vs_served_c1": statistics.median(per_rep["request_vs_served_c1"]),
+               "ratio_all_vs_served_c16": statistics.median(per_rep["all_vs_served_c16"])}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"\n{len(reqs)} requests x {args.documents} documents = {pairs} pairs, "
@@ -158,9 +164,9 @@ def main():
     print("|---|---|---|")
     for k, v in runs.items():
         print(f"| {k} | {med[k]:.1f} | {min(v):.1f}-{max(v):.1f} |")
-    print(f"\nin-process per request / served at concurrency 1: "
-          f"{summary['ratio_request_vs_served_c1']:.2f}x; in-process all pairs / served at "
-          f"concurrency {args.concurrency}: {summary['ratio_all_vs_served_c16']:.2f}x")
+    for k, v in per_rep.items():
+        print(f"\n{k} (per repetition): median {statistics.median(v):.3f}, "
+              f"min-max {min(v):.3f}-{max(v):.3f}")
     return 0
 
 
