@@ -2,7 +2,7 @@
 
     import sluice
     with sluice.Model("models/demo-reranker", threads=2) as m:
-        print(m.score_pairs(["what do bees make?"], ["Bees make honey."]))
+        print(m.score_pairs(["How do salmon swim?"], ["Salmon swim up the cold river."]))
 
 The library is found through $SLUICE_LIBRARY (a path to libsluice.so), else the system's
 library path (ctypes.util.find_library). Results are those of `sluice score|embed|classify`

@@ -1,7 +1,8 @@
 /* Scores query/document pairs in-process with sluice's C API (docs/c-api.md).
  *
  *   cc score_pairs.c $(pkg-config --cflags --libs sluice) -o score_pairs
- *   ./score_pairs models/demo-reranker "what do bees make?" "Bees make honey." "A river."
+ *   ./score_pairs models/demo-reranker "How do salmon swim up the river?" \
+ *       "Salmon swim up the cold river every spring." "Traders sell shares at the busy market."
  *
  * Prints one line per document: its score (%.9g, as `sluice score` writes it) and the text. */
 #include <sluice/sluice.h>

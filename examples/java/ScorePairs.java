@@ -3,7 +3,8 @@
 //   javac -cp build/release/bindings/java/sluice.jar -d /tmp examples/java/ScorePairs.java
 //   java -Djava.library.path=build/release/bindings/java \
 //       -cp build/release/bindings/java/sluice.jar:/tmp ScorePairs models/demo-reranker \
-//       "what do bees make?" "Bees make honey in the hive." "The river runs past the old mill."
+//       "How do salmon swim up the river?" "Salmon swim up the cold river every spring." \
+//       "Traders sell shares at the busy market."
 import sluice.LoadOptions;
 import sluice.Model;
 

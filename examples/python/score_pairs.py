@@ -2,8 +2,8 @@
 """Scores query/document pairs in-process through sluice's C API with ctypes (docs/c-api.md).
 
     SLUICE_LIBRARY=build/release/libsluice.so PYTHONPATH=bindings/python \
-        python3 examples/python/score_pairs.py models/demo-reranker "what do bees make?" \
-        "Bees make honey in the hive." "The river runs past the old mill."
+        python3 examples/python/score_pairs.py models/demo-reranker "How do salmon swim up the river?" \
+        "Salmon swim up the cold river every spring." "Traders sell shares at the busy market."
 """
 import sys
 

@@ -117,6 +117,14 @@ static void test_demo_scoring(const char* demo) {
   CHECK(info.multi_vector == 0);
   CHECK_STATUS(sluice_model_get_info(m, NULL), SLUICE_ERROR_INVALID_ARGUMENT);
 
+  // The demo model scores a document by whether it holds the query's key terms.
+  const char* q2[] = {"How do salmon swim up the river?", "How do salmon swim up the river?"};
+  const char* d2[] = {"Salmon swim up the cold river every spring.",
+                      "Traders sell shares at the busy market."};
+  float rel[2];
+  CHECK_STATUS(sluice_score_pairs(m, q2, d2, 2, rel), SLUICE_OK);
+  CHECK(rel[0] > 0.9f && rel[1] < 0.1f);
+
   float s[kPairs], s2[kPairs];
   CHECK_STATUS(sluice_score_pairs(m, kQueries, kDocs, kPairs, s), SLUICE_OK);
   for (int i = 0; i < kPairs; ++i) CHECK(s[i] > 0.0f && s[i] < 1.0f);  // sigmoid scores

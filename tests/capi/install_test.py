@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """`cmake --install` of the build into a temporary prefix (what `make install` runs), then
 examples/c/score_pairs.c compiled through pkg-config twice, against libsluice.so (sluice.pc)
-and statically against libsluice.a (sluice-static.pc); both programs must print the CLI's
-scores (`sluice score`, %.9g) for the same pairs. Checks too that libsluice.so exports the C
+and statically against libsluice.a (sluice-static.pc); both programs, the Python example
+(examples/python/score_pairs.py with the installed sluice.py) and, given --javac/--java, the
+Java example (examples/java/ScorePairs.java with the installed sluice.jar and
+libsluice_jni.so) must print the CLI's scores (`sluice score`, %.9g) for the same pairs. Checks too that libsluice.so exports the C
 API only, that the installed header compiles as C alone, and the SONAME."""
 import argparse
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
 
-PAIRS = [("what do bees make?", "Bees make honey in the hive."),
-         ("what do bees make?", "The river runs past the old mill."),
-         ("what do bees make?", "")]
+PAIRS = [("How do salmon swim up the river?", "Salmon swim up the cold river every spring."),
+         ("How do salmon swim up the river?", "Traders sell shares at the busy market."),
+         ("How do salmon swim up the river?", "")]
 
 
 def run(cmd, env=None):
@@ -30,7 +33,10 @@ def main():
     ap.add_argument("--sluice", required=True)
     ap.add_argument("--example", required=True)
     ap.add_argument("--demo", required=True)
+    ap.add_argument("--javac")
+    ap.add_argument("--java")
     a = ap.parse_args()
+    examples = os.path.dirname(os.path.dirname(os.path.abspath(a.example)))
     with tempfile.TemporaryDirectory() as d:
         prefix = os.path.join(d, "prefix")
         run(["cmake", "--install", a.build_dir, "--prefix", prefix])
@@ -82,6 +88,36 @@ def main():
             if scores != want_txt:
                 raise SystemExit(f"{pc}: example printed {scores}, the CLI {want_txt}")
             print(f"{pc}: {exe} prints the CLI's scores {scores}")
+
+        def f32(text):  # %.9g text (C, Python, Java spellings) -> the float32's bits
+            return struct.unpack("<I", struct.pack("<f", float(text)))[0]
+
+        def check(name, out):
+            scores = [l.split("\t")[0] for l in out.splitlines()]
+            if [f32(x) for x in scores] != [f32(w) for w in want]:
+                raise SystemExit(f"{name} printed {scores}, the CLI {want}")
+            print(f"{name} prints the CLI's scores {scores}")
+
+        args = [a.demo, PAIRS[0][0]] + [doc for _, doc in PAIRS]
+        py = os.path.join(prefix, "share", "sluice", "python")
+        assert os.path.exists(os.path.join(py, "sluice.py"))
+        e = dict(os.environ, PYTHONPATH=py,
+                 SLUICE_LIBRARY=os.path.join(libdir, "libsluice.so"))
+        check("examples/python/score_pairs.py",
+              run([sys.executable, os.path.join(examples, "python", "score_pairs.py")] + args, e))
+        if a.javac and a.java:
+            jar = os.path.join(prefix, "share", "java", "sluice.jar")
+            assert os.path.exists(jar) and os.path.exists(os.path.join(libdir, "libsluice_jni.so"))
+            classes = os.path.join(d, "classes")
+            run([a.javac, "-Xlint:all", "-Werror", "-cp", jar, "-d", classes,
+                 os.path.join(examples, "java", "ScorePairs.java")])
+            e = dict(os.environ, LD_LIBRARY_PATH=libdir)
+            check("examples/java/ScorePairs.java",
+                  run([a.java, "-Djava.library.path=" + libdir, "-cp", jar + ":" + classes,
+                       "ScorePairs"] + args, e))
+        else:
+            print("examples/java/ScorePairs.java: not run (no JDK; capi_parity_java reports "
+                  "itself skipped)")
     return 0
 
 
