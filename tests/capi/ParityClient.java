@@ -66,9 +66,11 @@ public final class ParityClient {
     }
   }
 
-  private static void run(int job, String model, String task, int threads, boolean truncate,
+  private static void run(int job, String model, String task, String device, int threads,
+                          boolean truncate,
                           int normalize, int dimensions, List<Model.Input> inputs) {
     LoadOptions o = new LoadOptions().task(task).threads(threads);
+    o.device = device;
     try (Model m = Model.load(model, o)) {
       Model.Input[] in = inputs.toArray(new Model.Input[0]);
       if (task.equals("score")) {
@@ -104,7 +106,7 @@ public final class ParityClient {
   }
 
   public static void main(String[] args) throws Exception {
-    String model = null, task = null;
+    String model = null, task = null, device = "cpu";
     int threads = 0, normalize = -1, dimensions = 0, job = 0;
     boolean truncate = false, tested = false;
     List<Model.Input> inputs = new ArrayList<>();
@@ -119,6 +121,9 @@ public final class ParityClient {
             break;
           case "task":
             task = p[1];
+            break;
+          case "device":
+            device = p[1];
             break;
           case "threads":
             threads = Integer.parseInt(p[1]);
@@ -149,7 +154,7 @@ public final class ParityClient {
             inputs.add(Model.Input.pair(unhex(p[1]), unhex(p[2])));
             break;
           case "run":
-            run(job++, model, task, threads, truncate, normalize, dimensions, inputs);
+            run(job++, model, task, device, threads, truncate, normalize, dimensions, inputs);
             inputs.clear();
             break;
           default:

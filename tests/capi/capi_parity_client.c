@@ -1,10 +1,10 @@
 /* The C client of tests/capi/parity.py: reads a job file (sections of `model DIR`, `task T`,
- * `threads N`, `truncate 0|1`, `normalize -1|0|1`, `dimensions N`, inputs `ids N id... M type...`,
- * `text HEX`, `pair HEX HEX` ("-" = empty), ended by `run`), runs each section's inputs in one call
- * of the C API, and prints every float's bits in hexadecimal: V job input rows dim bits... values
- * (score, embedding rows, probabilities) L job input label-hex bits...       classify: the best
- * label's name and the logits T job input label-hex...            classify: the labels over their
- * thresholds */
+ * `threads N`, `device D`, `truncate 0|1`, `normalize -1|0|1`, `dimensions N`, inputs `ids N id...
+ * M type...`, `text HEX`, `pair HEX HEX` ("-" = empty), ended by `run`), runs each section's inputs
+ * in one call of the C API, and prints every float's bits in hexadecimal: V job input rows dim
+ * bits... values (score, embedding rows, probabilities) L job input label-hex bits... classify: the
+ * best label's name and the logits T job input label-hex...            classify: the labels over
+ * their thresholds */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,12 +65,13 @@ static void free_inputs(inputs* v) {
   v->n = 0;
 }
 
-static void run(int job, const char* model_dir, const char* task, int threads, int truncate,
-                int normalize, int dimensions, inputs* v) {
+static void run(int job, const char* model_dir, const char* task, const char* device, int threads,
+                int truncate, int normalize, int dimensions, inputs* v) {
   sluice_load_options lo;
   sluice_load_options_init(&lo);
   lo.task = task;
   lo.threads = threads;
+  lo.device = device;
   sluice_model* m;
   if (sluice_model_load(model_dir, &lo, &m) != SLUICE_OK) die(model_dir);
   sluice_run_options ro;
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   FILE* f = fopen(argv[1], "r");
   if (!f) return 2;
   static char line[1 << 20];
-  char model[4096] = "", task[64] = "";
+  char model[4096] = "", task[64] = "", device[64] = "cpu";
   int threads = 0, truncate = 0, normalize = -1, dimensions = 0, job = 0;
   inputs v = {0};
   while (fgets(line, sizeof line, f)) {
@@ -140,6 +141,8 @@ int main(int argc, char** argv) {
       snprintf(model, sizeof model, "%.4000s", line + 6);
     } else if (strncmp(line, "task ", 5) == 0) {
       snprintf(task, sizeof task, "%.60s", line + 5);
+    } else if (strncmp(line, "device ", 7) == 0) {
+      snprintf(device, sizeof device, "%.60s", line + 7);
     } else if (sscanf(line, "threads %d", &threads) == 1) {
     } else if (sscanf(line, "truncate %d", &truncate) == 1) {
     } else if (sscanf(line, "normalize %d", &normalize) == 1) {
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
       in->text = unhex(line + 5);
       in->text_pair = unhex(b + 1);
     } else if (strcmp(line, "run") == 0) {
-      run(job++, model, task, threads, truncate, normalize, dimensions, &v);
+      run(job++, model, task, device, threads, truncate, normalize, dimensions, &v);
       free_inputs(&v);
     } else if (line[0]) {
       fprintf(stderr, "bad job line: %.80s\n", line);

@@ -8,6 +8,7 @@ and one client of the in-process library runs the same inputs:
   --client python  bindings/python/sluice.py (ctypes)
   --client java    bindings/java (JNI), tests/capi/ParityClient.java
 
+With --device cuda (a CUDA build on the GPU machine) both sides run on the GPU.
 Every float must have the CLI's exact float32 bits (the CLI prints %.9g, which reads back to
 the same float32); labels must be the same. The C and Java clients read a job file written
 here and print hexadecimal float bits; the Python client is this process.
@@ -22,6 +23,7 @@ import sys
 import tempfile
 
 THREADS = 2
+DEVICE = "cpu"
 
 DEMO_PAIRS = [
     ("what do bees make?", "Bees make honey in the hive."),
@@ -47,7 +49,7 @@ def cli_expected(sluice, model, task, lines, extra):
             for line in lines:
                 f.write(json.dumps(line, ensure_ascii=False) + "\n")
         cmd = [sluice, task, "--model", model, "--input", inp, "--output", out,
-               "--threads", str(THREADS)] + extra
+               "--threads", str(THREADS), "--device", DEVICE] + extra
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"CLI failed: {' '.join(cmd)}\n{r.stderr}")
@@ -150,7 +152,7 @@ def write_job(cases, path):
     """The job file of the C and Java clients: one section per case."""
     with open(path, "w") as f:
         for c in cases:
-            f.write(f"model {c.model}\ntask {c.task}\nthreads {THREADS}\n")
+            f.write(f"model {c.model}\ntask {c.task}\nthreads {THREADS}\ndevice {DEVICE}\n")
             f.write(f"truncate {1 if c.truncate else 0}\n")
             f.write(f"normalize {-1 if c.normalize is None else int(c.normalize)}\n")
             f.write(f"dimensions {c.dimensions}\n")
@@ -199,7 +201,7 @@ def python_client(cases, lib, binding):
 
     got, labels = [], []
     for c in cases:
-        m = sluice.Model(c.model, task=c.task, threads=THREADS)
+        m = sluice.Model(c.model, task=c.task, threads=THREADS, device=DEVICE)
         ins = []
         for x in c.inputs:
             if x[0] == "ids":
@@ -246,7 +248,10 @@ def main():
     ap.add_argument("--java")
     ap.add_argument("--classpath")
     ap.add_argument("--jni-dir")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N], for both sides")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
     examples = os.path.join(os.path.dirname(os.path.abspath(a.demo)), "..", "examples")
     cases = fixture_cases(a.fixtures) + demo_cases(a.demo, examples)
     tasks = sorted({c.task for c in cases})
