@@ -132,7 +132,8 @@ typedef struct sluice_run_options {
   uint32_t api_version; /* SLUICE_API_VERSION the caller was built with */
   int32_t truncate;     /* texts: cut to the model's limit (pairs: the second text)
                            instead of failing with SLUICE_ERROR_OUT_OF_RANGE */
-  int32_t normalize;    /* embed: -1 the model's default (sluice_load... "auto"), 0 off, 1 on */
+  int32_t normalize;    /* embed: L2-normalise; -1 = the model's default (sluice.json
+                           "normalize", else on), 0 off, 1 on */
   int32_t dimensions;   /* embed: keep the first N dimensions (Matryoshka models); 0 = all */
 } sluice_run_options;
 
@@ -186,7 +187,8 @@ SLUICE_API sluice_status sluice_tokenize(const sluice_model* model, const char* 
 SLUICE_API size_t sluice_tokens_count(const sluice_tokens* tokens);
 SLUICE_API const int32_t* sluice_tokens_ids(const sluice_tokens* tokens);
 SLUICE_API const int32_t* sluice_tokens_type_ids(const sluice_tokens* tokens);
-/* 2 * count values: byte offsets [begin, end) into the text of each token. */
+/* 2 * count values: each token's byte offsets [begin, end) into the text it came from (text
+ * or text_pair; special tokens: 0, 0). */
 SLUICE_API const uint32_t* sluice_tokens_offsets(const sluice_tokens* tokens);
 /* Token i's string (NUL-terminated), NULL past the count. */
 SLUICE_API const char* sluice_tokens_token(const sluice_tokens* tokens, size_t i);

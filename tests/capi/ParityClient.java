@@ -10,6 +10,7 @@ import sluice.Classification;
 import sluice.LoadOptions;
 import sluice.Model;
 import sluice.SluiceException;
+import sluice.Tokens;
 
 public final class ParityClient {
   private static final StringBuilder out = new StringBuilder();
@@ -105,6 +106,24 @@ public final class ParityClient {
     }
   }
 
+  private static final List<String[]> toks = new ArrayList<>();
+
+  private static void tokenize(String model) {
+    try (Model m = Model.load(model, null)) {
+      for (int i = 0; i < toks.size(); ++i) {
+        String[] t = toks.get(i);
+        Tokens k =
+            m.tokenize(unhex(t[0]), t[1].equals("~") ? null : unhex(t[1]), t[2].equals("1"));
+        out.append("K ").append(i).append(' ').append(k.ids.length);
+        for (int v : k.ids) out.append(' ').append(v);
+        for (int v : k.typeIds) out.append(' ').append(v);
+        for (int v : k.offsets) out.append(' ').append(v);
+        out.append('\n');
+      }
+    }
+    toks.clear();
+  }
+
   public static void main(String[] args) throws Exception {
     String model = null, task = null, device = "cpu";
     int threads = 0, normalize = -1, dimensions = 0, job = 0;
@@ -153,7 +172,14 @@ public final class ParityClient {
           case "pair":
             inputs.add(Model.Input.pair(unhex(p[1]), unhex(p[2])));
             break;
+          case "tok":
+            toks.add(new String[] {p[1], p[2], p[3]});
+            break;
           case "run":
+            if (task.equals("tokenize")) {
+              tokenize(model);
+              break;
+            }
             run(job++, model, task, device, threads, truncate, normalize, dimensions, inputs);
             inputs.clear();
             break;

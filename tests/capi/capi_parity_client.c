@@ -1,10 +1,12 @@
-/* The C client of tests/capi/parity.py: reads a job file (sections of `model DIR`, `task T`,
- * `threads N`, `device D`, `truncate 0|1`, `normalize -1|0|1`, `dimensions N`, inputs `ids N id...
- * M type...`, `text HEX`, `pair HEX HEX` ("-" = empty), ended by `run`), runs each section's inputs
- * in one call of the C API, and prints every float's bits in hexadecimal: V job input rows dim
- * bits... values (score, embedding rows, probabilities) L job input label-hex bits... classify: the
- * best label's name and the logits T job input label-hex...            classify: the labels over
- * their thresholds */
+// The C client of tests/capi/parity.py. Reads a job file of sections: `model DIR`, `task T`,
+// `threads N`, `device D`, `truncate 0|1`, `normalize -1|0|1`, `dimensions N`, then inputs
+// `ids N id... M type...`, `text HEX` or `pair HEX HEX` ("-" = empty), ended by `run`. Runs
+// each section's inputs in one call of the C API and prints every float's bits in hex:
+//   V job input rows dim bits...    values (score, embedding rows, probabilities)
+//   L job input label-hex bits...   classify: the best label's name and the logits
+//   T job input label-hex...        classify: the labels over their thresholds
+// A section of task `tokenize` holds `tok TEXT-HEX PAIR-HEX|~ 0|1` lines (~: no pair; 1: with
+// special tokens) and prints `K i n ids... type-ids... offsets...` for each.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,27 @@ static void free_inputs(inputs* v) {
     free((void*)v->in[i].type_ids);
   }
   v->n = 0;
+}
+
+static void tokenize(const char* model_dir, inputs* v) {
+  sluice_model* m;
+  if (sluice_model_load(model_dir, NULL, &m) != SLUICE_OK) die(model_dir);
+  for (size_t i = 0; i < v->n; ++i) {
+    sluice_tokens* t;
+    /* num_ids carries the line's special-tokens flag */
+    if (sluice_tokenize(m, v->in[i].text, v->in[i].text_pair, (int)v->in[i].num_ids, &t) !=
+        SLUICE_OK) {
+      die("sluice_tokenize");
+    }
+    const size_t n = sluice_tokens_count(t);
+    printf("K %zu %zu", i, n);
+    for (size_t k = 0; k < n; ++k) printf(" %d", (int)sluice_tokens_ids(t)[k]);
+    for (size_t k = 0; k < n; ++k) printf(" %d", (int)sluice_tokens_type_ids(t)[k]);
+    for (size_t k = 0; k < 2 * n; ++k) printf(" %u", (unsigned)sluice_tokens_offsets(t)[k]);
+    printf("\n");
+    sluice_tokens_free(t);
+  }
+  sluice_model_free(m);
 }
 
 static void run(int job, const char* model_dir, const char* task, const char* device, int threads,
@@ -170,6 +193,19 @@ int main(int argc, char** argv) {
       sluice_input* in = push(&v);
       in->text = unhex(line + 5);
       in->text_pair = unhex(b + 1);
+    } else if (strncmp(line, "tok ", 4) == 0) {
+      char* b = strchr(line + 4, ' ');
+      *b = 0;
+      char* c = strchr(b + 1, ' ');
+      *c = 0;
+      sluice_input* in = push(&v);
+      in->text = unhex(line + 4);
+      in->text_pair = strcmp(b + 1, "~") == 0 ? NULL : unhex(b + 1);
+      in->num_ids = (size_t)atoi(c + 1);
+      in->ids = NULL;
+    } else if (strcmp(line, "run") == 0 && strcmp(task, "tokenize") == 0) {
+      tokenize(model, &v);
+      free_inputs(&v);
     } else if (strcmp(line, "run") == 0) {
       run(job++, model, task, device, threads, truncate, normalize, dimensions, &v);
       free_inputs(&v);

@@ -10,7 +10,8 @@ and one client of the in-process library runs the same inputs:
 
 With --device cuda (a CUDA build on the GPU machine) both sides run on the GPU.
 Every float must have the CLI's exact float32 bits (the CLI prints %.9g, which reads back to
-the same float32); labels must be the same. The C and Java clients read a job file written
+the same float32); labels must be the same. Tokenize: the ids, type ids and offsets of
+`sluice tokenize` for texts and text pairs, with and without special tokens. The C and Java clients read a job file written
 here and print hexadecimal float bits; the Python client is this process.
 """
 
@@ -33,6 +34,33 @@ DEMO_PAIRS = [
     ("Ünïcode quëry ✓", "émigré café naïve — 東京 👋"),
     ("how long?", " ".join(["a very long document about bees and rivers"] * 80)),
 ]
+
+
+TOKENIZE = [("How do salmon swim?", None, True), ("How do salmon swim?", "Salmon swim.", True),
+            ("How do salmon swim?", "Salmon swim.", False), ("Ünïcode ✓ 東京 👋", None, True),
+            ("", None, True), ("  spaced   out  ", "", True)]
+
+
+def cli_tokenize(sluice, model, text, pair, special):
+    """(ids, type ids, offsets) from `sluice tokenize`'s table."""
+    cmd = [sluice, "tokenize", "--model", model]
+    if pair is not None:
+        cmd += ["--pair", pair]
+    if not special:
+        cmd.append("--no-special")
+    r = subprocess.run(cmd + ["--", text], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"CLI failed: {' '.join(cmd)}\n{r.stderr}")
+    ids, types, offs = [], [], []
+    for line in r.stdout.splitlines()[2:]:
+        p = line.split()
+        if not p or p[0] == "ids:":
+            break
+        ids.append(int(p[1]))
+        types.append(int(p[2]))
+        a, b = p[4].strip("()").split(",")
+        offs += [int(a), int(b)]
+    return ids, types, offs
 
 
 def f32_bits(x):
@@ -148,8 +176,9 @@ def demo_cases(demo, examples):
     return cases
 
 
-def write_job(cases, path):
-    """The job file of the C and Java clients: one section per case."""
+def write_job(cases, path, demo):
+    """The job file of the C and Java clients: one section per case, then a tokenize section
+    of `tok TEXT-HEX PAIR-HEX|~ 0|1` lines (~: no pair; 1: with special tokens)."""
     with open(path, "w") as f:
         for c in cases:
             f.write(f"model {c.model}\ntask {c.task}\nthreads {THREADS}\ndevice {DEVICE}\n")
@@ -167,6 +196,24 @@ def write_job(cases, path):
                     f.write("pair %s %s\n" % (x[1].encode().hex() or "-",
                                               x[2].encode().hex() or "-"))
             f.write("run\n")
+        f.write(f"model {demo}\ntask tokenize\n")
+        for text, pair, special in TOKENIZE:
+            f.write("tok %s %s %d\n" % (text.encode().hex() or "-",
+                                       "~" if pair is None else (pair.encode().hex() or "-"),
+                                       int(special)))
+        f.write("run\n")
+
+
+def parse_tokens(text):
+    """Lines `K i n ids... types... offsets...` -> {i: (ids, types, offsets)}."""
+    out = {}
+    for line in text.splitlines():
+        p = line.split()
+        if p and p[0] == "K":
+            i, n = int(p[1]), int(p[2])
+            v = list(map(int, p[3:]))
+            out[i] = (v[:n], v[n:2 * n], v[2 * n:4 * n])
+    return out
 
 
 def parse_client_output(text, cases):
@@ -236,6 +283,16 @@ def python_client(cases, lib, binding):
     return got, labels
 
 
+def python_tokens(demo):
+    import sluice  # noqa: E402
+    out = {}
+    with sluice.Model(demo, threads=THREADS) as m:
+        for i, (text, pair, special) in enumerate(TOKENIZE):
+            t = m.tokenize(text, pair, special)
+            out[i] = (t["ids"], t["type_ids"], [x for o in t["offsets"] for x in o])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", required=True)
@@ -258,10 +315,11 @@ def main():
     assert tasks == ["classify", "embed", "score"], tasks
     if a.client == "python":
         got, labels = python_client(cases, a.lib, a.binding)
+        tokens = python_tokens(a.demo)
     else:
         with tempfile.TemporaryDirectory() as d:
             job = os.path.join(d, "job.txt")
-            write_job(cases, job)
+            write_job(cases, job, a.demo)
             if a.client == "c":
                 cmd = [a.client_bin, job]
             else:
@@ -272,6 +330,7 @@ def main():
                 raise SystemExit(f"client failed ({r.returncode}): {' '.join(cmd)}\n"
                                  f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
             got, labels = parse_client_output(r.stdout, cases)
+            tokens = parse_tokens(r.stdout)
     failures = 0
     values = 0
     for j, c in enumerate(cases):
@@ -298,9 +357,16 @@ def main():
                     print(f"MISMATCH {c.name} input {i}: CLI rows={rows} {vals[:4]}... label="
                           f"{label}; client {g if g is None else (g[0], g[1][:4])} "
                           f"{labels[j][i]}")
+    for i, (text, pair, special) in enumerate(TOKENIZE):
+        exp = cli_tokenize(a.sluice, a.demo, text, pair, special)
+        if tokens.get(i) != exp or not exp[0] and text:
+            failures += 1
+            print(f"MISMATCH tokenize {text!r} {pair!r} special={special}: CLI {exp}, "
+                  f"client {tokens.get(i)}")
     n_inputs = sum(len(c.inputs) for c in cases)
     print(f"{a.client} client: {len(cases)} cases ({', '.join(tasks)}), {n_inputs} inputs, "
-          f"{values} floats compared with the CLI's: {failures} mismatches")
+          f"{values} floats compared with the CLI's, {len(TOKENIZE)} tokenizations: "
+          f"{failures} mismatches")
     return 1 if failures else 0
 
 
