@@ -153,6 +153,14 @@ class Emitter {
         if (e.min == 0) Eps(from, to);
         const Expr& item = *e.kids[0];
         const Expr& sep = *e.kids[1];
+        if (e.min <= 1 && e.max < 0) {  // one copy of each: a -item-> m -sep-> a
+          const int32_t a = New(), m = New();
+          Eps(from, a);
+          Emit(item, a, m);
+          Emit(sep, m, a);
+          Eps(m, to);
+          return;
+        }
         int32_t cur = New();
         Emit(item, from, cur);
         const int min_more = std::max(0, e.min - 1);

@@ -129,11 +129,6 @@ std::string Canonical(const element& e) {
 
 // ---------------------------------------------------------------- lexical building blocks
 
-ExprP Hex1(uint32_t d) {
-  if (d < 10) return Byte(static_cast<uint8_t>('0' + d));
-  return Bytes({{'a' + d - 10, 'a' + d - 10}, {'A' + d - 10, 'A' + d - 10}});
-}
-
 // A code-point-level expression turned into the JSON string body that spells it.
 ExprP JsonEncode(const ExprP& e) {
   switch (e->kind) {
@@ -166,6 +161,22 @@ ExprP JsonEncode(const ExprP& e) {
       if (has('"')) alts.push_back(Literal("\\\""));
       if (has('\\')) alts.push_back(Literal("\\\\"));
       if (has('/')) alts.push_back(Literal("\\/"));
+      for (uint32_t hi = 0; hi < 2; ++hi) {  // \u00XX, grouped by the high hex digit
+        Ranges lows;
+        for (uint32_t lo = 0; lo < 16; ++lo) {
+          const uint32_t c = hi * 16 + lo;
+          if (!has(c)) continue;
+          if (lo < 10) {
+            lows.emplace_back('0' + lo, '0' + lo);
+          } else {
+            lows.emplace_back('a' + lo - 10, 'a' + lo - 10);
+            lows.emplace_back('A' + lo - 10, 'A' + lo - 10);
+          }
+        }
+        if (!lows.empty())
+          alts.push_back(
+              Concat({Literal("\\u00"), Byte(static_cast<uint8_t>('0' + hi)), Bytes(lows)}));
+      }
       for (uint32_t c = 0; c < 0x20; ++c) {
         if (!has(c)) continue;
         const char* shorts = nullptr;
@@ -189,7 +200,6 @@ ExprP JsonEncode(const ExprP& e) {
             break;
         }
         if (shorts) alts.push_back(Literal(shorts));
-        alts.push_back(Concat({Literal("\\u00"), Hex1(c >> 4), Hex1(c & 15)}));
       }
       return Alt(std::move(alts));
     }
@@ -233,6 +243,10 @@ ExprP AnyNumber() { return Concat({AnyInteger(), Optional(Fraction()), Optional(
 // Canonical decimals (no leading zeros) of the integers in [lo, hi] (0 <= lo; hi < 0: no bound).
 ExprP DigitsRange(const std::string& lo, const std::string& hi) {  // same length
   if (lo.empty()) return Empty();
+  if (lo.find_first_not_of('0') == std::string::npos &&
+      hi.find_first_not_of('9') == std::string::npos) {
+    return Repeat(Digit(), static_cast<int>(lo.size()), static_cast<int>(lo.size()));
+  }
   if (lo[0] == hi[0])
     return Concat({Byte(static_cast<uint8_t>(lo[0])), DigitsRange(lo.substr(1), hi.substr(1))});
   const size_t rest = lo.size() - 1;
