@@ -4,7 +4,7 @@
 // BERT-base and Qwen3-0.6B projection shapes. Also times Backend::Attention.
 //
 // Usage: gemm_bench [--threads N] [--reps R] [--m M] [--no-gemm-table] [--attention-only]
-//                   [--cpu-time]
+//                   [--cpu-time] [--avx2]
 // Prints a markdown table: median GFLOP/s over R repetitions (after 3 warm-ups) and the
 // spread (min..max).
 #include <dlfcn.h>
@@ -19,6 +19,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <hwy/targets.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
@@ -142,6 +143,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--no-gemm-table")) gemm = false;
     if (!std::strcmp(argv[i], "--attention-only")) gemm = linear_m = false;
     if (!std::strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
+    // Highway kernels (sluice-gemm, attention) at most at AVX2, as on AVX2-only machines.
+    if (!std::strcmp(argv[i], "--avx2")) {
+      hwy::SetSupportedTargetsForTest(hwy::SupportedTargets() & ~(HWY_AVX2 - 1));
+    }
   }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
@@ -160,8 +165,9 @@ int main(int argc, char** argv) {
   Appendf(
       &table,
       "| model | K | N | oneDNN f32 (Linear) | oneDNN f32 (raw) | oneDNN bf16 (Linear) "
-      "| oneDNN bf16 (raw) | OpenBLAS sgemm | oneDNN f32 (runtime M) | oneDNN bf16 (runtime M) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n");
+      "| oneDNN bf16 (raw) | OpenBLAS sgemm | oneDNN f32 (runtime M) | oneDNN bf16 (runtime M) "
+      "| sluice-gemm f32 (Linear) | sluice-gemm bf16 (Linear) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     const char* model;
     int64_t k, n;
@@ -172,7 +178,7 @@ int main(int argc, char** argv) {
                           {"Qwen3-0.6B", 1024, 4096}, {"Qwen3-0.6B", 3072, 1024}};
   std::mt19937 g(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<std::array<std::string, 7>> rows;
+  std::vector<std::array<std::string, 9>> rows;
   for (const Shape& s : shapes) {
     if (!gemm) break;
     std::vector<float> x(m * s.k), w(s.n * s.k), b(s.n), out(m * s.n);
@@ -182,7 +188,16 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * m * s.n * s.k;
     HostTensor hw{w.data(), DType::kF32, {s.n, s.k}, "w"};
     HostTensor hb{b.data(), DType::kF32, {s.n}, "b"};
-    std::string cells[7];
+    std::string cells[9];
+    for (int c = 0; c < 2; ++c) {  // sluice's own GEMM (what AVX2 machines run)
+      cpu::LinearRunner::SetPathForTesting("sluice");
+      auto lw = be->PrepareLinear(hw, &hb, c == 0 ? DType::kF32 : DType::kBF16);
+      cpu::LinearRunner::SetPathForTesting("");
+      if (!lw.ok()) return 1;
+      LinearParams p{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
+                     Tensor{out.data(), DType::kF32, m, s.n, 0}};
+      cells[7 + c] = Fmt(Measure(flops, reps, [&] { be->Linear(p); }));
+    }
     for (int c = 0; c < 2; ++c) {
       auto lw = be->PrepareLinear(hw, &hb, c == 0 ? DType::kF32 : DType::kBF16);
       if (!lw.ok()) return 1;
@@ -193,7 +208,7 @@ int main(int argc, char** argv) {
       cells[5 + c] = Fmt(RawDnnl(m, s.k, s.n, c == 1, true, reps, x, w, b));
     }
     rows.push_back({});
-    for (int c = 0; c < 7; ++c) rows.back()[c] = cells[c];
+    for (int c = 0; c < 9; ++c) rows.back()[c] = cells[c];
   }
 
   // Linear over varying M (bucketed primitives, padded tails): BERT-base FFN up projection.

@@ -67,7 +67,7 @@ class CpuBackend final : public Backend {
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string Describe() const override {
     return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
-           ", oneDNN " + cpu::LinearRunner::IsaName() + ")";
+           ", linear " + cpu::LinearRunner::Describe() + ")";
   }
 
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {

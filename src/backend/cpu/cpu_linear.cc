@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "core/log.h"
 
 namespace sluice::cpu {
@@ -66,6 +68,11 @@ struct Primitive {
 
 class CpuLinearWeight final : public LinearWeight {
  public:
+  // sluice's GEMM (gemm.h) instead of oneDNN: packed panels and a zero-padded bias.
+  bool own_gemm = false;
+  std::vector<float> own_f32;
+  std::vector<uint16_t> own_bf16;
+  std::vector<float> own_bias;
   dnnl::memory::desc packed_md;
   dnnl::memory packed;
   dnnl::memory bias_mem;
@@ -114,7 +121,51 @@ void CopyRows(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t rows
   }
 }
 
+// oneDNN's matmul is used only where it has a brgemm kernel for the dtype: its K reduction
+// order does not depend on M. Elsewhere (oneDNN 2.6 on AVX2: gemm:jit for f32, nothing for
+// bf16) sluice's own GEMM runs. SLUICE_CPU_LINEAR=onednn|sluice forces one.
+bool OneDnnHasBrgemm(DType dtype) {
+  auto probe = [](dt cdt) {
+    try {
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::memory::desc src_md(dims{kPrepackM, 256}, cdt, tag::ab);
+      dnnl::memory::desc w_md(dims{256, 256}, cdt, tag::any);
+      dnnl::memory::desc dst_md(dims{kPrepackM, 256}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, dst_md), eng);
+      return std::strncmp(pd.impl_info_str(), "brg", 3) == 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  static const bool f32 = probe(dt::f32);
+  static const bool bf16 = probe(dt::bf16);
+  return dtype == DType::kBF16 ? bf16 : f32;
+}
+
+std::string g_path_override;  // SetPathForTesting
+
+bool UseOwnGemm(DType dtype) {
+  std::string mode = g_path_override;
+  if (mode.empty()) {
+    const char* env = std::getenv("SLUICE_CPU_LINEAR");
+    mode = env ? env : "auto";
+  }
+  if (mode == "sluice") return true;
+  if (mode == "onednn") return false;
+  return !OneDnnHasBrgemm(dtype);
+}
+
 }  // namespace
+
+void LinearRunner::SetPathForTesting(const std::string& mode) { g_path_override = mode; }
+
+std::string LinearRunner::Describe() {
+  auto one = [](DType t) {
+    return std::string(DTypeName(t)) + " " +
+           (UseOwnGemm(t) ? "sluice-gemm" : "oneDNN-brgemm(" + IsaName() + ")");
+  };
+  return one(DType::kF32) + ", " + one(DType::kBF16);
+}
 
 struct LinearRunner::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
@@ -272,6 +323,24 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
     RETURN_IF_ERROR(ToF32(*bias, &w->bias));
   }
 
+  if (UseOwnGemm(dtype)) {
+    std::vector<float> wf;
+    RETURN_IF_ERROR(ToF32(weight, &wf));
+    w->own_gemm = true;
+    if (dtype == DType::kBF16) {
+      w->own_bf16.resize(gemm::PackedSize(n, k));
+      gemm::PackBF16(wf.data(), n, k, w->own_bf16.data());
+    } else {
+      w->own_f32.resize(gemm::PackedSize(n, k));
+      gemm::PackF32(wf.data(), n, k, w->own_f32.data());
+    }
+    if (bias) {
+      w->own_bias.assign(gemm::Panels(n) * gemm::kPanel, 0.f);
+      std::copy(w->bias.begin(), w->bias.end(), w->own_bias.begin());
+    }
+    return std::unique_ptr<LinearWeight>(std::move(w));
+  }
+
   std::vector<float> wf;
   std::vector<uint16_t> wb;
   void* user_data = nullptr;
@@ -318,6 +387,36 @@ void LinearRunner::Run(const LinearParams& p) {
   const int64_t ldo = p.out.row_stride();
   if (sum && p.residual->data != p.out.data) {
     CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
+  }
+
+  if (w.own_gemm) {
+    gemm::Args a;
+    a.x = p.x.ptr<float>();
+    a.ldx = p.x.row_stride();
+    if (w.dtype == DType::kBF16) {  // activations rounded (RNE) to bf16, kept as f32
+      float* xr = im.ws_src.Get<float>(m * k);
+      const float* x = a.x;
+      const int64_t ldx = a.ldx;
+#pragma omp parallel for schedule(static) if (m * k >= 65536)
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < k; ++c) xr[r * k + c] = BF16ToF32(F32ToBF16(x[r * ldx + c]));
+      }
+      a.x = xr;
+      a.ldx = k;
+    }
+    a.m = m;
+    a.k = k;
+    a.n = n;
+    a.bf16 = w.dtype == DType::kBF16;
+    a.packed = a.bf16 ? static_cast<const void*>(w.own_bf16.data())
+                      : static_cast<const void*>(w.own_f32.data());
+    a.bias = w.has_bias ? w.own_bias.data() : nullptr;
+    a.act = p.act;
+    a.sum = sum;
+    a.out = out;
+    a.ldo = ldo;
+    gemm::Run(a);
+    return;
   }
 
   std::vector<Step>& plan = im.plan;  // reused: no allocation in steady state

@@ -1,4 +1,6 @@
-// Linear layers on oneDNN matmul.
+// Linear layers on oneDNN matmul, or on sluice's own GEMM (gemm.h) where oneDNN has no
+// batch-invariant kernel (AVX2 machines: oneDNN 2.6's brgemm needs AVX-512). The path is
+// chosen per compute dtype at Prepare; SLUICE_CPU_LINEAR=onednn|sluice forces one.
 //
 // Weights ([N, K], torch layout) are converted to the compute dtype (f32 or bf16) and
 // prepacked once into the blocked layout that oneDNN's brgemm matmul prefers.
@@ -40,6 +42,11 @@ class LinearRunner {
 
   // oneDNN's effective ISA, e.g. "avx512_bf16" or "amx".
   static std::string IsaName();
+  // Which GEMM runs per compute dtype, e.g. "f32 oneDNN-brgemm(amx), bf16 sluice-gemm".
+  static std::string Describe();
+  // "auto" (default: oneDNN where it has a brgemm kernel, else sluice's GEMM), "onednn"
+  // or "sluice"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards. Tests only.
+  static void SetPathForTesting(const std::string& mode);
 
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);

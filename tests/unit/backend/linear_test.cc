@@ -1,6 +1,9 @@
-// Linear (oneDNN matmul) vs the double-precision reference, and batch invariance.
+// Linear (oneDNN matmul and sluice's own GEMM) vs the double-precision reference, and
+// batch invariance; every test runs on both paths, and sluice's GEMM on every SIMD target.
 // Tolerances: f32 atol 1e-5 * sqrt(K) + rtol 1e-5; bf16 is checked against the reference
 // run on bf16-rounded x and W (products are exact in f32, accumulation f32), same bound x4.
+#include <hwy/targets.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -60,7 +63,15 @@ void CheckLinear(Backend& be, DType dtype, const LinearCase& c, bool strided) {
       << " act=" << static_cast<int>(c.act) << " strided=" << strided;
 }
 
-TEST(CpuLinear, MatchesReference) {
+// Runs each test with the linear path named by the parameter ("auto": what the machine
+// picks, "sluice": sluice's GEMM forced).
+class CpuLinear : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { cpu::LinearRunner::SetPathForTesting(GetParam()); }
+  void TearDown() override { cpu::LinearRunner::SetPathForTesting(""); }
+};
+
+TEST_P(CpuLinear, MatchesReference) {
   auto be = MakeCpu();
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int64_t m : {1, 3, 17, 129, 300}) {
@@ -80,7 +91,7 @@ TEST(CpuLinear, MatchesReference) {
   }
 }
 
-TEST(CpuLinear, WeightDtypesAndResidualAlias) {
+TEST_P(CpuLinear, WeightDtypesAndResidualAlias) {
   auto be = MakeCpu();
   const int64_t m = 19, k = 40, n = 30;
   auto w = Random(n * k, 31);
@@ -113,7 +124,7 @@ TEST(CpuLinear, WeightDtypesAndResidualAlias) {
   EXPECT_FALSE(be->PrepareLinear(hw, nullptr, DType::kF16).ok());
 }
 
-TEST(CpuLinear, BucketsCoverEveryM) {
+TEST(CpuLinearPlan, BucketsCoverEveryM) {
   for (int64_t m = 1; m <= 20000; ++m) {
     const int64_t b = cpu::LinearRunner::BucketFor(m);
     ASSERT_GE(b, m);
@@ -163,16 +174,16 @@ std::vector<int64_t> AllM(int64_t hi) {
   return v;
 }
 
-TEST(CpuLinear, BatchInvarianceF32) { CheckBatchInvariance(DType::kF32, 128, 96, AllM(600)); }
-TEST(CpuLinear, BatchInvarianceBF16) { CheckBatchInvariance(DType::kBF16, 128, 96, AllM(600)); }
-TEST(CpuLinear, BatchInvarianceLargeShapes) {
+TEST_P(CpuLinear, BatchInvarianceF32) { CheckBatchInvariance(DType::kF32, 128, 96, AllM(600)); }
+TEST_P(CpuLinear, BatchInvarianceBF16) { CheckBatchInvariance(DType::kBF16, 128, 96, AllM(600)); }
+TEST_P(CpuLinear, BatchInvarianceLargeShapes) {
   const std::vector<int64_t> ms = {1, 2, 5, 16, 33, 100, 257, 600, 1000, 2049, 8192, 9001};
   CheckBatchInvariance(DType::kF32, 768, 768, ms);
   CheckBatchInvariance(DType::kBF16, 1024, 3072, {1, 7, 100, 600, 2500});
 }
 
 // Same result with 1 and 2 threads (bit-identical), for small and large M.
-TEST(CpuLinear, ThreadCountInvariance) {
+TEST_P(CpuLinear, ThreadCountInvariance) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int64_t m : {1, 5, 300, 2000}) {
       const int64_t k = 3072, n = 768;
@@ -188,7 +199,8 @@ TEST(CpuLinear, ThreadCountInvariance) {
       }
       // oneDNN's AMX bf16 kernels block the K reduction by thread count: there the rows
       // agree within f32 rounding (the batch-invariance tolerance), elsewhere bit for bit.
-      if (dtype == DType::kBF16 && cpu::LinearRunner::IsaName() == "amx") {
+      if (dtype == DType::kBF16 && GetParam() != "sluice" &&
+          cpu::LinearRunner::IsaName() == "amx") {
         double worst = 0, scale = 0;
         for (int64_t i = 0; i < m * n; ++i) {
           worst = std::max(worst, static_cast<double>(std::fabs(out[0][i] - out[1][i])));
@@ -201,6 +213,32 @@ TEST(CpuLinear, ThreadCountInvariance) {
           << DTypeName(dtype) << " m=" << m;
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear, ::testing::Values("auto", "sluice"));
+
+// sluice's GEMM on every SIMD target this machine supports (AVX2 where AVX-512 is the
+// default, and so on): matches the reference and is batch invariant on each.
+TEST(CpuLinearTargets, EverySupportedTarget) {
+  cpu::LinearRunner::SetPathForTesting("sluice");
+  const int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
+  int tested = 0;
+  for (int64_t rest = targets; rest != 0; rest &= rest - 1) {
+    const int64_t target = rest & -rest;
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    auto be = MakeCpu();
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (int64_t m : {1, 7, 13, 40}) {
+        CheckLinear(*be, dtype, {m, 67, 37, true, Activation::kGeluErf, true}, true);
+      }
+      CheckBatchInvariance(dtype, 96, 40, AllM(50));
+    }
+    ++tested;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  cpu::LinearRunner::SetPathForTesting("");
+  EXPECT_GE(tested, 1);
 }
 
 }  // namespace

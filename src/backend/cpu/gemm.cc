@@ -1,0 +1,170 @@
+// Batch-invariant GEMM (see gemm.h); this file is compiled once per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/gemm.cc"
+#include <hwy/foreach_target.h>  // must come before highway.h
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/simd_inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sluice::cpu::gemm::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::CappedTag<float, kPanel>;
+constexpr size_t kLanes = hn::MaxLanes(DF());
+constexpr int kVecs = static_cast<int>(kPanel / kLanes);  // vectors per panel row
+// Rows per micro-tile: accumulators (kRows * kVecs) + kVecs weight vectors + a broadcast
+// must fit the register file (16 on AVX2, 32 on AVX-512).
+constexpr int kRows = kVecs == 1 ? 12 : kVecs == 2 ? 6 : kVecs == 4 ? 3 : 1;
+
+template <bool kBf16>
+HWY_INLINE hn::Vec<DF> LoadW(const void* p, int64_t off) {
+  const DF d;
+  if constexpr (kBf16) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::Rebind<uint32_t, DF> d32;
+    const auto w = hn::LoadU(d16, static_cast<const uint16_t*>(p) + off);
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, w)));
+  } else {
+    return hn::LoadU(d, static_cast<const float*>(p) + off);
+  }
+}
+
+// One micro-tile: MR rows x one panel (kPanel columns, `cols` of them real).
+template <int MR, bool kBf16>
+HWY_NOINLINE void Tile(const float* x, int64_t ldx, int64_t k, const void* panel, float* out,
+                       int64_t ldo, int64_t cols, const float* bias, Activation act, bool sum) {
+  const DF d;
+  using V = hn::Vec<DF>;
+  V acc[MR][kVecs];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = hn::Zero(d);
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    V w[kVecs];
+    for (int v = 0; v < kVecs; ++v) w[v] = LoadW<kBf16>(panel, kk * kPanel + v * kLanes);
+    for (int r = 0; r < MR; ++r) {
+      const V a = hn::Set(d, x[r * ldx + kk]);
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = hn::MulAdd(a, w[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* o = out + r * ldo;
+    for (int v = 0; v < kVecs; ++v) {
+      const int64_t c0 = v * static_cast<int64_t>(kLanes);
+      if (c0 >= cols) break;
+      V y = acc[r][v];
+      if (bias) y = hn::Add(y, hn::LoadU(d, bias + c0));
+      y = sluice::cpu::HWY_NAMESPACE::Act(d, y, act);
+      const int64_t valid = cols - c0;
+      if (valid >= static_cast<int64_t>(kLanes)) {
+        if (sum) y = hn::Add(y, hn::LoadU(d, o + c0));
+        hn::StoreU(y, d, o + c0);
+      } else {
+        if (sum) y = hn::Add(y, sluice::cpu::HWY_NAMESPACE::LoadTail(d, o + c0, valid));
+        sluice::cpu::HWY_NAMESPACE::StoreTail(y, d, o + c0, valid);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, int64_t, const void*, float*, int64_t, int64_t,
+                        const float*, Activation, bool);
+
+template <bool kBf16, int... I>
+constexpr auto MakeTable(std::integer_sequence<int, I...>) {
+  return std::array<TileFn, sizeof...(I)>{&Tile<I + 1, kBf16>...};
+}
+
+void RunImpl(const Args& a) {
+  static constexpr auto kF32 = MakeTable<false>(std::make_integer_sequence<int, kRows>());
+  static constexpr auto kB16 = MakeTable<true>(std::make_integer_sequence<int, kRows>());
+  const auto& table = a.bf16 ? kB16 : kF32;
+  const int64_t panels = Panels(a.n);
+  const int64_t groups = (a.m + kRows - 1) / kRows;
+  const int64_t panel_elems = a.k * kPanel;
+  const size_t welem = a.bf16 ? sizeof(uint16_t) : sizeof(float);
+  // A tile = up to gb row groups x pb panels; the weight block (pb panels) stays in L2
+  // while the tile's rows stream over it.
+  int64_t pb = std::max<int64_t>(1, (256 << 10) / (panel_elems * static_cast<int64_t>(welem)));
+  const int64_t gb = std::max<int64_t>(1, 48 / kRows);
+  const int64_t tiles_m = (groups + gb - 1) / gb;
+  const int64_t threads = omp_get_max_threads();
+  pb = std::min(pb, panels);
+  while (pb > 1 && tiles_m * ((panels + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t tiles_n = (panels + pb - 1) / pb;
+  const bool parallel = a.m * a.n * a.k >= (1 << 16) && tiles_m * tiles_n > 1;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
+  for (int64_t tm = 0; tm < tiles_m; ++tm) {
+    for (int64_t tn = 0; tn < tiles_n; ++tn) {
+      const int64_t p_end = std::min(panels, (tn + 1) * pb);
+      const int64_t g_end = std::min(groups, (tm + 1) * gb);
+      for (int64_t p = tn * pb; p < p_end; ++p) {
+        const void* panel = static_cast<const char*>(a.packed) + p * panel_elems * welem;
+        const int64_t c0 = p * kPanel;
+        const int64_t cols = std::min<int64_t>(kPanel, a.n - c0);
+        const float* bias = a.bias ? a.bias + c0 : nullptr;
+        for (int64_t g = tm * gb; g < g_end; ++g) {
+          const int64_t r0 = g * kRows;
+          const int64_t rows = std::min<int64_t>(kRows, a.m - r0);
+          table[rows - 1](a.x + r0 * a.ldx, a.ldx, a.k, panel, a.out + r0 * a.ldo + c0, a.ldo, cols,
+                          bias, a.act, a.sum);
+        }
+      }
+    }
+  }
+}
+
+int RowsPerTileImpl() { return kRows; }
+
+}  // namespace sluice::cpu::gemm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace sluice::cpu::gemm {
+
+HWY_EXPORT(RunImpl);
+HWY_EXPORT(RowsPerTileImpl);
+
+void Run(const Args& a) {
+  if (a.m <= 0 || a.n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(RunImpl)(a);
+}
+
+int RowsPerTile() { return HWY_DYNAMIC_DISPATCH(RowsPerTileImpl)(); }
+
+template <typename T, typename F>
+void Pack(const float* w, int64_t n, int64_t k, T* packed, F convert) {
+  const int64_t panels = Panels(n);
+#pragma omp parallel for schedule(static) if (n * k >= (1 << 20))
+  for (int64_t p = 0; p < panels; ++p) {
+    T* dst = packed + p * k * kPanel;
+    for (int64_t j = 0; j < kPanel; ++j) {
+      const int64_t col = p * kPanel + j;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        dst[kk * kPanel + j] = col < n ? convert(w[col * k + kk]) : convert(0.f);
+      }
+    }
+  }
+}
+
+void PackF32(const float* w, int64_t n, int64_t k, float* packed) {
+  Pack(w, n, k, packed, [](float v) { return v; });
+}
+void PackBF16(const float* w, int64_t n, int64_t k, uint16_t* packed) {
+  Pack(w, n, k, packed, [](float v) { return F32ToBF16(v); });
+}
+
+}  // namespace sluice::cpu::gemm
+#endif  // HWY_ONCE

@@ -1,0 +1,55 @@
+// sluice's own batch-invariant GEMM for Linear layers (Highway SIMD, runtime dispatch).
+//
+// Used where oneDNN 2.6 has no batch-invariant kernel: its brgemm matmul needs AVX-512,
+// and on AVX2 machines its fp32 matmul falls back to gemm:jit (a row's result changes
+// with M) and bf16 has no implementation at all. cpu_linear.cc picks the path.
+//
+// out[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n]) (+ out[m, n] when `sum`).
+// Every output element is one f32 accumulator that runs over k = 0..K-1 in order (fused
+// multiply-add), whatever M, the row's position in the batch, the tile it lands in or the
+// thread count: rows are bit-identical alone and batched. K is never split.
+//
+// Weights are packed once into panels of kPanel output columns: panel p holds, for each
+// k, the kPanel weights w[p * kPanel + j, k] contiguously (zero padded past N), as f32
+// or bf16 (bf16 weights are widened exactly to f32 in the kernel; bf16 activations are
+// rounded by the caller, so products are exact in f32 and accumulation is f32, as in
+// oneDNN's bf16 matmul).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace sluice::cpu::gemm {
+
+constexpr int64_t kPanel = 16;
+
+inline int64_t Panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
+// Elements of a packed weight: Panels(n) * k * kPanel.
+inline int64_t PackedSize(int64_t n, int64_t k) { return Panels(n) * k * kPanel; }
+
+// w: [n, k] row-major f32 (torch's Linear layout).
+void PackF32(const float* w, int64_t n, int64_t k, float* packed);
+void PackBF16(const float* w, int64_t n, int64_t k, uint16_t* packed);
+
+struct Args {
+  const float* x = nullptr;  // [m, k], row stride ldx
+  int64_t ldx = 0;
+  int64_t m = 0, k = 0, n = 0;
+  const void* packed = nullptr;  // float* or uint16_t* (bf16) from Pack*
+  bool bf16 = false;
+  const float* bias = nullptr;  // Panels(n) * kPanel floats (zero padded) or null
+  Activation act = Activation::kNone;
+  bool sum = false;  // add the existing out values after the activation
+  float* out = nullptr;
+  int64_t ldo = 0;
+};
+
+// Runs on the calling thread's OpenMP team.
+void Run(const Args& a);
+
+// Rows per micro-tile on the Highway target chosen at run time (for benchmarks).
+int RowsPerTile();
+
+}  // namespace sluice::cpu::gemm
