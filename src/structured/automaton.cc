@@ -193,6 +193,7 @@ class Emitter {
         EmitObject(e, from, to);
         return;
       case Expr::Kind::kAnd:
+      case Expr::Kind::kAndNot:
         EmitAnd(e, from, to);
         return;
     }
@@ -277,7 +278,8 @@ class Emitter {
       const auto [a, b] = queue[q];
       const int32_t s =
           ids[(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b)];
-      if (d[0]->Accepting(a) && d[1]->Accepting(b)) Eps(s, to);
+      const bool neg = e.kind == Expr::Kind::kAndNot;
+      if (d[0]->Accepting(a) && (neg ? !d[1]->Accepting(b) : d[1]->Accepting(b))) Eps(s, to);
       int run_lo = -1;
       int32_t run_to = 0;
       for (int byte = 0; byte <= 256; ++byte) {
@@ -285,7 +287,8 @@ class Emitter {
         if (byte < 256) {
           const int32_t na = d[0]->Next(a, static_cast<uint8_t>(byte));
           const int32_t nb = na < 0 ? Dfa::kDead : d[1]->Next(b, static_cast<uint8_t>(byte));
-          if (na >= 0 && nb >= 0) t = id_of(na, nb);
+          // AndNot: the second automaton may die (kDead: it never accepts again).
+          if (na >= 0 && (nb >= 0 || e.kind == Expr::Kind::kAndNot)) t = id_of(na, nb);
         }
         if (run_lo >= 0 && (t != run_to || t < 0)) {
           Edge(s, static_cast<uint8_t>(run_lo), static_cast<uint8_t>(byte - 1), run_to);
@@ -446,6 +449,14 @@ ExprP And(ExprP a, ExprP b) {
   if (a->kind == Expr::Kind::kNothing || b->kind == Expr::Kind::kNothing) return Nothing();
   Expr e;
   e.kind = Expr::Kind::kAnd;
+  e.kids = {std::move(a), std::move(b)};
+  return Make(std::move(e));
+}
+ExprP AndNot(ExprP a, ExprP b) {
+  if (a->kind == Expr::Kind::kNothing) return Nothing();
+  if (b->kind == Expr::Kind::kNothing) return a;
+  Expr e;
+  e.kind = Expr::Kind::kAndNot;
   e.kids = {std::move(a), std::move(b)};
   return Make(std::move(e));
 }

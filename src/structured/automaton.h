@@ -38,6 +38,7 @@ struct Expr {
     kList,        // kids[0] (kids[1] kids[0]){min-1..max-1}, or empty when min == 0
     kObject,      // JSON object members in a fixed order (ObjectSpec)
     kAnd,         // strings both kids match (emitted as the product of their DFAs)
+    kAndNot,      // strings kids[0] matches and kids[1] does not (the same product)
   };
   Kind kind = Kind::kEmpty;
   Ranges ranges;
@@ -64,6 +65,7 @@ ExprP Optional(ExprP e);
 ExprP Star(ExprP e);
 ExprP List(ExprP item, ExprP sep, int min, int max);
 ExprP And(ExprP a, ExprP b);
+ExprP AndNot(ExprP a, ExprP b);
 struct ObjectMember {
   ExprP expr;  // the whole member: key, colon, value
   bool required = false;

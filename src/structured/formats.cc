@@ -8,7 +8,14 @@ namespace sluice::structured {
 
 namespace {
 
-const std::string kDate = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+// Years 0001-9999 (as Python's date), days per month, February 29 in leap years only.
+const std::string kYear = R"(([1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9]))";
+const std::string kLeap =
+    R"((\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00))";
+const std::string kDate =
+    "(" + kYear +
+    R"(-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|)" +
+    kLeap + "-02-29)";
 const std::string kTime =
     R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d))";
 const std::string kH16 = R"([0-9A-Fa-f]{1,4})";

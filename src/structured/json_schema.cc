@@ -1354,19 +1354,16 @@ class Compiler {
                           "is not supported");
           }
         }
-        if (!(po->additional && po->additional->type() == element_type::BOOL)) {
-          return Refuse(
-              po->c->ptr + "/patternProperties",
-              "patternProperties without \"additionalProperties\": false is not supported");
-        }
         std::vector<ExprP> keyed;
-        std::vector<ExprP> key_langs;
+        std::vector<ExprP> key_langs, raw_langs;
         const ExprP not_declared = StringExcluding(names);
         for (const auto& [pat, s] : po->patterns) {
           const std::string pp = po->c->ptr + "/patternProperties/" + EscapePtr(pat);
           auto re = ParseRegex(pat, RegexMode::kSearch);
           if (!re.ok()) return Refuse(pp, re.status().message());
-          ExprP key = And(Concat({Quote(), JsonEncode(*re), Quote()}), not_declared);
+          ExprP raw = Concat({Quote(), JsonEncode(*re), Quote()});
+          ExprP key = And(raw, not_declared);
+          raw_langs.push_back(raw);
           key_langs.push_back(key);
           ExprP value;
           if (s.type() == element_type::BOOL) {
@@ -1383,6 +1380,21 @@ class Compiler {
         if (!dj.ok()) {
           return Refuse(po->c->ptr + "/patternProperties",
                         "overlapping patterns are not supported");
+        }
+        // Keys no pattern matches take additionalProperties (absent: anything).
+        const bool closed = po->additional && po->additional->type() == element_type::BOOL;
+        if (!closed) {
+          ExprP value;
+          if (!po->additional) {
+            value = AnyValue(opt_.max_any_depth);
+          } else if (po->additional->type() == element_type::OBJECT) {
+            ASSIGN_OR_RETURN(
+                value,
+                CompileConj({{object(*po->additional), po->c->ptr + "/additionalProperties"}}, 0));
+          } else {
+            return Refuse(po->c->ptr + "/additionalProperties", "must be a schema");
+          }
+          keyed.push_back(Concat({AndNot(not_declared, Alt(raw_langs)), colon_, value}));
         }
         extra = Alt(std::move(keyed));
       } else if (!all_closed) {

@@ -66,6 +66,15 @@ TEST(JsonSchema, StringsLengthsPatternsFormats) {
   EXPECT_TRUE(dt->Matches(R"("2024-02-29T13:45:00Z")"));
   EXPECT_TRUE(dt->Matches(R"("2024-02-29T13:45:00.123+05:30")"));
   EXPECT_FALSE(dt->Matches(R"("2024-13-01T00:00:00Z")"));
+  auto date = Schema(R"({"type":"string","format":"date"})");
+  for (const char* ok :
+       {R"("2024-02-29")", R"("2000-02-29")", R"("0001-01-31")", R"("2023-04-30")"}) {
+    EXPECT_TRUE(date->Matches(ok)) << ok;
+  }
+  for (const char* bad : {R"("2023-02-29")", R"("2100-02-29")", R"("0000-01-01")",
+                          R"("2023-04-31")", R"("2023-06-31")", R"("2023-1-01")"}) {
+    EXPECT_FALSE(date->Matches(bad)) << bad;
+  }
   auto ip = Schema(R"({"format":"ipv4"})");
   EXPECT_TRUE(ip->Matches(R"("192.168.0.255")"));
   EXPECT_FALSE(ip->Matches(R"("256.1.1.1")"));
@@ -174,6 +183,28 @@ TEST(JsonSchema, CanonicalSerialisation) {
   EXPECT_TRUE(obj->Matches(R"({"a":{"b":[1,"x",null]}})"));
   EXPECT_FALSE(obj->Matches("[1]"));
   EXPECT_FALSE(obj->Matches(R"("x")"));
+}
+
+}  // namespace
+}  // namespace sluice::structured
+
+namespace sluice::structured {
+namespace {
+
+TEST(JsonSchema, PatternPropertiesWithOtherKeys) {
+  auto d = testing::DfaOf(*CompileJsonSchema(
+      R"({"type":"object","properties":{"id":{"type":"integer"}},"patternProperties":{"^x-":{"type":"string"}},
+          "additionalProperties":{"type":"boolean"}})",
+      {}));
+  EXPECT_TRUE(d->Matches(R"({"id":1,"x-a":"s","b":true})"));
+  EXPECT_FALSE(d->Matches(R"({"x-a":true})"));  // a pattern key takes the pattern's schema
+  EXPECT_FALSE(d->Matches(R"({"b":"s"})"));     // other keys take additionalProperties
+  EXPECT_FALSE(d->Matches(R"({"id":"s"})"));
+  auto closed = testing::DfaOf(*CompileJsonSchema(
+      R"({"patternProperties":{"^[0-9]+$":{"type":"null"}},"additionalProperties":false,"type":"object"})",
+      {}));
+  EXPECT_TRUE(closed->Matches(R"({"12":null})"));
+  EXPECT_FALSE(closed->Matches(R"({"a":null})"));
 }
 
 }  // namespace
