@@ -11,7 +11,10 @@ import http.server
 import json
 import math
 import os
+import struct
 import threading
+import time
+import zlib
 
 import harness
 from harness import Server
@@ -34,6 +37,19 @@ def cos(a, b):
     return sum(x * y for x, y in zip(norm(a), norm(b)))
 
 
+def bomb_png(w, h):
+    """A w x h 1-bit grayscale PNG of zeros: tiny file, w*h pixels once decoded."""
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+    co = zlib.compressobj(9)
+    row = b"\0" * (1 + (w + 7) // 8)
+    idat = b"".join(co.compress(row * 1000) for _ in range(h // 1000)) + co.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 1, 0, 0, 0, 0)) +
+            chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+BOMB = bomb_png(30000, 30000)
+
 # Loopback image host: /<file> serves tests/fixtures/images/<file>; /missing 404s;
 # /redirect/<file> redirects; /text is not an image.
 hits = {"count": 0}
@@ -51,8 +67,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", "/" + p[len("redirect/"):])
             self.end_headers()
             return
+        if p.startswith("slow/"):
+            time.sleep(3)
+            p = p[len("slow/"):]
         if p == "text":
             body = b"this is not an image"
+        elif p == "truncated.jpg":
+            with open(os.path.join(IMAGES, "jpeg420.jpg"), "rb") as f:
+                body = f.read()[:600]
+        elif p == "bomb.png":
+            body = BOMB
         else:
             path = os.path.join(IMAGES, os.path.basename(p))
             if not os.path.exists(path):
@@ -201,6 +225,54 @@ with Server(MODEL) as s:
     c.error_shape(st, r, 400, "local file refused")
     st, _, r = s.post("/v1/embeddings", {"input": [{"image": data_uri}]})
     c.check(st == 200, f"data URIs need no fetch: {st}")
+
+    # SSRF: private, link-local/metadata and IPv6 loopback addresses and a name resolving to
+    # loopback are refused too, without a connection.
+    for url in ["http://10.0.0.1/a.jpg", "http://169.254.169.254/latest/meta-data",
+                "http://[::1]:%d/%s" % (httpd.server_address[1], FILES[0]),
+                "http://localhost:%d/%s" % (httpd.server_address[1], FILES[0])]:
+        before = hits["count"]
+        st, _, r = s.post("/v1/embeddings", {"input": [{"image": url}]})
+        c.error_shape(st, r, 400, f"refused {url}")
+        c.check(hits["count"] == before, f"nothing sent for {url}")
+
+# Limits: bytes per image, total fetch timeout, a truncated JPEG, a decompression bomb
+# refused by its header before any pixel memory; duplicates among others; fast decode.
+with Server(MODEL, "--allow-private-media-urls", "--max-image-bytes", "200000",
+            "--image-fetch-timeout", "1") as s:
+    for body, what in [
+        ({"input": [{"image": f"{HOST}/slow/{FILES[0]}"}]}, "time"),
+        ({"input": [{"image": f"{HOST}/truncated.jpg"}]}, "truncated.jpg"),
+        ({"input": [{"image": f"{HOST}/bomb.png"}]}, "pixels"),
+    ]:
+        t0 = time.time()
+        st, _, r = s.post("/v1/embeddings", body)
+        c.error_shape(st, r, 400, f"limit {what}")
+        c.check(what in json.dumps(r), f"error names '{what}': {r}")
+        c.check(time.time() - t0 < 10, f"{what}: answered promptly")
+    # Oversize: a data URI is checked against the same per-image limit.
+    big = "data:image/png;base64," + base64.b64encode(b"\0" * 300000).decode()
+    st, _, r = s.post("/v1/embeddings", {"input": [{"image": big}]})
+    c.error_shape(st, r, 400, "oversize image")
+
+with Server(MODEL, "--allow-private-media-urls", "--image-decode", "fast") as s:
+    # 50 copies of one image among others: every copy equals the image alone.
+    st, _, alone = s.post("/v1/embeddings", {"input": [{"image": f"{HOST}/{FILES[4]}"}]})
+    mix = [{"image": f"{HOST}/{FILES[4]}"}] * 50 + [{"image": f"{HOST}/{f}"} for f in FILES]
+    st2, _, r = s.post("/v1/embeddings", {"input": mix})
+    c.check(st == 200 and st2 == 200, f"50 copies: {st} {st2} {r}")
+    if st == 200 and st2 == 200:
+        e0 = alone["data"][0]["embedding"]
+        c.check(all(d["embedding"] == e0 for d in r["data"][:50]), "50 copies = alone")
+        c.check(r["data"][50 + 4]["embedding"] == e0, "the copy among the others = alone")
+        # fast decode (JPEG DCT scaling) vs transformers' exact pipeline: documented bound.
+        worst = 0.0
+        for i, im in enumerate(EXP["images"]):
+            want = norm(im["image_embeds"])
+            got = r["data"][50 + i]["embedding"]
+            worst = max(worst, max(abs(a - b) for a, b in zip(got, want)))
+        print(f"fast decode: max |embedding - transformers'| = {worst:.2e}", flush=True)
+        c.check(worst <= 5e-2, f"fast decode within 5e-2 of exact ({worst})")
 
 httpd.shutdown()
 c.finish("e2e_clip")
