@@ -247,7 +247,7 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
     call->creq = std::move(parsed).value();
   }
   io::CompletionRequest& cr = call->creq;
-  if (!cr.model.empty() && cr.model != options_.served_name) {
+  if (!ModelMatches(cr.model)) {
     return Respond(call,
                    ErrorResponse(404, "model \"" + cr.model + "\" is not served here; " +
                                           "this server serves \"" + options_.served_name + "\""));
@@ -263,6 +263,12 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
       const std::string where = cr.prompts.size() > 1 ? "prompt[" + std::to_string(i) + "]: " : "";
       return Respond(call, StatusResponse(Status(v.code(), where + v.message())));
     }
+  }
+  if (cr.params.constraint) {
+    // Structured outputs: compiled here (cached per constraint), not on the engine thread.
+    auto g = loop_->generator().CompileConstraint(*cr.params.constraint);
+    if (!g.ok()) return Respond(call, StatusResponse(g.status()));
+    cr.params.grammar = *g;
   }
   char id[32];
   std::snprintf(id, sizeof id, chat ? "chatcmpl-%016llx" : "cmpl-%016llx",
@@ -396,7 +402,7 @@ StatusOr<std::string> GenerationService::Tokenize(const std::string& body, bool 
   io::Fields f(obj, "");
   std::string model;
   RETURN_IF_ERROR(f.GetString("model", &model));
-  if (!model.empty() && model != options_.served_name) {
+  if (!ModelMatches(model)) {
     return NotFound("model \"" + model + "\" is not served here; this server serves \"" +
                     options_.served_name + "\"");
   }
@@ -603,9 +609,15 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
   drop.swap(call->reqs);
 }
 
+bool GenerationService::ModelMatches(const std::string& requested) const {
+  return requested.empty() || requested == options_.served_name ||
+         requested == options_.served_name + ":" + options_.served_version;
+}
+
 std::string GenerationService::RenderMetrics() const {
   const GenerationSnapshot s = loop_->snapshot();
-  const std::string model = "model=\"" + Label(options_.served_name) + "\"";
+  const std::string model = "model=\"" + Label(options_.served_name) + "\",version=\"" +
+                            Label(options_.served_version) + "\"";
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, const std::string& v,
                     const std::string& extra = "") {
