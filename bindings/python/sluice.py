@@ -7,9 +7,11 @@
 The library is found through $SLUICE_LIBRARY (a path to libsluice.so), else the system's
 library path (ctypes.util.find_library). Results are those of `sluice score|embed|classify`
 bit for bit (docs/c-api.md). Errors raise sluice.Error with the C status code and message.
-A Model may be used from several Python threads; calls release the GIL while sluice runs.
+A Model may be used from several Python threads; calls release the GIL while sluice runs,
+and close() waits for the calls in progress.
 """
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -188,6 +190,9 @@ class Model:
         o.api_version = API_VERSION
         o.dtype, o.device, o.task = _enc(dtype), _enc(device), _enc(task)
         o.threads, o.max_batch_tokens, o.max_num_seqs = threads, max_batch_tokens, max_num_seqs
+        self._h = None
+        self._cv = threading.Condition()
+        self._calls = 0
         h = ctypes.c_void_p()
         _check(lib.sluice_model_load(_enc(str(model_dir)), ctypes.byref(o), ctypes.byref(h)))
         self._h = h
@@ -204,9 +209,13 @@ class Model:
         self.labels = [lib.sluice_model_label(h, k).decode() for k in range(info.num_labels)]
 
     def close(self):
-        if self._h:
-            _lib.sluice_model_free(self._h)
-            self._h = None
+        """Frees the model once the calls in progress are done; later calls raise."""
+        with self._cv:
+            while self._calls:
+                self._cv.wait()
+            if self._h:
+                _lib.sluice_model_free(self._h)
+                self._h = None
 
     def __enter__(self):
         return self
@@ -218,10 +227,21 @@ class Model:
         if getattr(self, "_h", None):
             self.close()
 
-    def _handle(self):
-        if not self._h:
-            raise ValueError("the model is closed")
-        return self._h
+    @contextlib.contextmanager
+    def _use(self):
+        """The handle, held open (close() waits) for the duration of a call."""
+        with self._cv:
+            if not self._h:
+                raise ValueError("the model is closed")
+            self._calls += 1
+            h = self._h
+        try:
+            yield h
+        finally:
+            with self._cv:
+                self._calls -= 1
+                if not self._calls:
+                    self._cv.notify_all()
 
     def score_pairs(self, queries, documents):
         """Scores of the text pairs (queries[i], documents[i]), as a list of floats."""
@@ -231,7 +251,8 @@ class Model:
         q = (ctypes.c_char_p * max(n, 1))(*[_enc(s) for s in queries])
         d = (ctypes.c_char_p * max(n, 1))(*[_enc(s) for s in documents])
         out = (ctypes.c_float * max(n, 1))()
-        _check(_lib.sluice_score_pairs(self._handle(), q, d, n, out))
+        with self._use() as h:
+            _check(_lib.sluice_score_pairs(h, q, d, n, out))
         return list(out[:n])
 
     def score(self, inputs, truncate=False):
@@ -239,13 +260,15 @@ class Model:
         arr, _keep = _inputs(inputs)
         out = (ctypes.c_float * max(len(inputs), 1))()
         o = _run_options(truncate, None, 0)
-        _check(_lib.sluice_score(self._handle(), arr, len(inputs), ctypes.byref(o), out))
+        with self._use() as h:
+            _check(_lib.sluice_score(h, arr, len(inputs), ctypes.byref(o), out))
         return list(out[:len(inputs)])
 
     def _result(self, fn, inputs, opts):
         arr, _keep = _inputs(inputs)
         r = ctypes.c_void_p()
-        _check(fn(self._handle(), arr, len(inputs), ctypes.byref(opts), ctypes.byref(r)))
+        with self._use() as h:
+            _check(fn(h, arr, len(inputs), ctypes.byref(opts), ctypes.byref(r)))
         return r
 
     def embed(self, inputs, normalize=None, dimensions=0, truncate=False):
@@ -291,8 +314,9 @@ class Model:
     def tokenize(self, text, text_pair=None, add_special_tokens=True):
         """{"ids", "type_ids", "tokens", "offsets"} of the model's tokenizer."""
         t = ctypes.c_void_p()
-        _check(_lib.sluice_tokenize(self._handle(), _enc(text), _enc(text_pair),
-                                    1 if add_special_tokens else 0, ctypes.byref(t)))
+        with self._use() as h:
+            _check(_lib.sluice_tokenize(h, _enc(text), _enc(text_pair),
+                                        1 if add_special_tokens else 0, ctypes.byref(t)))
         try:
             n = _lib.sluice_tokens_count(t)
             ids = _lib.sluice_tokens_ids(t)

@@ -201,10 +201,10 @@ sluice::StatusOr<std::vector<sluice::PooledOutput>> RunInputs(sluice_model* m,
   parsed.seqs.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const sluice_input& in = inputs[i];
-    const std::string where = "input " + std::to_string(i);
+    auto where = [i] { return "input " + std::to_string(i); };
     if (in.text) {
       if (in.ids || in.type_ids) {
-        return sluice::InvalidArgument(where + ": give text or token ids, not both");
+        return sluice::InvalidArgument(where() + ": give text or token ids, not both");
       }
       sluice::io::OfflineText t;
       t.index = i;
@@ -217,9 +217,9 @@ sluice::StatusOr<std::vector<sluice::PooledOutput>> RunInputs(sluice_model* m,
       parsed.texts.push_back(std::move(t));
       continue;
     }
-    if (in.text_pair) return sluice::InvalidArgument(where + ": text_pair without text");
+    if (in.text_pair) return sluice::InvalidArgument(where() + ": text_pair without text");
     if (in.num_ids > 0 && !in.ids) {
-      return sluice::InvalidArgument(where + ": ids is NULL with num_ids " +
+      return sluice::InvalidArgument(where() + ": ids is NULL with num_ids " +
                                      std::to_string(in.num_ids));
     }
     sluice::TokenSequence& s = parsed.seqs[i];

@@ -283,6 +283,49 @@ def python_client(cases, lib, binding):
     return got, labels
 
 
+def python_selftest(demo):
+    """The binding's own contracts: sluice.Error codes, closed models, threads and close()."""
+    import threading
+    import sluice  # noqa: E402
+    try:
+        sluice.Model("/nonexistent/model-dir")
+        raise SystemExit("loading a missing directory must fail")
+    except sluice.Error as e:
+        assert e.code == 2 and e.name == "NOT_FOUND" and "/nonexistent" in e.message, e
+    m = sluice.Model(demo, threads=THREADS)
+    assert m.task == "score" and m.has_tokenizer and not m.multi_vector, vars(m)
+    try:
+        m.embed(["x"])
+        raise SystemExit("embed on a score model must fail")
+    except sluice.Error as e:
+        assert e.code == 3, e
+    qs = ["How do salmon swim up the river?"] * 16
+    ds = [f"Salmon swim up the river, {i} of them." for i in range(16)]
+    want = m.score_pairs(qs, ds)
+    got, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(3):
+                got.append(m.score_pairs(qs, ds))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    m.close()  # waits for the calls in progress, or runs before they start (then they raise)
+    for t in ts:
+        t.join()
+    assert all(g == want for g in got), "threads disagree"
+    assert all(isinstance(e, ValueError) for e in errors), errors
+    try:
+        m.score_pairs(qs, ds)
+        raise SystemExit("a closed model must refuse calls")
+    except ValueError:
+        pass
+
+
 def python_tokens(demo):
     import sluice  # noqa: E402
     out = {}
@@ -316,6 +359,7 @@ def main():
     if a.client == "python":
         got, labels = python_client(cases, a.lib, a.binding)
         tokens = python_tokens(a.demo)
+        python_selftest(a.demo)
     else:
         with tempfile.TemporaryDirectory() as d:
             job = os.path.join(d, "job.txt")
