@@ -69,7 +69,8 @@ struct HostTensor {
   }
 };
 
-enum class Activation { kNone, kGeluErf, kGeluTanh, kSilu, kRelu };
+// kQuickGelu: x * sigmoid(1.702 x) (OpenAI CLIP).
+enum class Activation { kNone, kGeluErf, kGeluTanh, kSilu, kRelu, kQuickGelu };
 
 // A linear layer's weight, prepared (converted/prepacked) for this backend.
 // y = x · W^T + b, W stored as [out_features, in_features] like torch.nn.Linear.
@@ -214,6 +215,9 @@ struct SamplingRow {
   int num_logprobs = 0;   // top raw logprobs to report (<= SampleParams::max_logprobs)
   // Logit adjustments of this row: SampleParams::adjusts[adjust_begin, adjust_end).
   int adjust_begin = 0, adjust_end = 0;
+  // >= 0: the row of SampleParams::masks holding the tokens this row may pick (structured
+  // outputs); every other token is masked to -inf after the adjustments.
+  int mask_row = -1;
 };
 // One token's adjustment (distinct tokens within a row): the repetition penalty when
 // `repeat` (HF: logit < 0 ? logit * penalty : logit / penalty), then `add` (presence and
@@ -243,6 +247,11 @@ struct SampleParams {
   int num_adjusts = 0;
   int max_logprobs = 0;         // the largest num_logprobs of any row
   SampledToken* out = nullptr;  // host [n], valid once a fence after the call has passed
+  // Token bitmasks (host memory as rows/adjusts): num_masks rows of mask_words words, bit t of
+  // word t / 32 set when token t is allowed (tokens past mask_words * 32 are not).
+  const uint32_t* masks = nullptr;
+  int num_masks = 0;
+  int mask_words = 0;
 };
 
 // The attention inputs of one layer of a decoder with a paged KV cache: q and k rotated

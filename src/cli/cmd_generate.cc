@@ -15,6 +15,7 @@
 #include "engine/generator.h"
 #include "io/json.h"
 #include "io/sampling_json.h"
+#include "io/structured_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
@@ -148,6 +149,7 @@ int RunGenerate(const GenerateFlags& f) {
           }
         }
         if (st.ok()) st = io::ReadSamplingFields(fields, &r->params);
+        if (st.ok()) st = io::ReadStructuredFields(fields, &r->params);
         if (st.ok()) st = fields.CheckNoUnknown();
         if (st.ok()) st = gen.Add(r);  // admission: the request's limits and fields
         if (!st.ok()) return Status(st.code(), where + st.message());

@@ -44,8 +44,33 @@ struct Generator::SeqState {
   int prompt_logprob_next = 1;      // the next prompt position whose logprob is due
   std::vector<int32_t> prompt_set;  // distinct prompt tokens (repetition penalty)
   std::unordered_map<int32_t, int> output_counts;
+  // Structured outputs: the grammar and its DFA state after the tokens so far.
+  std::shared_ptr<structured::Grammar> grammar;
+  int32_t gstate = 0;
+  Status grammar_error;
   CompletionOutput& out() { return request->outputs[index]; }
 };
+
+StatusOr<std::shared_ptr<structured::Grammar>> Generator::CompileConstraint(
+    const structured::ConstraintSpec& spec) const {
+  std::shared_ptr<structured::GrammarCache> cache;
+  {
+    std::lock_guard<std::mutex> lock(structured_mu_);
+    if (!grammars_) {
+      if (!bundle().tokenizer) {
+        return InvalidArgument(spec.field + ": structured outputs need the model's tokenizer");
+      }
+      auto trie =
+          structured::TokenTrie::FromTokenizer(*bundle().tokenizer, limits_.vocab_size, eos_);
+      if (!trie.ok()) return InvalidArgument(spec.field + ": " + trie.status().message());
+      SLUICE_LOG_INFO("structured outputs: vocabulary trie of {} tokens, {} nodes",
+                      (*trie)->num_tokens(), (*trie)->num_nodes());
+      grammars_ = std::make_shared<structured::GrammarCache>(*trie);
+    }
+    cache = grammars_;
+  }
+  return cache->Get(spec);
+}
 
 Generator::~Generator() = default;
 
@@ -184,6 +209,9 @@ Status Generator::Add(std::shared_ptr<GenerateRequest> request) {
     }
   }
   RETURN_IF_ERROR(ValidateGeneration(r.params, r.prompt.size(), limits_));
+  if (r.params.constraint && !r.params.grammar) {
+    ASSIGN_OR_RETURN(r.params.grammar, CompileConstraint(*r.params.constraint));
+  }
   const SamplingParams& p = r.params;
   r.arrival = SteadyClock::now();
   r.outputs.assign(static_cast<size_t>(p.n), CompletionOutput{});
@@ -199,6 +227,10 @@ Status Generator::Add(std::shared_ptr<GenerateRequest> request) {
   s->seq.use_prefix_cache = !p.prompt_logprobs.has_value();
   s->seq.owner = s.get();
   s->fork_pending = p.n > 1;
+  if (p.grammar) {
+    s->grammar = p.grammar;
+    s->gstate = p.grammar->start();
+  }
   if (s->rs.repetition_penalty != 1.f) {
     s->prompt_set = r.prompt;
     std::sort(s->prompt_set.begin(), s->prompt_set.end());
@@ -293,6 +325,17 @@ bool Generator::Accept(SeqState& s, const SampledToken& t, double now_s) {
   const int n_out = static_cast<int>(out.token_ids.size());
   const bool checks = n_out >= p.min_tokens;
   bool stop = false;
+  bool grammar_done = false;  // the constraint allows nothing more
+  if (s.grammar && !s.grammar->trie().IsEos(t.token)) {
+    s.gstate = s.grammar->Advance(s.gstate, t.token);
+    if (s.gstate < 0) {
+      s.grammar_error = Internal("structured output: token " + std::to_string(t.token) +
+                                 " was sampled outside the constraint's mask");
+      Finish(s, "abort");
+      return true;
+    }
+    grammar_done = s.grammar->Finished(s.gstate);
+  }
   if (checks) {
     if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) !=
         p.stop_token_ids.end()) {
@@ -329,7 +372,7 @@ bool Generator::Accept(SeqState& s, const SampledToken& t, double now_s) {
       }
     }
   }
-  if (stop) {
+  if (stop || grammar_done) {
     Finish(s, "stop");
     return true;
   }
@@ -376,6 +419,8 @@ Status Generator::Step() {
   std::vector<SamplingAdjust>& adjusts = sampler_->adjusts();
   rows.clear();
   adjusts.clear();
+  std::vector<uint32_t>& masks = sampler_->masks();
+  masks.clear();
   struct RowUse {
     SeqState* s;
     int prompt_pos;  // >= 1: a prompt-logprob row for this prompt position; 0: a sample
@@ -446,9 +491,21 @@ Status Generator::Step() {
     for (const auto& [t, a] : adj) adjusts.push_back(a);
     std::sort(adjusts.begin() + adj_begin, adjusts.end(),
               [](const SamplingAdjust& a, const SamplingAdjust& b) { return a.token < b.token; });
+    int mask_row = -1;
+    if (s.grammar) {
+      // The allowed tokens at the sequence's constraint state (the same for fork rows).
+      const int words = s.grammar->trie().words();
+      sampler_->set_mask_words(words);
+      mask_row = static_cast<int>(masks.size() / static_cast<size_t>(words));
+      masks.resize(masks.size() + static_cast<size_t>(words));
+      Status ms =
+          s.grammar->FillMask(s.gstate, masks.data() + static_cast<size_t>(mask_row) * words);
+      if (!ms.ok() && s.grammar_error.ok()) s.grammar_error = ms;
+    }
     for (int c = 0; c < n_rows; ++c) {
       batch_.output_rows.push_back(base + it.len - 1);
       SamplingRow r;
+      r.mask_row = mask_row;
       r.temperature = s.rs.temperature;
       r.top_k = s.rs.top_k;
       r.top_p = s.rs.top_p;
@@ -518,6 +575,8 @@ Status Generator::Step() {
           child->seed = rows[i + c].seed;
           child->rs = s.rs;
           child->prompt_set = s.prompt_set;
+          child->grammar = s.grammar;
+          child->gstate = s.gstate;
           child->seq.tokens.assign(s.seq.tokens.begin(), s.seq.tokens.begin() + s.seq.prompt_len);
           child->seq.prompt_len = s.seq.prompt_len;
           child->seq.use_prefix_cache = s.seq.use_prefix_cache;
@@ -551,10 +610,25 @@ Status Generator::Step() {
   }
   // Deliveries: progress to every request that moved, completion to those now done.
   for (GenerateRequest* r : touched) {
+    // A constraint that failed (its automaton outgrew its limit) fails its request.
+    Status err;
+    for (auto& sp : seqs_) {
+      if (sp->request.get() == r && !sp->grammar_error.ok()) {
+        err = sp->grammar_error;
+        if (!sp->finished) Finish(*sp, "abort");
+      }
+    }
     if (r->sink.on_output) r->sink.on_output(*r);
     bool all = true;
     for (const CompletionOutput& o : r->outputs) all &= !o.finish_reason.empty();
-    if (all) CompleteRequest(*r, Status::Ok());
+    if (!err.ok()) {
+      for (CompletionOutput& o : r->outputs) {
+        if (o.finish_reason.empty()) o.finish_reason = "abort";
+      }
+      CompleteRequest(*r, err);
+    } else if (all) {
+      CompleteRequest(*r, Status::Ok());
+    }
   }
   stats_.apply_s += Seconds(t_apply, SteadyClock::now());
   return Status::Ok();

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "structured/constraint.h"
 
 namespace sluice {
 
@@ -108,6 +110,12 @@ class Generator {
   Backend& backend() { return runner_->backend(); }
   std::vector<int> stop_token_ids() const { return eos_; }
 
+  // Structured outputs: the constraint compiled for this model's vocabulary (cached per
+  // constraint). Thread-safe: the HTTP front end compiles on its request threads, so that the
+  // engine thread never waits for a compile. InvalidArgument names what is not supported.
+  StatusOr<std::shared_ptr<structured::Grammar>> CompileConstraint(
+      const structured::ConstraintSpec& spec) const;
+
   // Admission: validates the request (limits, sampling fields; errors name the field) and
   // queues it. On error nothing is queued and the sink is not called.
   Status Add(std::shared_ptr<GenerateRequest> request);
@@ -150,6 +158,9 @@ class Generator {
   std::vector<GenSequence*> preempted_;
   HostBuffer staging_;
   std::unique_ptr<Fence> done_;
+  // Structured outputs: the vocabulary trie and compiled grammars, built on first use.
+  mutable std::mutex structured_mu_;
+  mutable std::shared_ptr<structured::GrammarCache> grammars_;
 };
 
 }  // namespace sluice

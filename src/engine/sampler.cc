@@ -41,6 +41,13 @@ Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int i
   p.num_adjusts = static_cast<int>(adjusts_.size());
   for (const SamplingRow& r : rows_) p.max_logprobs = std::max(p.max_logprobs, r.num_logprobs);
   p.out = s.out.as<SampledToken>();
+  if (!masks_.empty()) {
+    Fit(backend, &s.masks, sizeof(uint32_t) * masks_.size());
+    std::memcpy(s.masks.data(), masks_.data(), sizeof(uint32_t) * masks_.size());
+    p.masks = s.masks.as<uint32_t>();
+    p.mask_words = mask_words_;
+    p.num_masks = static_cast<int>(masks_.size() / static_cast<size_t>(mask_words_));
+  }
   backend.Sample(p);
   return Status::Ok();
 }

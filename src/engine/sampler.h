@@ -18,6 +18,10 @@ class Sampler final : public OutputStage {
   // filled by the engine before Enqueue.
   std::vector<SamplingRow>& sampling_rows() { return rows_; }
   std::vector<SamplingAdjust>& adjusts() { return adjusts_; }
+  // Token bitmasks of the rows that have one (SamplingRow::mask_row), mask_words() words each.
+  std::vector<uint32_t>& masks() { return masks_; }
+  int mask_words() const { return mask_words_; }
+  void set_mask_words(int w) { mask_words_ = w; }
 
   OutputRows rows() const override { return OutputRows::kNone; }  // explicit output rows
   Status Enqueue(const ForwardBatch& batch, const RunnerForward& forward, int slot) override;
@@ -26,11 +30,13 @@ class Sampler final : public OutputStage {
 
  private:
   struct Slot {
-    HostBuffer rows, adjusts, out;  // pinned staging
+    HostBuffer rows, adjusts, out, masks;  // pinned staging
   };
   ModelRunner* runner_;
   std::vector<SamplingRow> rows_;
   std::vector<SamplingAdjust> adjusts_;
+  std::vector<uint32_t> masks_;
+  int mask_words_ = 0;
   Slot slots_[kMaxSlots];
 };
 

@@ -17,6 +17,20 @@ Status Range(const char* field, T v, T lo, T hi, const char* rule) {
 }  // namespace
 
 Status ValidateGeneration(const SamplingParams& p, size_t prompt_len, const GenerationLimits& l) {
+  if (p.constraint) {
+    if (!l.has_tokenizer) {
+      return InvalidArgument(p.constraint->field +
+                             ": structured outputs need the model's tokenizer");
+    }
+    if (p.min_tokens > 0) {
+      return InvalidArgument("min_tokens cannot be combined with " + p.constraint->field +
+                             " (the constraint decides where the output may end)");
+    }
+    if (p.ignore_eos) {
+      return InvalidArgument("ignore_eos cannot be combined with " + p.constraint->field +
+                             " (the constraint decides where the output ends)");
+    }
+  }
   RETURN_IF_ERROR(Range("n", p.n, 1, l.max_n, ("in [1, " + std::to_string(l.max_n) + "]").c_str()));
   if (p.temperature) {
     if (!(*p.temperature >= 0.f) || !std::isfinite(*p.temperature)) {

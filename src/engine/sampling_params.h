@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sluice/status.h"
+#include "structured/constraint.h"
 #include "weights/config.h"
 
 namespace sluice {
@@ -36,6 +37,11 @@ struct SamplingParams {
   bool detokenize = true;              // produce text (needs the tokenizer)
   std::optional<int> logprobs;         // top raw logprobs per output token (0..20)
   std::optional<int> prompt_logprobs;  // top raw logprobs per prompt token (0..20)
+  // Structured outputs (docs/structured-outputs.md): the constraint every sampled token obeys,
+  // and its grammar once compiled for the model's vocabulary (Generator::CompileConstraint;
+  // Generator::Add compiles it when unset).
+  std::optional<structured::ConstraintSpec> constraint;
+  std::shared_ptr<structured::Grammar> grammar;
 };
 
 // Limits a generation request is checked against at admission.

@@ -6,6 +6,7 @@
 
 #include "io/json.h"
 #include "io/sampling_json.h"
+#include "io/structured_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::io {
@@ -408,16 +409,8 @@ StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& 
   RETURN_IF_ERROR(f.GetString("model", &r.model));
   RETURN_IF_ERROR(ReadChatTemplateFields(f, tokens, &r));
   simdjson::dom::element e;
-  simdjson::dom::element rf;
-  if (f.Get("response_format", &rf)) {
-    std::string_view type;
-    if (rf["type"].get(type) || type != "text") {
-      return FieldError("response_format",
-                        "only {\"type\": \"text\"} is supported yet (json_object and json_schema "
-                        "need structured outputs)");
-    }
-  }
   RETURN_IF_ERROR(ReadSamplingFields(f, &r.params, /*openai_logprobs=*/false));
+  RETURN_IF_ERROR(ReadStructuredFields(f, &r.params));
   // Chat logprobs: a boolean plus top_logprobs.
   bool logprobs = false;
   RETURN_IF_ERROR(f.GetBool("logprobs", &logprobs));

@@ -5,6 +5,7 @@
 
 #include "io/json.h"
 #include "io/sampling_json.h"
+#include "io/structured_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::io {
@@ -222,6 +223,7 @@ StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
     return FieldError("suffix", "is not supported (no fill-in-the-middle models are served)");
   }
   RETURN_IF_ERROR(ReadSamplingFields(f, &r.params));
+  RETURN_IF_ERROR(ReadStructuredFields(f, &r.params));
   if (f.Get("best_of", &e)) {
     int64_t b;
     if (e.get(b)) return FieldError("best_of", "must be an integer");

@@ -264,6 +264,12 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
       return Respond(call, StatusResponse(Status(v.code(), where + v.message())));
     }
   }
+  if (cr.params.constraint) {
+    // Structured outputs: compiled here (cached per constraint), not on the engine thread.
+    auto g = loop_->generator().CompileConstraint(*cr.params.constraint);
+    if (!g.ok()) return Respond(call, StatusResponse(g.status()));
+    cr.params.grammar = *g;
+  }
   char id[32];
   std::snprintf(id, sizeof id, chat ? "chatcmpl-%016llx" : "cmpl-%016llx",
                 static_cast<unsigned long long>(next_id_.fetch_add(1) * 0x9E3779B97F4A7C15ull));

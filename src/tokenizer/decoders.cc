@@ -20,6 +20,7 @@ void ReplaceAll(std::string* s, std::string_view from, std::string_view to) {
 
 class ByteLevelDecoder : public Decoder {
  public:
+  bool IsByteLevel() const override { return true; }
   Status DecodeChain(std::vector<std::string>* tokens) const override {
     std::string bytes;
     for (const auto& t : *tokens) {

@@ -281,6 +281,8 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual Status DecodeChain(std::vector<std::string>* tokens) const = 0;
+  // A byte-level (GPT-2) decoder: every token decodes to its own bytes, whatever surrounds it.
+  virtual bool IsByteLevel() const { return false; }
 };
 
 StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(JsonValue j);

@@ -353,6 +353,32 @@ StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids,
   return out;
 }
 
+bool Tokenizer::HasByteLevelDecoder() const { return p_->decoder && p_->decoder->IsByteLevel(); }
+
+std::optional<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  if (!HasByteLevelDecoder()) return std::nullopt;
+  std::string token;
+  if (const tok::AddedToken* a = p_->added.ById(id)) {
+    if (a->special) return std::nullopt;
+    token = a->content;
+  } else {
+    auto t = p_->model->IdToToken(id);
+    if (!t || p_->added.IsSpecial(*t)) return std::nullopt;
+    token = std::move(*t);
+  }
+  // As the ByteLevel decoder: each character mapped to its byte, or the token as it is when
+  // one is outside the byte alphabet.
+  std::string bytes;
+  for (size_t i = 0; i < token.size();) {
+    size_t len;
+    const int b = tok::CharToByte(tok::DecodeAt(token, i, &len));
+    if (b < 0) return token;
+    bytes.push_back(static_cast<char>(b));
+    i += len;
+  }
+  return bytes;
+}
+
 StatusOr<std::string> Tokenizer::DecodeTokens(std::vector<std::string> tokens) const {
   if (!p_->decoder) {
     std::string out;

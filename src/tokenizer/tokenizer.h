@@ -105,6 +105,11 @@ class Tokenizer {
   // Number of tokens the post-processor adds to a single text / a pair.
   size_t NumSpecialTokensToAdd(bool pair) const;
   bool IsSpecialId(int32_t id) const;
+  // True when the decoder is byte-level (GPT-2 style), so that TokenBytes is context-free.
+  bool HasByteLevelDecoder() const;
+  // The bytes token `id` decodes to on its own (what it adds to any decoded text), for a
+  // byte-level decoder; nullopt for special tokens, unused ids and other decoders.
+  std::optional<std::string> TokenBytes(int32_t id) const;
   const TokenizerConfig& config() const { return config_; }
 
  private:

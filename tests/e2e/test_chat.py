@@ -128,7 +128,7 @@ with Server(MODEL, "--chat-template", TEMPLATE) as s:
                                                      "image_url": {"url": "x"}}]}]}, 400,
          "image_url"),
         ({"messages": MSGS, "tool_choice": "required", "tools": tools}, 400, "tool_choice"),
-        ({"messages": MSGS, "response_format": {"type": "json_object"}}, 400, "response_format"),
+        ({"messages": MSGS, "response_format": {"type": "yaml"}}, 400, "response_format.type"),
         ({"messages": MSGS, "frobnicate": True}, 400, "frobnicate"),
         ({"messages": MSGS, "chat_template": "line one\n{{ raise_exception('boom') }}"}, 400,
          "boom"),

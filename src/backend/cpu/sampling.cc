@@ -45,6 +45,15 @@ void SampleRow(const SampleParams& p, int r, std::vector<float>& raw, std::vecto
     if (adj.repeat) v = RepetitionPenalized(v, row.repetition_penalty);
     v += adj.add;
   }
+  // 3. The structured-output mask.
+  if (row.mask_row >= 0) {
+    const uint32_t* m = p.masks + static_cast<int64_t>(row.mask_row) * p.mask_words;
+    const int64_t covered = std::min<int64_t>(V, static_cast<int64_t>(p.mask_words) * 32);
+    for (int64_t i = 0; i < covered; ++i) {
+      if (!((m[i >> 5] >> (i & 31)) & 1u)) x[i] = kNegInf;
+    }
+    for (int64_t i = covered; i < V; ++i) x[i] = kNegInf;
+  }
 
   int32_t token = 0;
   if (row.forced_token >= 0) {

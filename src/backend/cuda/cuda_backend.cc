@@ -525,7 +525,13 @@ class CudaBackend final : public Backend {
       CUDA_OK(cudaMemcpyAsync(adj, p.adjusts, sizeof(SamplingAdjust) * p.num_adjusts,
                               cudaMemcpyHostToDevice, stream_));
     }
-    cuda::Sample(p, rows, adj, raw, out, stream_);
+    uint32_t* masks = nullptr;
+    if (p.num_masks > 0) {
+      const size_t mask_bytes = sizeof(uint32_t) * static_cast<size_t>(p.num_masks) * p.mask_words;
+      masks = static_cast<uint32_t*>(sample_mask_.Get(mask_bytes, kept_));
+      CUDA_OK(cudaMemcpyAsync(masks, p.masks, mask_bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    cuda::Sample(p, rows, adj, raw, masks, out, stream_);
     CUDA_OK(cudaMemcpyAsync(p.out, out, out_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   void Activate(Tensor x, Activation act) override {
@@ -698,6 +704,7 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
+  Scratch sample_mask_;                                         // structured-output token bitmasks
   Scratch decode_ws_;                                           // split-decode attention partials
   Scratch decode_counters_;  // their per-(sequence, KV head) counters (DecodeCounters)
   void* counters_ptr_ = nullptr;

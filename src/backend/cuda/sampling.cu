@@ -101,7 +101,8 @@ __device__ __forceinline__ float FromOrderedKey(unsigned k) {
 __global__ void __launch_bounds__(kSampleThreads)
     SampleKernel(float* __restrict__ logits, int64_t ld, int V,
                  const SamplingRow* __restrict__ rows, const SamplingAdjust* __restrict__ adjusts,
-                 float* __restrict__ adj_raw, SampledToken* __restrict__ out) {
+                 float* __restrict__ adj_raw, const uint32_t* __restrict__ masks, int mask_words,
+                 SampledToken* __restrict__ out) {
   __shared__ Shared sh;
   const int r = blockIdx.x;
   const SamplingRow row = rows[r];
@@ -150,6 +151,15 @@ __global__ void __launch_bounds__(kSampleThreads)
     x[adj.token] = (adj.repeat ? RepetitionPenalized(v, row.repetition_penalty) : v) + adj.add;
   }
   __syncthreads();
+  // The structured-output mask (a bitmask row uploaded with the rows).
+  if (row.mask_row >= 0) {
+    const uint32_t* mrow = masks + static_cast<int64_t>(row.mask_row) * mask_words;
+    for (int i = t; i < V; i += kSampleThreads) {
+      const bool ok = (i >> 5) < mask_words && ((mrow[i >> 5] >> (i & 31)) & 1u);
+      if (!ok) x[i] = -INFINITY;
+    }
+    __syncthreads();
+  }
 
   int token;
   if (row.forced_token >= 0) {
@@ -316,11 +326,11 @@ __global__ void WriteKvKernelF32(const float* __restrict__ k, int64_t ldk,
 }  // namespace
 
 void Sample(const SampleParams& p, const SamplingRow* rows, const SamplingAdjust* adjusts,
-            float* adj_raw, SampledToken* out, cudaStream_t stream) {
+            float* adj_raw, const uint32_t* masks, SampledToken* out, cudaStream_t stream) {
   if (p.num_rows == 0) return;
   SampleKernel<<<p.num_rows, kSampleThreads, 0, stream>>>(
       p.logits.ptr<float>(), p.logits.row_stride(), static_cast<int>(p.logits.cols), rows, adjusts,
-      adj_raw, out);
+      adj_raw, masks, p.mask_words, out);
   CheckLaunch("Sample");
 }
 

@@ -71,8 +71,10 @@ TEST(Chat, BadRequestsNameTheProblem) {
           "function": {"name": "f", "strict": true}}]})",
        "strict"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type":
-          "json_object"}})",
-       "response_format"},
+          "json_schema"}})",
+       "response_format.json_schema"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})",
+       "response_format.type"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
           "max_completion_tokens": 4})",
        "max_completion_tokens"},

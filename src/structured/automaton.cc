@@ -1,0 +1,601 @@
+#include "structured/automaton.h"
+
+#include <algorithm>
+
+namespace sluice::structured {
+
+namespace {
+
+ExprP Make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+
+// UTF-8 byte-range sequences of the scalar values in [lo, hi] (the utf8-ranges algorithm:
+// split until every byte position of a piece is one range).
+void Utf8Split(uint32_t lo, uint32_t hi,
+               std::vector<std::vector<std::pair<uint8_t, uint8_t>>>* out) {
+  if (lo > hi) return;
+  if (lo <= 0xDFFF && hi >= 0xD800) {  // no surrogates
+    if (lo < 0xD800) Utf8Split(lo, 0xD7FF, out);
+    if (hi > 0xDFFF) Utf8Split(0xE000, hi, out);
+    return;
+  }
+  static constexpr uint32_t kMax[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+  for (int n = 0; n < 3; ++n) {
+    if (lo <= kMax[n] && hi > kMax[n]) {
+      Utf8Split(lo, kMax[n], out);
+      Utf8Split(kMax[n] + 1, hi, out);
+      return;
+    }
+  }
+  if (hi <= 0x7F) {
+    out->push_back({{static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)}});
+    return;
+  }
+  for (int i = 1; i < 4; ++i) {
+    const uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if ((lo & m) != 0) {
+        Utf8Split(lo, lo | m, out);
+        Utf8Split((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        Utf8Split(lo, (hi & ~m) - 1, out);
+        Utf8Split(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  std::string a, b;
+  AppendUtf8(lo, &a);
+  AppendUtf8(hi, &b);
+  std::vector<std::pair<uint8_t, uint8_t>> seq;
+  for (size_t i = 0; i < a.size(); ++i) {
+    seq.emplace_back(static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i]));
+  }
+  out->push_back(std::move(seq));
+}
+
+class Emitter {
+ public:
+  Emitter(Nfa* nfa, size_t limit) : nfa_(nfa), limit_(limit) {}
+  bool overflow() const { return overflow_; }
+
+  int32_t New() {
+    if (nfa_->num_states() >= limit_) {
+      overflow_ = true;
+      return 0;
+    }
+    return nfa_->AddState();
+  }
+  void Eps(int32_t a, int32_t b) {
+    if (!overflow_) nfa_->eps[static_cast<size_t>(a)].push_back(b);
+  }
+  void Edge(int32_t a, uint8_t lo, uint8_t hi, int32_t b) {
+    if (!overflow_) nfa_->edges[static_cast<size_t>(a)].push_back({lo, hi, b});
+  }
+
+  void Emit(const Expr& e, int32_t from, int32_t to) {
+    if (overflow_) return;
+    switch (e.kind) {
+      case Expr::Kind::kEmpty:
+        Eps(from, to);
+        return;
+      case Expr::Kind::kNothing:
+        return;
+      case Expr::Kind::kBytes:
+        for (const auto& [lo, hi] : e.ranges) {
+          Edge(from, static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), to);
+        }
+        return;
+      case Expr::Kind::kCodepoints: {
+        std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
+        for (const auto& [lo, hi] : e.ranges)
+          Utf8Split(lo, std::min<uint32_t>(hi, 0x10FFFF), &seqs);
+        for (const auto& seq : seqs) {
+          int32_t cur = from;
+          for (size_t i = 0; i < seq.size(); ++i) {
+            const int32_t next = i + 1 == seq.size() ? to : New();
+            Edge(cur, seq[i].first, seq[i].second, next);
+            cur = next;
+          }
+        }
+        return;
+      }
+      case Expr::Kind::kConcat: {
+        int32_t cur = from;
+        for (size_t i = 0; i < e.kids.size(); ++i) {
+          const int32_t next = i + 1 == e.kids.size() ? to : New();
+          Emit(*e.kids[i], cur, next);
+          cur = next;
+        }
+        if (e.kids.empty()) Eps(from, to);
+        return;
+      }
+      case Expr::Kind::kAlt: {
+        // Each branch between fresh states, so that no branch's loop touches another's.
+        for (const ExprP& k : e.kids) {
+          const int32_t a = New(), b = New();
+          Eps(from, a);
+          Emit(*k, a, b);
+          Eps(b, to);
+        }
+        return;
+      }
+      case Expr::Kind::kRepeat: {
+        int32_t cur = from;
+        for (int i = 0; i < e.min; ++i) {
+          const int32_t next = New();
+          Emit(*e.kids[0], cur, next);
+          cur = next;
+        }
+        if (e.max < 0) {
+          const int32_t loop = New(), back = New();
+          Eps(cur, loop);
+          Emit(*e.kids[0], loop, back);
+          Eps(back, loop);
+          Eps(loop, to);
+          return;
+        }
+        for (int i = e.min; i < e.max; ++i) {
+          const int32_t next = New();
+          Eps(cur, to);
+          Emit(*e.kids[0], cur, next);
+          cur = next;
+        }
+        Eps(cur, to);
+        return;
+      }
+      case Expr::Kind::kList: {
+        if (e.max == 0) {
+          Eps(from, to);
+          return;
+        }
+        if (e.min == 0) Eps(from, to);
+        const Expr& item = *e.kids[0];
+        const Expr& sep = *e.kids[1];
+        if (e.min <= 1 && e.max < 0) {  // one copy of each: a -item-> m -sep-> a
+          const int32_t a = New(), m = New();
+          Eps(from, a);
+          Emit(item, a, m);
+          Emit(sep, m, a);
+          Eps(m, to);
+          return;
+        }
+        int32_t cur = New();
+        Emit(item, from, cur);
+        const int min_more = std::max(0, e.min - 1);
+        for (int i = 0; i < min_more; ++i) {
+          const int32_t mid = New(), next = New();
+          Emit(sep, cur, mid);
+          Emit(item, mid, next);
+          cur = next;
+        }
+        if (e.max < 0) {
+          const int32_t loop = New(), mid = New(), back = New();
+          Eps(cur, loop);
+          Emit(sep, loop, mid);
+          Emit(item, mid, back);
+          Eps(back, loop);
+          Eps(loop, to);
+          return;
+        }
+        for (int i = std::max(1, e.min); i < e.max; ++i) {
+          const int32_t mid = New(), next = New();
+          Eps(cur, to);
+          Emit(sep, cur, mid);
+          Emit(item, mid, next);
+          cur = next;
+        }
+        Eps(cur, to);
+        return;
+      }
+      case Expr::Kind::kObject:
+        EmitObject(e, from, to);
+        return;
+      case Expr::Kind::kAnd:
+      case Expr::Kind::kAndNot:
+        EmitAnd(e, from, to);
+        return;
+    }
+  }
+
+ private:
+  // State (i, c): before declared member i with c members so far (c saturates at the cap when
+  // there is no maximum).
+  void EmitObject(const Expr& e, int32_t from, int32_t to) {
+    const Expr& open = *e.kids[0];
+    const Expr& sep = *e.kids[1];
+    const Expr& close = *e.kids[2];
+    const size_t n = e.kids.size() - 3;
+    const int cap = e.max >= 0 ? e.max : std::max(1, e.min);
+    auto bump = [&](int c) { return e.max >= 0 ? c + 1 : std::min(c + 1, cap); };
+    std::vector<std::vector<int32_t>> st(n + 1, std::vector<int32_t>(static_cast<size_t>(cap) + 1));
+    for (auto& row : st) {
+      for (int32_t& s : row) s = New();
+    }
+    if (overflow_) return;
+    Emit(open, from, st[0][0]);
+    for (size_t i = 0; i < n; ++i) {
+      const Expr& m = *e.kids[3 + i];
+      for (int c = 0; c <= cap; ++c) {
+        if (!e.required[i]) Eps(st[i][static_cast<size_t>(c)], st[i + 1][static_cast<size_t>(c)]);
+        if (e.max >= 0 && c + 1 > e.max) continue;
+        const int32_t dst = st[i + 1][static_cast<size_t>(bump(c))];
+        if (c == 0) {
+          Emit(m, st[i][0], dst);
+        } else {
+          const int32_t mid = New();
+          Emit(sep, st[i][static_cast<size_t>(c)], mid);
+          Emit(m, mid, dst);
+        }
+      }
+    }
+    std::vector<int32_t>& last = st[n];
+    if (e.extra) {
+      for (int c = 0; c <= cap; ++c) {
+        if (e.max >= 0 && c + 1 > e.max) continue;
+        const int32_t dst = last[static_cast<size_t>(bump(c))];
+        if (c == 0) {
+          Emit(*e.extra, last[0], dst);
+        } else {
+          const int32_t mid = New();
+          Emit(sep, last[static_cast<size_t>(c)], mid);
+          Emit(*e.extra, mid, dst);
+        }
+      }
+    }
+    const int32_t end = New();
+    for (int c = std::max(0, e.min); c <= cap; ++c) Eps(last[static_cast<size_t>(c)], end);
+    Emit(close, end, to);
+  }
+
+  // The product of the kids' DFAs, explored eagerly (bounded), written out as NFA states.
+  void EmitAnd(const Expr& e, int32_t from, int32_t to) {
+    constexpr size_t kMaxProduct = 100000;
+    std::unique_ptr<Dfa> d[2];
+    for (int k = 0; k < 2; ++k) {
+      auto nfa = BuildNfa(e.kids[static_cast<size_t>(k)], {limit_, kMaxProduct});
+      if (!nfa.ok()) {
+        overflow_ = true;
+        return;
+      }
+      d[k] = std::make_unique<Dfa>(*nfa, kMaxProduct);
+    }
+    std::unordered_map<uint64_t, int32_t> ids;
+    std::vector<std::pair<int32_t, int32_t>> queue;
+    auto id_of = [&](int32_t a, int32_t b) {
+      const uint64_t key =
+          (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+      auto it = ids.find(key);
+      if (it != ids.end()) return it->second;
+      const int32_t s = New();
+      ids.emplace(key, s);
+      queue.emplace_back(a, b);
+      return s;
+    };
+    Eps(from, id_of(d[0]->start(), d[1]->start()));
+    for (size_t q = 0; q < queue.size() && !overflow_; ++q) {
+      const auto [a, b] = queue[q];
+      const int32_t s =
+          ids[(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b)];
+      const bool neg = e.kind == Expr::Kind::kAndNot;
+      if (d[0]->Accepting(a) && (neg ? !d[1]->Accepting(b) : d[1]->Accepting(b))) Eps(s, to);
+      int run_lo = -1;
+      int32_t run_to = 0;
+      for (int byte = 0; byte <= 256; ++byte) {
+        int32_t t = -1;
+        if (byte < 256) {
+          const int32_t na = d[0]->Next(a, static_cast<uint8_t>(byte));
+          const int32_t nb = na < 0 ? Dfa::kDead : d[1]->Next(b, static_cast<uint8_t>(byte));
+          // AndNot: the second automaton may die (kDead: it never accepts again).
+          if (na >= 0 && (nb >= 0 || e.kind == Expr::Kind::kAndNot)) t = id_of(na, nb);
+        }
+        if (run_lo >= 0 && (t != run_to || t < 0)) {
+          Edge(s, static_cast<uint8_t>(run_lo), static_cast<uint8_t>(byte - 1), run_to);
+          run_lo = -1;
+        }
+        if (t >= 0 && run_lo < 0) {
+          run_lo = byte;
+          run_to = t;
+        }
+      }
+      if (queue.size() > kMaxProduct || d[0]->overflowed() || d[1]->overflowed()) overflow_ = true;
+    }
+  }
+
+  Nfa* nfa_;
+  size_t limit_;
+  bool overflow_ = false;
+};
+
+}  // namespace
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+Ranges Normalize(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (const auto& p : r) {
+    if (p.first > p.second) continue;
+    if (!out.empty() && p.first <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, p.second);
+    } else {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+Ranges Complement(const Ranges& r, uint32_t limit) {
+  Ranges n = Normalize(r), out;
+  uint32_t next = 0;
+  for (const auto& [lo, hi] : n) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+    if (hi >= limit) return out;
+  }
+  if (next <= limit) out.emplace_back(next, limit);
+  return out;
+}
+
+ExprP Empty() {
+  static const ExprP e = Make(Expr{});
+  return e;
+}
+ExprP Nothing() {
+  Expr e;
+  e.kind = Expr::Kind::kNothing;
+  static const ExprP n = Make(e);
+  return n;
+}
+ExprP Bytes(Ranges r) {
+  r = Normalize(std::move(r));
+  if (r.empty()) return Nothing();
+  Expr e;
+  e.kind = Expr::Kind::kBytes;
+  e.ranges = std::move(r);
+  return Make(std::move(e));
+}
+ExprP Byte(uint8_t b) { return Bytes({{b, b}}); }
+ExprP Codepoints(Ranges r) {
+  r = Normalize(std::move(r));
+  if (r.empty()) return Nothing();
+  Expr e;
+  e.kind = Expr::Kind::kCodepoints;
+  e.ranges = std::move(r);
+  return Make(std::move(e));
+}
+ExprP Literal(std::string_view bytes) {
+  std::vector<ExprP> k;
+  for (char c : bytes) k.push_back(Byte(static_cast<uint8_t>(c)));
+  return Concat(std::move(k));
+}
+ExprP Concat(std::vector<ExprP> kids) {
+  std::vector<ExprP> flat;
+  for (ExprP& k : kids) {
+    if (k->kind == Expr::Kind::kNothing) return Nothing();
+    if (k->kind == Expr::Kind::kEmpty) continue;
+    if (k->kind == Expr::Kind::kConcat) {
+      flat.insert(flat.end(), k->kids.begin(), k->kids.end());
+    } else {
+      flat.push_back(std::move(k));
+    }
+  }
+  if (flat.empty()) return Empty();
+  if (flat.size() == 1) return flat[0];
+  Expr e;
+  e.kind = Expr::Kind::kConcat;
+  e.kids = std::move(flat);
+  return Make(std::move(e));
+}
+ExprP Alt(std::vector<ExprP> kids) {
+  std::vector<ExprP> flat;
+  for (ExprP& k : kids) {
+    if (k->kind == Expr::Kind::kNothing) continue;
+    if (k->kind == Expr::Kind::kAlt) {
+      flat.insert(flat.end(), k->kids.begin(), k->kids.end());
+    } else {
+      flat.push_back(std::move(k));
+    }
+  }
+  if (flat.empty()) return Nothing();
+  if (flat.size() == 1) return flat[0];
+  Expr e;
+  e.kind = Expr::Kind::kAlt;
+  e.kids = std::move(flat);
+  return Make(std::move(e));
+}
+ExprP Repeat(ExprP x, int min, int max) {
+  if (max == 0) return Empty();
+  if (min == 1 && max == 1) return x;
+  if (x->kind == Expr::Kind::kEmpty) return x;
+  if (x->kind == Expr::Kind::kNothing) return min == 0 ? Empty() : x;
+  Expr e;
+  e.kind = Expr::Kind::kRepeat;
+  e.kids = {std::move(x)};
+  e.min = min;
+  e.max = max;
+  return Make(std::move(e));
+}
+ExprP Optional(ExprP e) { return Repeat(std::move(e), 0, 1); }
+ExprP Star(ExprP e) { return Repeat(std::move(e), 0, -1); }
+ExprP List(ExprP item, ExprP sep, int min, int max) {
+  if (max == 0) return Empty();
+  if (item->kind == Expr::Kind::kNothing) return min == 0 ? Empty() : Nothing();
+  Expr e;
+  e.kind = Expr::Kind::kList;
+  e.kids = {std::move(item), std::move(sep)};
+  e.min = min;
+  e.max = max;
+  return Make(std::move(e));
+}
+ExprP And(ExprP a, ExprP b) {
+  if (a->kind == Expr::Kind::kNothing || b->kind == Expr::Kind::kNothing) return Nothing();
+  Expr e;
+  e.kind = Expr::Kind::kAnd;
+  e.kids = {std::move(a), std::move(b)};
+  return Make(std::move(e));
+}
+ExprP AndNot(ExprP a, ExprP b) {
+  if (a->kind == Expr::Kind::kNothing) return Nothing();
+  if (b->kind == Expr::Kind::kNothing) return a;
+  Expr e;
+  e.kind = Expr::Kind::kAndNot;
+  e.kids = {std::move(a), std::move(b)};
+  return Make(std::move(e));
+}
+ExprP Object(ExprP open, ExprP sep, ExprP close, std::vector<ObjectMember> members, ExprP extra,
+             int min_members, int max_members) {
+  Expr e;
+  e.kind = Expr::Kind::kObject;
+  e.kids = {std::move(open), std::move(sep), std::move(close)};
+  for (ObjectMember& m : members) {
+    if (m.expr->kind == Expr::Kind::kNothing) {
+      if (m.required) return Nothing();
+      continue;
+    }
+    e.kids.push_back(std::move(m.expr));
+    e.required.push_back(m.required);
+  }
+  if (extra && extra->kind != Expr::Kind::kNothing) e.extra = std::move(extra);
+  e.min = min_members;
+  e.max = max_members;
+  return Make(std::move(e));
+}
+
+StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits) {
+  auto nfa = std::make_shared<Nfa>();
+  Emitter em(nfa.get(), limits.max_nfa_states);
+  nfa->start = em.New();
+  nfa->accept = em.New();
+  em.Emit(*e, nfa->start, nfa->accept);
+  if (em.overflow()) {
+    return Status(StatusCode::kResourceExhausted,
+                  "the constraint is too large: its automaton would exceed " +
+                      std::to_string(limits.max_nfa_states) + " states");
+  }
+  return std::shared_ptr<const Nfa>(std::move(nfa));
+}
+
+size_t Dfa::SetHash::operator()(const std::vector<int32_t>& v) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ v.size();
+  for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+Dfa::Dfa(std::shared_ptr<const Nfa> nfa, size_t max_states)
+    : nfa_(std::move(nfa)), max_states_(max_states) {
+  // Byte classes: bytes no edge tells apart share a class.
+  bool boundary[257] = {};
+  for (const auto& es : nfa_->edges) {
+    for (const Nfa::Edge& ed : es) {
+      boundary[ed.lo] = true;
+      boundary[ed.hi + 1] = true;
+    }
+  }
+  int cls = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (b > 0 && boundary[b]) ++cls;
+    byte_class_[b] = static_cast<uint8_t>(cls);
+    if (static_cast<int>(class_rep_.size()) == cls) class_rep_.push_back(static_cast<uint8_t>(b));
+  }
+  num_classes_ = cls + 1;
+  mark_.assign(nfa_->num_states(), 0);
+  std::vector<int32_t> s = {nfa_->start};
+  Closure(&s);
+  start_ = AddState(std::move(s));
+}
+
+void Dfa::Closure(std::vector<int32_t>* set) {
+  ++mark_gen_;
+  std::vector<int32_t> stack = *set;
+  set->clear();
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    if (mark_[static_cast<size_t>(x)] == mark_gen_) continue;
+    mark_[static_cast<size_t>(x)] = mark_gen_;
+    // Only states with byte edges (or the accepting state) tell sets apart.
+    if (!nfa_->edges[static_cast<size_t>(x)].empty() || x == nfa_->accept) set->push_back(x);
+    for (int32_t y : nfa_->eps[static_cast<size_t>(x)]) {
+      if (mark_[static_cast<size_t>(y)] != mark_gen_) stack.push_back(y);
+    }
+  }
+  std::sort(set->begin(), set->end());
+}
+
+int32_t Dfa::AddState(std::vector<int32_t> set) {
+  if (set.empty()) return kDead;
+  auto it = ids_.find(set);
+  if (it != ids_.end()) return it->second;
+  if (sets_.size() >= max_states_) {
+    overflowed_ = true;
+    return kDead;
+  }
+  const int32_t id = static_cast<int32_t>(sets_.size());
+  accepting_.push_back(std::binary_search(set.begin(), set.end(), nfa_->accept));
+  has_next_.push_back(-1);
+  table_.resize(table_.size() + static_cast<size_t>(num_classes_), kUnknown);
+  ids_.emplace(set, id);
+  sets_.push_back(std::move(set));
+  return id;
+}
+
+int32_t Dfa::Next(int32_t s, uint8_t b) {
+  if (s < 0) return kDead;
+  const size_t slot = static_cast<size_t>(s) * num_classes_ + byte_class_[b];
+  if (table_[slot] != kUnknown) return table_[slot];
+  const uint8_t rep = class_rep_[byte_class_[b]];
+  std::vector<int32_t> next;
+  for (int32_t x : sets_[static_cast<size_t>(s)]) {
+    for (const Nfa::Edge& ed : nfa_->edges[static_cast<size_t>(x)]) {
+      if (ed.lo <= rep && rep <= ed.hi) next.push_back(ed.to);
+    }
+  }
+  int32_t t = kDead;
+  if (!next.empty()) {
+    Closure(&next);
+    t = AddState(std::move(next));
+  }
+  if (!overflowed_ || t != kDead) table_[slot] = t;
+  return t;
+}
+
+int32_t Dfa::Run(int32_t s, std::string_view bytes) {
+  for (char c : bytes) {
+    if (s < 0) return kDead;
+    s = Next(s, static_cast<uint8_t>(c));
+  }
+  return s;
+}
+
+bool Dfa::HasNext(int32_t s) {
+  if (s < 0) return false;
+  int8_t& h = has_next_[static_cast<size_t>(s)];
+  if (h >= 0) return h != 0;
+  bool any = false;
+  for (int c = 0; c < num_classes_ && !any; ++c)
+    any = Next(s, class_rep_[static_cast<size_t>(c)]) >= 0;
+  has_next_[static_cast<size_t>(s)] = any ? 1 : 0;
+  return any;
+}
+
+size_t Dfa::num_states() const { return sets_.size(); }
+
+}  // namespace sluice::structured

@@ -1,0 +1,159 @@
+// Structured outputs, layer 1: expressions over bytes and code points, compiled to a byte-level
+// NFA and run as a lazily built DFA.
+//
+// Every constraint (a regex, a JSON Schema, a choice list) is compiled to one Expr tree, which
+// is emitted once into an Nfa over bytes (code-point classes are expanded into their UTF-8
+// byte sequences, so the automaton never accepts invalid UTF-8). The Dfa builds its states on
+// demand (subset construction as the input walks the automaton), so compiling is linear in the
+// size of the expression and only the states a generation or a token-mask walk visits exist.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice::structured {
+
+struct Expr;
+using ExprP = std::shared_ptr<const Expr>;
+
+// Closed ranges [lo, hi] of bytes (kBytes) or Unicode scalar values (kCodepoints).
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+struct Expr {
+  enum class Kind {
+    kEmpty,       // the empty string
+    kNothing,     // no string at all
+    kBytes,       // one byte in `ranges`
+    kCodepoints,  // one code point in `ranges`, as its UTF-8 bytes (surrogates never match)
+    kConcat,      // kids in order
+    kAlt,         // any of kids
+    kRepeat,      // kids[0] repeated min..max times (max < 0: unbounded)
+    kList,        // kids[0] (kids[1] kids[0]){min-1..max-1}, or empty when min == 0
+    kObject,      // JSON object members in a fixed order (ObjectSpec)
+    kAnd,         // strings both kids match (emitted as the product of their DFAs)
+    kAndNot,      // strings kids[0] matches and kids[1] does not (the same product)
+  };
+  Kind kind = Kind::kEmpty;
+  Ranges ranges;
+  std::vector<ExprP> kids;
+  int min = 0, max = -1;
+  // kObject: open kids[0], separator kids[1], close kids[2]; then member i is kids[3 + i]
+  // (required[i]); `extra` (may be null) is a member that may repeat after the declared ones;
+  // min/max bound the number of members (-1: none).
+  std::vector<bool> required;
+  ExprP extra;
+};
+
+// Constructors (simplifying where trivial).
+ExprP Empty();
+ExprP Nothing();
+ExprP Bytes(Ranges r);
+ExprP Byte(uint8_t b);
+ExprP Codepoints(Ranges r);
+ExprP Literal(std::string_view bytes);
+ExprP Concat(std::vector<ExprP> kids);
+ExprP Alt(std::vector<ExprP> kids);
+ExprP Repeat(ExprP e, int min, int max);
+ExprP Optional(ExprP e);
+ExprP Star(ExprP e);
+ExprP List(ExprP item, ExprP sep, int min, int max);
+ExprP And(ExprP a, ExprP b);
+ExprP AndNot(ExprP a, ExprP b);
+struct ObjectMember {
+  ExprP expr;  // the whole member: key, colon, value
+  bool required = false;
+};
+ExprP Object(ExprP open, ExprP sep, ExprP close, std::vector<ObjectMember> members, ExprP extra,
+             int min_members, int max_members);
+
+// Sorted, merged ranges; and the complement within [0, limit].
+Ranges Normalize(Ranges r);
+Ranges Complement(const Ranges& r, uint32_t limit);
+
+// An NFA over bytes with epsilon moves; one start and one accepting state.
+struct Nfa {
+  struct Edge {
+    uint8_t lo, hi;
+    int32_t to;
+  };
+  std::vector<std::vector<Edge>> edges;
+  std::vector<std::vector<int32_t>> eps;
+  int32_t start = 0, accept = 0;
+  int32_t AddState() {
+    edges.emplace_back();
+    eps.emplace_back();
+    return static_cast<int32_t>(edges.size() - 1);
+  }
+  size_t num_states() const { return edges.size(); }
+};
+
+struct CompileLimits {
+  size_t max_nfa_states = 2'000'000;
+  size_t max_dfa_states = 200'000;
+};
+
+// Emits the expression; ResourceExhausted when the NFA would exceed the limit.
+StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits = {});
+
+// A DFA over bytes built lazily from an Nfa. Not thread-safe: its owner (a compiled
+// constraint) serialises walks.
+class Dfa {
+ public:
+  static constexpr int32_t kDead = -1;
+  Dfa(std::shared_ptr<const Nfa> nfa, size_t max_states);
+
+  int32_t start() const { return start_; }
+  // The state after byte b (kDead: no string continues this way). When the state limit is
+  // reached, returns kDead and sets overflowed().
+  int32_t Next(int32_t s, uint8_t b);
+  // Runs a byte string from s (kDead as soon as one byte is refused).
+  int32_t Run(int32_t s, std::string_view bytes);
+  bool Accepting(int32_t s) const { return s >= 0 && accepting_[static_cast<size_t>(s)]; }
+  // True when some byte leads somewhere from s (else only the end of input is possible).
+  bool HasNext(int32_t s);
+  bool Matches(std::string_view bytes) { return Accepting(Run(start_, bytes)); }
+  size_t num_states() const;
+  bool overflowed() const { return overflowed_; }
+  int num_classes() const { return num_classes_; }
+  const uint8_t* byte_class() const { return byte_class_; }
+  // Next with the known-transition lookup inlined (the mask walk's fast path).
+  int32_t NextFast(int32_t s, uint8_t b) {
+    const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
+    return t != kUnknown ? t : Next(s, b);
+  }
+
+ private:
+  static constexpr int32_t kUnknown = -2;
+  int32_t AddState(std::vector<int32_t> set);
+  void Closure(std::vector<int32_t>* set);
+
+  std::shared_ptr<const Nfa> nfa_;
+  size_t max_states_;
+  uint8_t byte_class_[256];
+  std::vector<uint8_t> class_rep_;  // a byte of each class
+  int num_classes_ = 0;
+  std::vector<std::vector<int32_t>> sets_;
+  std::vector<bool> accepting_;
+  std::vector<int8_t> has_next_;  // -1 unknown
+  std::vector<int32_t> table_;    // [state][class]
+  struct SetHash {
+    size_t operator()(const std::vector<int32_t>& v) const;
+  };
+  std::unordered_map<std::vector<int32_t>, int32_t, SetHash> ids_;
+  std::vector<uint32_t> mark_;
+  uint32_t mark_gen_ = 0;
+  int32_t start_ = 0;
+  bool overflowed_ = false;
+};
+
+// Appends the UTF-8 encoding of a code point.
+void AppendUtf8(uint32_t cp, std::string* out);
+
+}  // namespace sluice::structured

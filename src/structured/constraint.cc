@@ -1,0 +1,78 @@
+#include "structured/constraint.h"
+
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
+#include "structured/regex.h"
+
+namespace sluice::structured {
+
+std::string ConstraintSpec::Key() const {
+  std::string k = std::to_string(static_cast<int>(kind)) + "\x1f" + text;
+  for (const std::string& c : choices) k += "\x1f" + std::to_string(c.size()) + ":" + c;
+  if (whitespace) k += "\x1e" + *whitespace;
+  return k;
+}
+
+StatusOr<ExprP> CompileConstraint(const ConstraintSpec& spec) {
+  auto fail = [&](const Status& s) { return InvalidArgument(spec.field + ": " + s.message()); };
+  JsonOptions jo;
+  if (spec.whitespace) {
+    auto ws = ParseRegex(*spec.whitespace, RegexMode::kFullMatch);
+    if (!ws.ok()) return fail(ws.status());
+    jo.ws = *ws;
+  }
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonSchema: {
+      auto e = CompileJsonSchema(spec.text, jo);
+      if (!e.ok()) return fail(e.status());
+      return *e;
+    }
+    case ConstraintSpec::Kind::kJsonObject:
+      return JsonObjectExpr(jo);
+    case ConstraintSpec::Kind::kRegex: {
+      auto e = ParseRegex(spec.text, RegexMode::kFullMatch);
+      if (!e.ok()) return fail(e.status());
+      return *e;
+    }
+    case ConstraintSpec::Kind::kChoice: {
+      if (spec.choices.empty()) return InvalidArgument(spec.field + ": needs at least one choice");
+      std::vector<ExprP> alts;
+      for (const std::string& c : spec.choices) alts.push_back(Literal(c));
+      return Alt(std::move(alts));
+    }
+    case ConstraintSpec::Kind::kGrammar: {
+      auto e = CompileGrammar(spec.text);
+      if (!e.ok()) return fail(e.status());
+      return *e;
+    }
+  }
+  return Internal("unknown constraint kind");
+}
+
+StatusOr<std::shared_ptr<Grammar>> GrammarCache::Get(const ConstraintSpec& spec) {
+  const std::string key = spec.Key();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++hits_;
+      return it->second->second;
+    }
+  }
+  ASSIGN_OR_RETURN(ExprP e, CompileConstraint(spec));
+  auto g = Grammar::Create(e, trie_);
+  if (!g.ok()) return InvalidArgument(spec.field + ": " + g.status().message());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (map_.count(key) == 0) {
+    lru_.emplace_front(key, *g);
+    map_[key] = lru_.begin();
+    if (lru_.size() > capacity_) {
+      map_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+  }
+  return *g;
+}
+
+}  // namespace sluice::structured

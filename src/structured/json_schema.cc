@@ -1,0 +1,1500 @@
+#include "structured/json_schema.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "structured/formats.h"
+#include "structured/regex.h"
+
+namespace sluice::structured {
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+// ---------------------------------------------------------------- canonical serialisation
+
+void AppendQuoted(std::string_view s, std::string* out) {
+  static const char* kHex = "0123456789abcdef";
+  out->push_back('"');
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          *out += "\\u00";
+          out->push_back(kHex[c >> 4]);
+          out->push_back(kHex[c & 15]);
+        } else {
+          out->push_back(ch);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendDouble(double d, std::string* out) {
+  if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.007199254740992e15) {
+    *out += std::to_string(static_cast<int64_t>(d));
+    return;
+  }
+  char buf[400];
+  auto r = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::fixed);
+  if (r.ec != std::errc() || r.ptr - buf > 40) r = std::to_chars(buf, buf + sizeof(buf), d);
+  out->append(buf, r.ptr);
+}
+
+// The `properties` maps of a schema, each in declaration order.
+using PropertyMaps = std::vector<std::vector<std::string>>;
+
+void AppendCanonical(const element& e, std::string* out, const PropertyMaps* maps = nullptr) {
+  switch (e.type()) {
+    case element_type::OBJECT: {
+      out->push_back('{');
+      std::vector<std::pair<std::string_view, element>> members;
+      for (auto [k, v] : object(e)) members.emplace_back(k, v);
+      if (maps) {
+        // Greedy cover: the map declaring most of the keys gives their order, then the map
+        // declaring most of the rest, ...; keys no map declares keep document order, last.
+        std::vector<std::pair<std::string_view, element>> ordered, rest = members;
+        while (!rest.empty()) {
+          const std::vector<std::string>* best = nullptr;
+          size_t best_n = 0;
+          for (const auto& m : *maps) {
+            size_t n = 0;
+            for (const auto& kv : rest) n += std::find(m.begin(), m.end(), kv.first) != m.end();
+            if (n > best_n) {
+              best_n = n;
+              best = &m;
+            }
+          }
+          if (!best) break;
+          for (const std::string& k : *best) {
+            for (auto it = rest.begin(); it != rest.end(); ++it) {
+              if (it->first == k) {
+                ordered.push_back(*it);
+                rest.erase(it);
+                break;
+              }
+            }
+          }
+        }
+        ordered.insert(ordered.end(), rest.begin(), rest.end());
+        members = std::move(ordered);
+      }
+      bool first = true;
+      for (const auto& [k, v] : members) {
+        if (!first) out->push_back(',');
+        first = false;
+        AppendQuoted(k, out);
+        out->push_back(':');
+        AppendCanonical(v, out, maps);
+      }
+      out->push_back('}');
+      return;
+    }
+    case element_type::ARRAY: {
+      out->push_back('[');
+      bool first = true;
+      for (element v : simdjson::dom::array(e)) {
+        if (!first) out->push_back(',');
+        first = false;
+        AppendCanonical(v, out, maps);
+      }
+      out->push_back(']');
+      return;
+    }
+    case element_type::STRING:
+      AppendQuoted(std::string_view(e), out);
+      return;
+    case element_type::INT64:
+      *out += std::to_string(int64_t(e));
+      return;
+    case element_type::UINT64:
+      *out += std::to_string(uint64_t(e));
+      return;
+    case element_type::DOUBLE:
+      AppendDouble(double(e), out);
+      return;
+    case element_type::BOOL:
+      *out += bool(e) ? "true" : "false";
+      return;
+    case element_type::NULL_VALUE:
+      *out += "null";
+      return;
+  }
+}
+
+std::string Canonical(const element& e) {
+  std::string s;
+  AppendCanonical(e, &s);
+  return s;
+}
+
+// ---------------------------------------------------------------- lexical building blocks
+
+// A code-point-level expression turned into the JSON string body that spells it.
+ExprP JsonEncode(const ExprP& e) {
+  switch (e->kind) {
+    case Expr::Kind::kCodepoints: {
+      std::vector<ExprP> alts;
+      Ranges raw;
+      for (const auto& [lo, hi] : e->ranges) {
+        if (hi < 0x20) continue;
+        raw.emplace_back(std::max<uint32_t>(lo, 0x20), hi);
+      }
+      raw = Normalize(raw);
+      Ranges keep;
+      for (const auto& [lo, hi] : raw) {  // minus '"' and '\'
+        uint32_t a = lo;
+        for (uint32_t x : {uint32_t{'"'}, uint32_t{'\\'}}) {
+          if (x >= a && x <= hi) {
+            if (x > a) keep.emplace_back(a, x - 1);
+            a = x + 1;
+          }
+        }
+        if (a <= hi) keep.emplace_back(a, hi);
+      }
+      alts.push_back(Codepoints(keep));
+      auto has = [&](uint32_t c) {
+        for (const auto& [lo, hi] : e->ranges) {
+          if (c >= lo && c <= hi) return true;
+        }
+        return false;
+      };
+      if (has('"')) alts.push_back(Literal("\\\""));
+      if (has('\\')) alts.push_back(Literal("\\\\"));
+      if (has('/')) alts.push_back(Literal("\\/"));
+      for (uint32_t hi = 0; hi < 2; ++hi) {  // \u00XX, grouped by the high hex digit
+        Ranges lows;
+        for (uint32_t lo = 0; lo < 16; ++lo) {
+          const uint32_t c = hi * 16 + lo;
+          if (!has(c)) continue;
+          if (lo < 10) {
+            lows.emplace_back('0' + lo, '0' + lo);
+          } else {
+            lows.emplace_back('a' + lo - 10, 'a' + lo - 10);
+            lows.emplace_back('A' + lo - 10, 'A' + lo - 10);
+          }
+        }
+        if (!lows.empty())
+          alts.push_back(
+              Concat({Literal("\\u00"), Byte(static_cast<uint8_t>('0' + hi)), Bytes(lows)}));
+      }
+      for (uint32_t c = 0; c < 0x20; ++c) {
+        if (!has(c)) continue;
+        const char* shorts = nullptr;
+        switch (c) {
+          case '\b':
+            shorts = "\\b";
+            break;
+          case '\f':
+            shorts = "\\f";
+            break;
+          case '\n':
+            shorts = "\\n";
+            break;
+          case '\r':
+            shorts = "\\r";
+            break;
+          case '\t':
+            shorts = "\\t";
+            break;
+          default:
+            break;
+        }
+        if (shorts) alts.push_back(Literal(shorts));
+      }
+      return Alt(std::move(alts));
+    }
+    case Expr::Kind::kEmpty:
+    case Expr::Kind::kNothing:
+    case Expr::Kind::kBytes:
+      return e;
+    default: {
+      Expr copy = *e;
+      for (ExprP& k : copy.kids) k = JsonEncode(k);
+      return std::make_shared<const Expr>(std::move(copy));
+    }
+  }
+}
+
+ExprP StringChar() {
+  static const ExprP e = JsonEncode(AnyCodepoint());
+  return e;
+}
+ExprP Quote() {
+  static const ExprP e = Byte('"');
+  return e;
+}
+ExprP AnyString() {
+  static const ExprP e = Concat({Quote(), Star(StringChar()), Quote()});
+  return e;
+}
+ExprP Digit() { return Bytes({{'0', '9'}}); }
+ExprP Digit19() { return Bytes({{'1', '9'}}); }
+ExprP Natural() {  // 0 | [1-9][0-9]*
+  return Alt({Byte('0'), Concat({Digit19(), Star(Digit())})});
+}
+ExprP AnyInteger() { return Concat({Optional(Byte('-')), Natural()}); }
+ExprP Fraction() { return Concat({Byte('.'), Repeat(Digit(), 1, -1)}); }
+ExprP Exponent() {
+  return Concat({Bytes({{'e', 'e'}, {'E', 'E'}}), Optional(Bytes({{'+', '+'}, {'-', '-'}})),
+                 Repeat(Digit(), 1, -1)});
+}
+ExprP AnyNumber() { return Concat({AnyInteger(), Optional(Fraction()), Optional(Exponent())}); }
+
+// Canonical decimals (no leading zeros) of the integers in [lo, hi] (0 <= lo; hi < 0: no bound).
+ExprP DigitsRange(const std::string& lo, const std::string& hi) {  // same length
+  if (lo.empty()) return Empty();
+  if (lo.find_first_not_of('0') == std::string::npos &&
+      hi.find_first_not_of('9') == std::string::npos) {
+    return Repeat(Digit(), static_cast<int>(lo.size()), static_cast<int>(lo.size()));
+  }
+  if (lo[0] == hi[0])
+    return Concat({Byte(static_cast<uint8_t>(lo[0])), DigitsRange(lo.substr(1), hi.substr(1))});
+  const size_t rest = lo.size() - 1;
+  const std::string nines(rest, '9'), zeros(rest, '0');
+  std::vector<ExprP> alts;
+  alts.push_back(Concat({Byte(static_cast<uint8_t>(lo[0])), DigitsRange(lo.substr(1), nines)}));
+  if (hi[0] - lo[0] > 1) {
+    alts.push_back(
+        Concat({Bytes({{static_cast<uint32_t>(lo[0] + 1), static_cast<uint32_t>(hi[0] - 1)}}),
+                Repeat(Digit(), static_cast<int>(rest), static_cast<int>(rest))}));
+  }
+  alts.push_back(Concat({Byte(static_cast<uint8_t>(hi[0])), DigitsRange(zeros, hi.substr(1))}));
+  return Alt(std::move(alts));
+}
+
+ExprP NaturalRange(int64_t lo, int64_t hi) {  // hi < 0: unbounded
+  if (hi >= 0 && hi < lo) return Nothing();
+  const std::string ls = std::to_string(lo);
+  std::vector<ExprP> alts;
+  const size_t max_len = hi >= 0 ? std::to_string(hi).size() : 19;
+  for (size_t len = ls.size(); len <= max_len; ++len) {
+    const std::string a = len == ls.size() ? ls : "1" + std::string(len - 1, '0');
+    const std::string b = hi >= 0 && len == max_len ? std::to_string(hi) : std::string(len, '9');
+    if (len == 1 && a == "0" && b != "0") {
+      alts.push_back(Byte('0'));
+      alts.push_back(DigitsRange("1", b));
+    } else {
+      alts.push_back(DigitsRange(a, b));
+    }
+  }
+  if (hi < 0) {  // 20 digits and more
+    alts.push_back(Concat({Digit19(), Repeat(Digit(), 19, -1)}));
+  }
+  return Alt(std::move(alts));
+}
+
+struct Bound {
+  bool set = false;
+  double v = 0;
+  bool excl = false;
+};
+
+// Integers in the bounds (already integral, inclusive).
+ExprP IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+  std::vector<ExprP> alts;
+  // Non-negative part.
+  if (!hi || *hi >= 0) {
+    alts.push_back(NaturalRange(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
+  }
+  // Negative part: -m with m in [max(1, -hi), -lo].
+  if (!lo || *lo < 0) {
+    const int64_t mlo = hi ? std::max<int64_t>(1, -*hi) : 1;
+    const int64_t mhi = lo ? -*lo : -1;
+    if (mhi < 0 || mhi >= mlo) alts.push_back(Concat({Byte('-'), NaturalRange(mlo, mhi)}));
+  }
+  return Alt(std::move(alts));
+}
+
+// Non-negative numbers y (no exponent) with integral bounds on y.
+ExprP NonNegNumber(std::optional<int64_t> lo, bool lo_excl, std::optional<int64_t> hi,
+                   bool hi_excl) {
+  const ExprP any_frac = Optional(Fraction());
+  const ExprP pos_frac = Concat({Byte('.'), Star(Digit()), Digit19(), Star(Digit())});
+  const ExprP zero_frac = Optional(Concat({Byte('.'), Repeat(Byte('0'), 1, -1)}));
+  std::vector<ExprP> alts;
+  int64_t any_lo = 0;
+  if (lo && *lo >= 0) any_lo = lo_excl ? *lo + 1 : *lo;
+  std::optional<int64_t> any_hi;
+  if (hi) any_hi = *hi - 1;
+  if (!any_hi || *any_hi >= any_lo) {
+    alts.push_back(Concat({NaturalRange(any_lo, any_hi ? *any_hi : -1), any_frac}));
+  }
+  if (lo && *lo >= 0 && lo_excl && (!hi || *lo < *hi)) {
+    alts.push_back(Concat({NaturalRange(*lo, *lo), pos_frac}));
+  }
+  if (hi && *hi >= 0 && !hi_excl && (!lo || *hi > *lo || (*hi == *lo && !lo_excl))) {
+    alts.push_back(Concat({NaturalRange(*hi, *hi), zero_frac}));
+  }
+  return Alt(std::move(alts));
+}
+
+ExprP BoundedNumber(const Bound& lo, const Bound& hi) {
+  std::optional<int64_t> l, h;
+  if (lo.set) l = static_cast<int64_t>(lo.v);
+  if (hi.set) h = static_cast<int64_t>(hi.v);
+  std::vector<ExprP> alts;
+  // x >= 0: y = x with the bounds as they are (a lower bound below 0 is no bound).
+  if (!h || *h > 0 || (*h == 0 && !hi.excl)) {
+    std::optional<int64_t> yl = l;
+    bool yl_excl = lo.excl;
+    if (yl && *yl < 0) {
+      yl.reset();
+      yl_excl = false;
+    }
+    alts.push_back(NonNegNumber(yl, yl_excl, h, hi.excl));
+  }
+  // x <= 0: x = -y, y in [-hi, -lo].
+  if (!l || *l < 0 || (*l == 0 && !lo.excl)) {
+    std::optional<int64_t> yl, yh;
+    bool yl_excl = false;
+    if (h) {
+      yl = -*h;
+      yl_excl = hi.excl;
+      if (*yl < 0) {
+        yl.reset();
+        yl_excl = false;
+      }
+    }
+    if (l) yh = -*l;
+    alts.push_back(Concat({Byte('-'), NonNegNumber(yl, yl_excl, yh, lo.excl)}));
+  }
+  return Alt(std::move(alts));
+}
+
+// A JSON string that is none of `names` (canonical spellings; escapes of other characters
+// are free, `\/` and `\u00XX` are not used in these keys).
+ExprP StringExcluding(const std::vector<std::string>& names) {
+  if (names.empty()) return AnyString();
+  // A trie over the names' code points.
+  struct Node {
+    std::map<uint32_t, int> kids;
+    bool terminal = false;
+  };
+  std::vector<Node> trie(1);
+  for (const std::string& n : names) {
+    int cur = 0;
+    for (size_t i = 0; i < n.size();) {
+      const auto c = static_cast<uint8_t>(n[i]);
+      const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+      uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+      for (int k = 1; k < len && i + static_cast<size_t>(k) < n.size(); ++k) {
+        cp = (cp << 6) | (static_cast<uint8_t>(n[i + static_cast<size_t>(k)]) & 0x3F);
+      }
+      i += static_cast<size_t>(len);
+      auto it = trie[static_cast<size_t>(cur)].kids.find(cp);
+      if (it == trie[static_cast<size_t>(cur)].kids.end()) {
+        trie.emplace_back();
+        const int id = static_cast<int>(trie.size() - 1);
+        trie[static_cast<size_t>(cur)].kids[cp] = id;
+        cur = id;
+      } else {
+        cur = it->second;
+      }
+    }
+    trie[static_cast<size_t>(cur)].terminal = true;
+  }
+  // One element per code point: raw, or its short escape. `\/` and `\u00XX` are left out of
+  // keys near a name, so that every spelling of a name is caught.
+  auto elem = [](const Ranges& r) {
+    ExprP enc = JsonEncode(Codepoints(r));
+    return enc;
+  };
+  const ExprP free_tail = Concat({Star(StringChar()), Quote()});
+  std::function<ExprP(int)> from = [&](int node) -> ExprP {
+    const Node& nd = trie[static_cast<size_t>(node)];
+    std::vector<ExprP> alts;
+    Ranges taken;
+    for (const auto& [cp, kid] : nd.kids) {
+      taken.emplace_back(cp, cp);
+      // The canonical spelling of cp (raw or its short escape) continues the trie.
+      std::string utf8;
+      AppendUtf8(cp, &utf8);
+      std::string q;
+      AppendQuoted(utf8, &q);
+      alts.push_back(Concat({Literal(q.substr(1, q.size() - 2)), from(kid)}));
+    }
+    const Ranges others = Complement(taken, 0x10FFFF);
+    // Control characters, '"', '\' and '/' spelled other ways would escape the trie:
+    // such keys are not generated near a name (documented).
+    if (!others.empty()) alts.push_back(Concat({elem(others), free_tail}));
+    if (!nd.terminal) alts.push_back(Quote());
+    return Alt(std::move(alts));
+  };
+  return Concat({Quote(), from(0)});
+}
+
+// ---------------------------------------------------------------- the compiler
+
+enum TypeBit : unsigned {
+  kNull = 1,
+  kBool = 2,
+  kObj = 4,
+  kArr = 8,
+  kStr = 16,
+  kInt = 32,     // integral numbers
+  kNonInt = 64,  // other numbers
+  kAllTypes = 127,
+};
+
+struct Conj {  // one schema object of a conjunction, and where it is
+  object o;
+  std::string ptr;
+};
+
+class Compiler {
+ public:
+  Compiler(const JsonOptions& o) : opt_(o) {
+    ws_ = o.ws ? o.ws : Empty();
+    comma_ = Concat({ws_, Byte(','), ws_});
+    colon_ = Concat({ws_, Byte(':'), ws_});
+  }
+
+  StatusOr<ExprP> Run(std::string_view json) {
+    padded_ = simdjson::padded_string(json);
+    if (parser_.parse(padded_).get(root_) != simdjson::SUCCESS) {
+      return InvalidArgument("json_schema: the schema is not valid JSON");
+    }
+    return CompileAt(root_, "");
+  }
+
+  ExprP AnyValue(int depth) {
+    if (depth < 0) depth = 0;
+    if (static_cast<size_t>(depth) < any_.size() && any_[static_cast<size_t>(depth)]) {
+      return any_[static_cast<size_t>(depth)];
+    }
+    std::vector<ExprP> alts = {Literal("null"), Literal("true"), Literal("false"), AnyNumber(),
+                               AnyString()};
+    if (depth > 0) {
+      const ExprP inner = AnyValue(depth - 1);
+      alts.push_back(Concat({Byte('['), ws_, List(inner, comma_, 0, -1), ws_, Byte(']')}));
+      alts.push_back(AnyObject(inner));
+    }
+    if (any_.size() <= static_cast<size_t>(depth)) any_.resize(static_cast<size_t>(depth) + 1);
+    return any_[static_cast<size_t>(depth)] = Alt(std::move(alts));
+  }
+
+  ExprP AnyObject(const ExprP& value) {
+    const ExprP member = Concat({AnyString(), colon_, value});
+    return Concat({Byte('{'), ws_, List(member, comma_, 0, -1), ws_, Byte('}')});
+  }
+
+ private:
+  static Status Refuse(const std::string& ptr, const std::string& what) {
+    return InvalidArgument("json_schema: " + (ptr.empty() ? std::string("/") : ptr) + ": " + what);
+  }
+
+  StatusOr<ExprP> CompileAt(const element& e, const std::string& ptr) {
+    std::vector<Conj> conj;
+    if (e.type() == element_type::BOOL) return bool(e) ? AnyValue(opt_.max_any_depth) : Nothing();
+    if (e.type() != element_type::OBJECT)
+      return Refuse(ptr, "a schema must be an object or a boolean");
+    conj.push_back({object(e), ptr});
+    return CompileConj(std::move(conj), 0);
+  }
+
+  StatusOr<element> Resolve(std::string_view ref, const std::string& ptr) {
+    if (ref.empty() || ref[0] != '#') {
+      return Refuse(
+          ptr, "$ref \"" + std::string(ref) + "\": only local references (#/...) are supported");
+    }
+    std::string p;  // percent-decoding of the fragment
+    for (size_t i = 1; i < ref.size(); ++i) {
+      if (ref[i] == '%' && i + 2 < ref.size()) {
+        p.push_back(static_cast<char>(std::stoi(std::string(ref.substr(i + 1, 2)), nullptr, 16)));
+        i += 2;
+      } else {
+        p.push_back(ref[i]);
+      }
+    }
+    if (!p.empty() && p[0] != '/') {
+      return Refuse(ptr, "$ref \"" + std::string(ref) + "\": anchors are not supported");
+    }
+    element target;
+    if (p.empty()) return root_;
+    if (root_.at_pointer(p).get(target) != simdjson::SUCCESS) {
+      return Refuse(ptr, "$ref \"" + std::string(ref) + "\" does not resolve");
+    }
+    return target;
+  }
+
+  // Expands $ref and allOf into the conjunction; false -> nullopt (unsatisfiable).
+  StatusOr<bool> Expand(std::vector<Conj>* conj, size_t from, std::vector<std::string>* refs,
+                        int depth) {
+    if (depth > 64) return Refuse((*conj)[0].ptr, "$ref/allOf/anyOf nesting too deep");
+    for (size_t i = from; i < conj->size(); ++i) {
+      Conj c = (*conj)[i];
+      element v;
+      if (c.o.at_key("$ref").get(v) == simdjson::SUCCESS) {
+        if (v.type() != element_type::STRING) return Refuse(c.ptr + "/$ref", "must be a string");
+        const std::string ref{std::string_view(v)};
+        if (std::find(refs->begin(), refs->end(), ref) != refs->end() ||
+            std::find(active_refs_.begin(), active_refs_.end(), ref) != active_refs_.end()) {
+          return Refuse(c.ptr + "/$ref", "recursive $ref \"" + ref + "\" is not supported");
+        }
+        refs->push_back(ref);
+        ASSIGN_OR_RETURN(element t, Resolve(ref, c.ptr + "/$ref"));
+        const std::string tptr = ref.substr(1);
+        if (t.type() == element_type::BOOL) {
+          if (!bool(t)) return false;
+        } else if (t.type() == element_type::OBJECT) {
+          conj->push_back({object(t), tptr});
+        } else {
+          return Refuse(tptr, "a schema must be an object or a boolean");
+        }
+      }
+      if (c.o.at_key("allOf").get(v) == simdjson::SUCCESS) {
+        if (v.type() != element_type::ARRAY) return Refuse(c.ptr + "/allOf", "must be an array");
+        size_t k = 0;
+        for (element s : simdjson::dom::array(v)) {
+          const std::string sp = c.ptr + "/allOf/" + std::to_string(k++);
+          if (s.type() == element_type::BOOL) {
+            if (!bool(s)) return false;
+            continue;
+          }
+          if (s.type() != element_type::OBJECT)
+            return Refuse(sp, "a schema must be an object or a boolean");
+          conj->push_back({object(s), sp});
+        }
+      }
+    }
+    return true;
+  }
+
+  // Compiles the conjunction of the schemas; anyOf/oneOf are distributed over it.
+  StatusOr<ExprP> CompileConj(std::vector<Conj> conj, int depth, size_t from = 0) {
+    std::vector<std::string> refs;
+    ASSIGN_OR_RETURN(bool sat, Expand(&conj, from, &refs, depth));
+    if (!sat) return Nothing();
+    const size_t active_before = active_refs_.size();
+    active_refs_.insert(active_refs_.end(), refs.begin(), refs.end());
+    auto result = CompileExpanded(std::move(conj), depth);
+    active_refs_.resize(active_before);
+    return result;
+  }
+
+  StatusOr<ExprP> CompileExpanded(std::vector<Conj> conj, int depth) {
+    // Refuse what cannot be enforced.
+    for (const Conj& c : conj) {
+      for (auto [k, v] : c.o) {
+        static const std::set<std::string_view> kRefused = {"not",
+                                                            "if",
+                                                            "then",
+                                                            "else",
+                                                            "dependencies",
+                                                            "dependentRequired",
+                                                            "dependentSchemas",
+                                                            "contains",
+                                                            "minContains",
+                                                            "maxContains",
+                                                            "propertyNames",
+                                                            "unevaluatedProperties",
+                                                            "unevaluatedItems",
+                                                            "$dynamicRef",
+                                                            "$recursiveRef"};
+        if (kRefused.count(k)) {
+          if ((k == "then" || k == "else") && c.o.at_key("if").error()) continue;
+          return Refuse(c.ptr + "/" + std::string(k),
+                        "keyword \"" + std::string(k) + "\" is not supported");
+        }
+        if (k == "uniqueItems" && v.type() == element_type::BOOL && bool(v)) {
+          element mx;
+          if (c.o.at_key("maxItems").get(mx) == simdjson::SUCCESS && mx.is_number() &&
+              ToDouble(mx) <= 1) {
+            continue;
+          }
+          return Refuse(c.ptr + "/uniqueItems", "keyword \"uniqueItems\": true is not supported");
+        }
+      }
+    }
+    // Distribute the first anyOf / oneOf.
+    for (size_t i = 0; i < conj.size(); ++i) {
+      for (const char* kw : {"anyOf", "oneOf"}) {
+        element v;
+        if (Skipped(conj[i], kw) || conj[i].o.at_key(kw).get(v) != simdjson::SUCCESS) continue;
+        const std::string kp = conj[i].ptr + "/" + kw;
+        if (v.type() != element_type::ARRAY) return Refuse(kp, "must be an array");
+        // The conjunction without this keyword: the same objects, minus kw on this one.
+        std::vector<ExprP> branches;
+        size_t k = 0;
+        for (element s : simdjson::dom::array(v)) {
+          const std::string sp = kp + "/" + std::to_string(k++);
+          std::vector<Conj> next = conj;
+          skip_.push_back({conj[i].ptr, kw});
+          if (s.type() == element_type::BOOL) {
+            if (!bool(s)) {
+              skip_.pop_back();
+              continue;
+            }
+          } else if (s.type() == element_type::OBJECT) {
+            next.push_back({object(s), sp});
+          } else {
+            skip_.pop_back();
+            return Refuse(sp, "a schema must be an object or a boolean");
+          }
+          const size_t from = conj.size();
+          auto b = CompileConj(std::move(next), depth + 1, from);
+          skip_.pop_back();
+          if (!b.ok()) return b.status();
+          branches.push_back(*b);
+        }
+        if (std::string_view(kw) == "oneOf") RETURN_IF_ERROR(CheckDisjoint(branches, kp));
+        return Alt(std::move(branches));
+      }
+    }
+    return CompileFlat(conj);
+  }
+
+  bool Skipped(const Conj& c, std::string_view kw) const {
+    for (const auto& [sp, sk] : skip_) {
+      if (sk == kw && sp == c.ptr) return true;
+    }
+    return false;
+  }
+
+  // oneOf is exclusive: the branches must match disjoint sets of texts.
+  Status CheckDisjoint(const std::vector<ExprP>& b, const std::string& ptr) {
+    for (size_t i = 0; i < b.size(); ++i) {
+      for (size_t j = i + 1; j < b.size(); ++j) {
+        auto nfa = BuildNfa(And(b[i], b[j]), {2'000'000, 100'000});
+        if (!nfa.ok()) {
+          return Refuse(ptr, "oneOf: could not prove branches " + std::to_string(i) + " and " +
+                                 std::to_string(j) + " exclusive (too large)");
+        }
+        Dfa d(*nfa, 100000);
+        // Any accepting state reachable?
+        std::vector<int32_t> q = {d.start()};
+        std::set<int32_t> seen = {d.start()};
+        bool overlap = false;
+        for (size_t h = 0; h < q.size() && !overlap; ++h) {
+          if (d.Accepting(q[h])) {
+            overlap = true;
+            break;
+          }
+          for (int by = 0; by < 256; ++by) {
+            const int32_t t = d.Next(q[h], static_cast<uint8_t>(by));
+            if (t >= 0 && seen.insert(t).second) q.push_back(t);
+          }
+          if (d.overflowed()) break;
+        }
+        if (overlap || d.overflowed()) {
+          return Refuse(ptr, "oneOf: branches " + std::to_string(i) + " and " + std::to_string(j) +
+                                 (overlap ? " both match some values (oneOf would exclude them; "
+                                            "use anyOf or make the branches exclusive)"
+                                          : " could not be proved exclusive (too large)"));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  static double ToDouble(const element& e) {
+    if (e.type() == element_type::INT64) return static_cast<double>(int64_t(e));
+    if (e.type() == element_type::UINT64) return static_cast<double>(uint64_t(e));
+    return double(e);
+  }
+
+  // Every schema keyword of the conjunction merged; no $ref/allOf/anyOf/oneOf left.
+  StatusOr<ExprP> CompileFlat(const std::vector<Conj>& conj) {
+    unsigned types = kAllTypes;
+    std::optional<std::vector<element>> enums;
+    std::string enum_ptr;
+    for (const Conj& c : conj) {
+      element v;
+      if (c.o.at_key("type").get(v) == simdjson::SUCCESS) {
+        unsigned t = 0;
+        auto one = [&](std::string_view s) -> Status {
+          if (s == "null")
+            t |= kNull;
+          else if (s == "boolean")
+            t |= kBool;
+          else if (s == "object")
+            t |= kObj;
+          else if (s == "array")
+            t |= kArr;
+          else if (s == "string")
+            t |= kStr;
+          else if (s == "integer")
+            t |= kInt;
+          else if (s == "number")
+            t |= kInt | kNonInt;
+          else
+            return Refuse(c.ptr + "/type", "unknown type \"" + std::string(s) + "\"");
+          return Status::Ok();
+        };
+        if (v.type() == element_type::STRING) {
+          RETURN_IF_ERROR(one(std::string_view(v)));
+        } else if (v.type() == element_type::ARRAY) {
+          for (element x : simdjson::dom::array(v)) {
+            if (x.type() != element_type::STRING)
+              return Refuse(c.ptr + "/type", "must hold strings");
+            RETURN_IF_ERROR(one(std::string_view(x)));
+          }
+        } else {
+          return Refuse(c.ptr + "/type", "must be a string or an array");
+        }
+        types &= t;
+      }
+      for (const char* kw : {"enum", "const"}) {
+        if (Skipped(c, kw) || c.o.at_key(kw).get(v) != simdjson::SUCCESS) continue;
+        std::vector<element> vals;
+        if (std::string_view(kw) == "const") {
+          vals.push_back(v);
+        } else {
+          if (v.type() != element_type::ARRAY) return Refuse(c.ptr + "/enum", "must be an array");
+          for (element x : simdjson::dom::array(v)) vals.push_back(x);
+        }
+        if (!enums) {
+          enums = vals;
+          enum_ptr = c.ptr + "/" + kw;
+        } else {
+          std::vector<element> keep;
+          for (const element& a : *enums) {
+            for (const element& b : vals) {
+              if (Canonical(a) == Canonical(b)) {
+                keep.push_back(a);
+                break;
+              }
+            }
+          }
+          enums = keep;
+        }
+      }
+    }
+    if (enums) return CompileEnum(conj, *enums, types);
+    std::vector<ExprP> alts;
+    if (types & kNull) alts.push_back(Literal("null"));
+    if (types & kBool) alts.push_back(Alt({Literal("true"), Literal("false")}));
+    if (types & (kInt | kNonInt)) {
+      ASSIGN_OR_RETURN(ExprP n, CompileNumber(conj, types));
+      alts.push_back(n);
+    }
+    if (types & kStr) {
+      ASSIGN_OR_RETURN(ExprP s, CompileString(conj));
+      alts.push_back(s);
+    }
+    if (types & kArr) {
+      ASSIGN_OR_RETURN(ExprP a, CompileArray(conj));
+      alts.push_back(a);
+    }
+    if (types & kObj) {
+      ASSIGN_OR_RETURN(ExprP o, CompileObject(conj));
+      alts.push_back(o);
+    }
+    return Alt(std::move(alts));
+  }
+
+  // enum/const: the values (spelled with the whitespace policy) that the rest of the schema
+  // accepts, checked with the compact automaton of the rest.
+  StatusOr<ExprP> CompileEnum(const std::vector<Conj>& conj, const std::vector<element>& vals,
+                              unsigned types) {
+    (void)types;
+    std::vector<Conj> rest = conj;
+    for (const Conj& c : conj) {
+      skip_.push_back({c.ptr, "enum"});
+      skip_.push_back({c.ptr, "const"});
+    }
+    bool trivial = true;  // nothing but type (and annotations) beside the enum
+    static const std::set<std::string_view> kTypeOnly = {"type", "enum", "const"};
+    for (const Conj& c : conj) {
+      for (auto [k, v] : c.o) {
+        (void)v;
+        if (!kTypeOnly.count(k) && IsValidationKeyword(k)) trivial = false;
+      }
+    }
+    JsonOptions compact = opt_;
+    compact.ws = nullptr;
+    std::optional<Dfa> dfa;
+    Status st;
+    if (!trivial) {
+      Compiler sub(compact);
+      sub.root_ = root_;
+      sub.skip_ = skip_;
+      auto e = sub.CompileFlat(rest);
+      if (!e.ok()) {
+        st = e.status();
+      } else {
+        auto nfa = BuildNfa(*e);
+        if (!nfa.ok()) {
+          st = nfa.status();
+        } else {
+          dfa.emplace(*nfa, 200000);
+        }
+      }
+    }
+    for (size_t i = 0; i < conj.size(); ++i) {
+      skip_.pop_back();
+      skip_.pop_back();
+    }
+    RETURN_IF_ERROR(st);
+    std::vector<ExprP> alts;
+    for (const element& v : vals) {
+      const std::string canon = Canonical(v);
+      if (!MatchesTypes(v, types)) continue;
+      if (dfa && !dfa->Matches(canon)) continue;
+      alts.push_back(ValueExpr(v));
+    }
+    return Alt(std::move(alts));
+  }
+
+  static bool MatchesTypes(const element& v, unsigned types) {
+    switch (v.type()) {
+      case element_type::NULL_VALUE:
+        return types & kNull;
+      case element_type::BOOL:
+        return types & kBool;
+      case element_type::OBJECT:
+        return types & kObj;
+      case element_type::ARRAY:
+        return types & kArr;
+      case element_type::STRING:
+        return types & kStr;
+      case element_type::INT64:
+      case element_type::UINT64:
+        return types & kInt;
+      case element_type::DOUBLE: {
+        const double d = double(v);
+        return (std::floor(d) == d) ? (types & kInt) != 0 : (types & kNonInt) != 0;
+      }
+    }
+    return false;
+  }
+
+  static bool IsValidationKeyword(std::string_view k) {
+    static const std::set<std::string_view> kKw = {"type",
+                                                   "enum",
+                                                   "const",
+                                                   "multipleOf",
+                                                   "maximum",
+                                                   "exclusiveMaximum",
+                                                   "minimum",
+                                                   "exclusiveMinimum",
+                                                   "maxLength",
+                                                   "minLength",
+                                                   "pattern",
+                                                   "maxItems",
+                                                   "minItems",
+                                                   "uniqueItems",
+                                                   "maxProperties",
+                                                   "minProperties",
+                                                   "required",
+                                                   "prefixItems",
+                                                   "items",
+                                                   "additionalItems",
+                                                   "properties",
+                                                   "patternProperties",
+                                                   "additionalProperties",
+                                                   "format"};
+    return kKw.count(k) != 0;
+  }
+
+  // A literal value spelled with the whitespace policy.
+  ExprP ValueExpr(const element& v) {
+    switch (v.type()) {
+      case element_type::OBJECT: {
+        std::vector<ExprP> members;
+        for (auto [k, x] : object(v)) {
+          std::string q;
+          AppendQuoted(k, &q);
+          members.push_back(Concat({Literal(q), colon_, ValueExpr(x)}));
+        }
+        std::vector<ExprP> parts = {Byte('{'), ws_};
+        for (size_t i = 0; i < members.size(); ++i) {
+          if (i) parts.push_back(comma_);
+          parts.push_back(members[i]);
+        }
+        parts.push_back(ws_);
+        parts.push_back(Byte('}'));
+        return Concat(std::move(parts));
+      }
+      case element_type::ARRAY: {
+        std::vector<ExprP> parts = {Byte('['), ws_};
+        bool first = true;
+        for (element x : simdjson::dom::array(v)) {
+          if (!first) parts.push_back(comma_);
+          first = false;
+          parts.push_back(ValueExpr(x));
+        }
+        parts.push_back(ws_);
+        parts.push_back(Byte(']'));
+        return Concat(std::move(parts));
+      }
+      default:
+        return Literal(Canonical(v));
+    }
+  }
+
+  template <typename F>
+  void ForKey(const std::vector<Conj>& conj, std::string_view kw, F f) {
+    for (const Conj& c : conj) {
+      if (Skipped(c, kw)) continue;
+      element v;
+      if (c.o.at_key(kw).get(v) == simdjson::SUCCESS) f(c, v);
+    }
+  }
+
+  Status IntKeyword(const std::vector<Conj>& conj, std::string_view kw, bool take_max, int64_t* out,
+                    bool* set) {
+    Status st;
+    ForKey(conj, kw, [&](const Conj& c, const element& v) {
+      if (!v.is_number() || ToDouble(v) < 0 || std::floor(ToDouble(v)) != ToDouble(v)) {
+        st = Refuse(c.ptr + "/" + std::string(kw), "must be a non-negative integer");
+        return;
+      }
+      const int64_t x = static_cast<int64_t>(std::min(ToDouble(v), 1e15));
+      if (!*set) {
+        *out = x;
+      } else {
+        *out = take_max ? std::max(*out, x) : std::min(*out, x);
+      }
+      *set = true;
+    });
+    return st;
+  }
+
+  StatusOr<ExprP> CompileNumber(const std::vector<Conj>& conj, unsigned types) {
+    Bound lo, hi;
+    Status st;
+    auto tighten = [&](Bound* b, double v, bool excl, bool lower) {
+      if (!b->set ||
+          (lower ? (v > b->v || (v == b->v && excl)) : (v < b->v || (v == b->v && excl)))) {
+        b->set = true;
+        b->v = v;
+        b->excl = excl;
+      }
+    };
+    for (const Conj& c : conj) {
+      element v;
+      bool draft4_min_excl = false, draft4_max_excl = false;
+      if (c.o.at_key("exclusiveMinimum").get(v) == simdjson::SUCCESS &&
+          v.type() == element_type::BOOL) {
+        draft4_min_excl = bool(v);
+      }
+      if (c.o.at_key("exclusiveMaximum").get(v) == simdjson::SUCCESS &&
+          v.type() == element_type::BOOL) {
+        draft4_max_excl = bool(v);
+      }
+      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (c.o.at_key(kw).get(v) != simdjson::SUCCESS) continue;
+        if (v.type() == element_type::BOOL) continue;  // draft-04 modifier
+        if (!v.is_number()) return Refuse(c.ptr + "/" + kw, "must be a number");
+        const double x = ToDouble(v);
+        const std::string_view k(kw);
+        if (k == "minimum") tighten(&lo, x, draft4_min_excl, true);
+        if (k == "maximum") tighten(&hi, x, draft4_max_excl, false);
+        if (k == "exclusiveMinimum") tighten(&lo, x, true, true);
+        if (k == "exclusiveMaximum") tighten(&hi, x, true, false);
+      }
+      if (c.o.at_key("multipleOf").get(v) == simdjson::SUCCESS) {
+        if (!(v.is_number() && ToDouble(v) == 1)) {
+          return Refuse(c.ptr + "/multipleOf", "keyword \"multipleOf\" is not supported (only 1)");
+        }
+        types &= ~static_cast<unsigned>(kNonInt);
+      }
+    }
+    if (!(types & kNonInt)) {  // integers only: bounds round inwards
+      if (lo.set && std::fabs(lo.v) < 1e15) {
+        const double c = std::ceil(lo.v);
+        lo.excl = lo.excl && c == lo.v;
+        lo.v = c;
+      }
+      if (hi.set && std::fabs(hi.v) < 1e15) {
+        const double f = std::floor(hi.v);
+        hi.excl = hi.excl && f == hi.v;
+        hi.v = f;
+      }
+    }
+    for (Bound* b : {&lo, &hi}) {
+      if (b->set && (std::floor(b->v) != b->v || std::fabs(b->v) > 1e15)) {
+        const std::string which = b == &lo ? "minimum" : "maximum";
+        return Refuse(conj[0].ptr, "a non-integral or huge " + which + " (" + std::to_string(b->v) +
+                                       ") is not supported");
+      }
+    }
+    if (!(types & kNonInt)) {  // integers only
+      if (!lo.set && !hi.set) return AnyInteger();
+      std::optional<int64_t> l, h;
+      if (lo.set) l = static_cast<int64_t>(lo.v) + (lo.excl ? 1 : 0);
+      if (hi.set) h = static_cast<int64_t>(hi.v) - (hi.excl ? 1 : 0);
+      return IntegerRange(l, h);
+    }
+    if (!lo.set && !hi.set) return AnyNumber();
+    return BoundedNumber(lo, hi);
+  }
+
+  StatusOr<ExprP> CompileString(const std::vector<Conj>& conj) {
+    int64_t mn = 0, mx = -1;
+    bool mn_set = false, mx_set = false;
+    RETURN_IF_ERROR(IntKeyword(conj, "minLength", true, &mn, &mn_set));
+    RETURN_IF_ERROR(IntKeyword(conj, "maxLength", false, &mx, &mx_set));
+    if (!mx_set) mx = -1;
+    if (mx >= 0 && mn > mx) return Nothing();
+    if (mn > 10000 || mx > 10000) {
+      return Refuse(conj[0].ptr, "minLength/maxLength over 10000 are not supported");
+    }
+    ExprP e = Concat(
+        {Quote(), Repeat(StringChar(), static_cast<int>(mn), static_cast<int>(mx)), Quote()});
+    Status st;
+    std::vector<ExprP> constraints;
+    ForKey(conj, "pattern", [&](const Conj& c, const element& v) {
+      if (!st.ok()) return;
+      if (v.type() != element_type::STRING) {
+        st = Refuse(c.ptr + "/pattern", "must be a string");
+        return;
+      }
+      auto r = ParseRegex(std::string_view(v), RegexMode::kSearch);
+      if (!r.ok()) {
+        st = Refuse(c.ptr + "/pattern", r.status().message());
+        return;
+      }
+      constraints.push_back(Concat({Quote(), JsonEncode(*r), Quote()}));
+    });
+    ForKey(conj, "format", [&](const Conj& c, const element& v) {
+      if (!st.ok()) return;
+      if (v.type() != element_type::STRING) {
+        st = Refuse(c.ptr + "/format", "must be a string");
+        return;
+      }
+      auto r = FormatRegex(std::string_view(v));
+      if (!r.ok()) {
+        st = Refuse(c.ptr + "/format", r.status().message());
+        return;
+      }
+      constraints.push_back(Concat({Quote(), JsonEncode(*r), Quote()}));
+    });
+    RETURN_IF_ERROR(st);
+    if (constraints.empty()) return e;
+    ExprP acc = constraints[0];
+    for (size_t i = 1; i < constraints.size(); ++i) acc = And(acc, constraints[i]);
+    if (mn_set || mx >= 0) acc = And(acc, e);
+    return acc;
+  }
+
+  StatusOr<ExprP> CompileArray(const std::vector<Conj>& conj) {
+    int64_t mn = 0, mx = -1;
+    bool mn_set = false, mx_set = false;
+    RETURN_IF_ERROR(IntKeyword(conj, "minItems", true, &mn, &mn_set));
+    RETURN_IF_ERROR(IntKeyword(conj, "maxItems", false, &mx, &mx_set));
+    if (!mx_set) mx = -1;
+    if (mn > 1000 || mx > 1000)
+      return Refuse(conj[0].ptr, "minItems/maxItems over 1000 are not supported");
+    // Per conjunct: its prefix schemas and its schema for the other items (null: any).
+    struct Part {
+      std::vector<std::pair<element, std::string>> prefix;
+      std::optional<std::pair<element, std::string>> rest;
+    };
+    std::vector<Part> parts;
+    size_t max_prefix = 0;
+    for (const Conj& c : conj) {
+      Part p;
+      element v;
+      const bool has_prefix = c.o.at_key("prefixItems").get(v) == simdjson::SUCCESS;
+      if (has_prefix) {
+        if (v.type() != element_type::ARRAY)
+          return Refuse(c.ptr + "/prefixItems", "must be an array");
+        size_t k = 0;
+        for (element s : simdjson::dom::array(v)) {
+          p.prefix.emplace_back(s, c.ptr + "/prefixItems/" + std::to_string(k++));
+        }
+      }
+      element items;
+      if (c.o.at_key("items").get(items) == simdjson::SUCCESS) {
+        if (items.type() == element_type::ARRAY) {  // draft-04 tuple form
+          if (has_prefix) return Refuse(c.ptr + "/items", "items as an array beside prefixItems");
+          size_t k = 0;
+          for (element s : simdjson::dom::array(items)) {
+            p.prefix.emplace_back(s, c.ptr + "/items/" + std::to_string(k++));
+          }
+          element add;
+          if (c.o.at_key("additionalItems").get(add) == simdjson::SUCCESS) {
+            p.rest = std::make_pair(add, c.ptr + "/additionalItems");
+          }
+        } else {
+          p.rest = std::make_pair(items, c.ptr + "/items");
+        }
+      }
+      max_prefix = std::max(max_prefix, p.prefix.size());
+      parts.push_back(std::move(p));
+    }
+    auto schema_at = [&](size_t pos) -> StatusOr<ExprP> {  // nullopt pos = the rest
+      std::vector<Conj> cs;
+      for (const Part& p : parts) {
+        const std::pair<element, std::string>* s = nullptr;
+        if (pos < p.prefix.size()) {
+          s = &p.prefix[pos];
+        } else if (p.rest) {
+          s = &*p.rest;
+        }
+        if (!s) continue;
+        if (s->first.type() == element_type::BOOL) {
+          if (!bool(s->first)) return Nothing();
+          continue;
+        }
+        if (s->first.type() != element_type::OBJECT)
+          return Refuse(s->second, "a schema must be an object or a boolean");
+        cs.push_back({object(s->first), s->second});
+      }
+      if (cs.empty()) return AnyValue(opt_.max_any_depth);
+      return CompileConj(std::move(cs), 0);
+    };
+    std::vector<ExprP> prefix;
+    for (size_t i = 0; i < max_prefix; ++i) {
+      ASSIGN_OR_RETURN(ExprP e, schema_at(i));
+      prefix.push_back(e);
+    }
+    ASSIGN_OR_RETURN(ExprP rest, schema_at(max_prefix));
+    // A(i): i items so far (all prefix positions).
+    const int64_t P = static_cast<int64_t>(max_prefix);
+    ExprP tail;
+    {
+      const int64_t rmin = std::max<int64_t>(0, mn - P);
+      const int64_t rmax = mx < 0 ? -1 : mx - P;
+      if (rmax == 0 || rest->kind == Expr::Kind::kNothing) {
+        tail = rmin == 0 ? Empty() : Nothing();
+      } else if (rmax >= 0 && rmax < rmin) {
+        tail = Nothing();
+      } else {
+        ExprP list = List(rest, comma_, static_cast<int>(std::max<int64_t>(1, rmin)),
+                          static_cast<int>(rmax));
+        ExprP with = P > 0 ? Concat({comma_, list}) : list;
+        tail = rmin == 0 ? Alt({Empty(), with}) : with;
+      }
+    }
+    ExprP acc = tail;
+    for (int64_t i = P - 1; i >= 0; --i) {
+      // Before prefix item i: the array may end (when i >= min items) or go on.
+      ExprP item =
+          i > 0 ? Concat({comma_, prefix[static_cast<size_t>(i)]}) : prefix[static_cast<size_t>(i)];
+      std::vector<ExprP> alts;
+      if (i >= mn) alts.push_back(Empty());
+      if (mx < 0 || i < mx) alts.push_back(Concat({item, acc}));
+      acc = Alt(std::move(alts));
+    }
+    return Concat({Byte('['), ws_, acc, ws_, Byte(']')});
+  }
+
+  StatusOr<ExprP> CompileObject(const std::vector<Conj>& conj) {
+    int64_t mn = 0, mx = -1;
+    bool mn_set = false, mx_set = false;
+    RETURN_IF_ERROR(IntKeyword(conj, "minProperties", true, &mn, &mn_set));
+    RETURN_IF_ERROR(IntKeyword(conj, "maxProperties", false, &mx, &mx_set));
+    if (!mx_set) mx = -1;
+    if (mn > 32 || mx > 32)
+      return Refuse(conj[0].ptr, "minProperties/maxProperties over 32 are not supported");
+    // Declared names in schema order, and each conjunct's view of the others.
+    std::vector<std::string> names;
+    std::map<std::string, std::vector<Conj>> schemas;
+    std::map<std::string, bool> forbidden;
+    std::set<std::string> required;
+    struct Others {
+      const Conj* c;
+      std::set<std::string> own;
+      std::optional<element> additional;  // absent or true: any
+      std::vector<std::pair<std::string, element>> patterns;
+    };
+    std::vector<Others> others;
+    Status st;
+    for (const Conj& c : conj) {
+      Others o{&c, {}, std::nullopt, {}};
+      element v;
+      if (c.o.at_key("properties").get(v) == simdjson::SUCCESS) {
+        if (v.type() != element_type::OBJECT)
+          return Refuse(c.ptr + "/properties", "must be an object");
+        for (auto [k, s] : object(v)) {
+          const std::string name(k);
+          const std::string sp = c.ptr + "/properties/" + EscapePtr(name);
+          if (!schemas.count(name) && !forbidden.count(name)) names.push_back(name);
+          o.own.insert(name);
+          if (s.type() == element_type::BOOL) {
+            if (!bool(s)) forbidden[name] = true;
+            schemas[name];
+            continue;
+          }
+          if (s.type() != element_type::OBJECT)
+            return Refuse(sp, "a schema must be an object or a boolean");
+          schemas[name].push_back({object(s), sp});
+        }
+      }
+      if (c.o.at_key("required").get(v) == simdjson::SUCCESS) {
+        if (v.type() != element_type::ARRAY) return Refuse(c.ptr + "/required", "must be an array");
+        for (element x : simdjson::dom::array(v)) {
+          if (x.type() != element_type::STRING)
+            return Refuse(c.ptr + "/required", "must hold strings");
+          required.insert(std::string(std::string_view(x)));
+        }
+      }
+      if (c.o.at_key("additionalProperties").get(v) == simdjson::SUCCESS) {
+        if (!(v.type() == element_type::BOOL && bool(v))) o.additional = v;
+      }
+      if (c.o.at_key("patternProperties").get(v) == simdjson::SUCCESS) {
+        if (v.type() != element_type::OBJECT)
+          return Refuse(c.ptr + "/patternProperties", "must be an object");
+        for (auto [k, s] : object(v)) o.patterns.emplace_back(std::string(k), s);
+      }
+      others.push_back(std::move(o));
+    }
+    for (const std::string& r : required) {
+      if (!schemas.count(r)) {
+        names.push_back(r);
+        schemas[r];
+      }
+    }
+    // Schema order; required names that no `properties` declares come last.
+    std::vector<ObjectMember> members;
+    std::vector<std::pair<std::string, ExprP>> pattern_keys;  // for extra members
+    for (const std::string& name : names) {
+      std::vector<Conj> cs = schemas[name];
+      bool bad = forbidden.count(name) > 0;
+      for (const Others& o : others) {
+        if (o.own.count(name)) continue;
+        // patternProperties of this conjunct that match the name apply; else additional.
+        bool matched = false;
+        for (const auto& [pat, s] : o.patterns) {
+          auto re = ParseRegex(pat, RegexMode::kSearch);
+          if (!re.ok()) return Refuse(o.c->ptr + "/patternProperties", re.status().message());
+          auto nfa = BuildNfa(*re);
+          if (!nfa.ok()) return Refuse(o.c->ptr + "/patternProperties", nfa.status().message());
+          Dfa d(*nfa, 100000);
+          if (!d.Matches(name)) continue;
+          matched = true;
+          if (s.type() == element_type::BOOL) {
+            if (!bool(s)) bad = true;
+          } else if (s.type() == element_type::OBJECT) {
+            cs.push_back({object(s), o.c->ptr + "/patternProperties/" + EscapePtr(pat)});
+          }
+        }
+        if (!matched && o.additional) {
+          if (o.additional->type() == element_type::BOOL) {
+            bad = true;
+          } else if (o.additional->type() == element_type::OBJECT) {
+            cs.push_back({object(*o.additional), o.c->ptr + "/additionalProperties"});
+          } else {
+            return Refuse(o.c->ptr + "/additionalProperties", "must be a schema");
+          }
+        }
+      }
+      const bool req = required.count(name) > 0;
+      if (bad) {
+        if (req) return Nothing();
+        continue;
+      }
+      ExprP value;
+      if (cs.empty()) {
+        value = AnyValue(opt_.max_any_depth);
+      } else {
+        ASSIGN_OR_RETURN(value, CompileConj(std::move(cs), 0));
+      }
+      std::string q;
+      AppendQuoted(name, &q);
+      members.push_back({Concat({Literal(q), colon_, value}), req});
+    }
+    // Extra members: keys not declared.
+    ExprP extra;
+    {
+      bool any_patterns = false, all_closed = false;
+      std::vector<Conj> extra_schemas;
+      for (const Others& o : others) {
+        if (!o.patterns.empty()) any_patterns = true;
+        if (o.additional) {
+          if (o.additional->type() == element_type::BOOL) {
+            all_closed = true;
+          } else if (o.additional->type() == element_type::OBJECT) {
+            extra_schemas.push_back({object(*o.additional), o.c->ptr + "/additionalProperties"});
+          }
+        }
+      }
+      if (any_patterns) {
+        // Keys matching a pattern: supported when one conjunct has patterns, the others
+        // allow anything, and additionalProperties is false there.
+        const Others* po = nullptr;
+        for (const Others& o : others) {
+          if (o.patterns.empty()) continue;
+          if (po)
+            return Refuse(o.c->ptr + "/patternProperties",
+                          "patternProperties in several allOf branches are not supported");
+          po = &o;
+        }
+        for (const Others& o : others) {
+          if (&o != po && o.additional) {
+            return Refuse(po->c->ptr + "/patternProperties",
+                          "patternProperties combined with another branch's additionalProperties "
+                          "is not supported");
+          }
+        }
+        std::vector<ExprP> keyed;
+        std::vector<ExprP> key_langs, raw_langs;
+        const ExprP not_declared = StringExcluding(names);
+        for (const auto& [pat, s] : po->patterns) {
+          const std::string pp = po->c->ptr + "/patternProperties/" + EscapePtr(pat);
+          auto re = ParseRegex(pat, RegexMode::kSearch);
+          if (!re.ok()) return Refuse(pp, re.status().message());
+          ExprP raw = Concat({Quote(), JsonEncode(*re), Quote()});
+          ExprP key = And(raw, not_declared);
+          raw_langs.push_back(raw);
+          key_langs.push_back(key);
+          ExprP value;
+          if (s.type() == element_type::BOOL) {
+            value = bool(s) ? AnyValue(opt_.max_any_depth) : Nothing();
+          } else if (s.type() == element_type::OBJECT) {
+            ASSIGN_OR_RETURN(value, CompileConj({{object(s), pp}}, 0));
+          } else {
+            return Refuse(pp, "a schema must be an object or a boolean");
+          }
+          keyed.push_back(Concat({key, colon_, value}));
+        }
+        // A key matching two patterns must satisfy both schemas: refuse overlaps.
+        Status dj = CheckDisjoint(key_langs, po->c->ptr + "/patternProperties");
+        if (!dj.ok()) {
+          return Refuse(po->c->ptr + "/patternProperties",
+                        "overlapping patterns are not supported");
+        }
+        // Keys no pattern matches take additionalProperties (absent: anything).
+        const bool closed = po->additional && po->additional->type() == element_type::BOOL;
+        if (!closed) {
+          ExprP value;
+          if (!po->additional) {
+            value = AnyValue(opt_.max_any_depth);
+          } else if (po->additional->type() == element_type::OBJECT) {
+            ASSIGN_OR_RETURN(
+                value,
+                CompileConj({{object(*po->additional), po->c->ptr + "/additionalProperties"}}, 0));
+          } else {
+            return Refuse(po->c->ptr + "/additionalProperties", "must be a schema");
+          }
+          keyed.push_back(Concat({AndNot(not_declared, Alt(raw_langs)), colon_, value}));
+        }
+        extra = Alt(std::move(keyed));
+      } else if (!all_closed) {
+        ExprP value;
+        if (extra_schemas.empty()) {
+          value = AnyValue(opt_.max_any_depth);
+        } else {
+          ASSIGN_OR_RETURN(value, CompileConj(std::move(extra_schemas), 0));
+        }
+        extra = Concat({StringExcluding(names), colon_, value});
+      }
+    }
+    return Object(Concat({Byte('{'), ws_}), comma_, Concat({ws_, Byte('}')}), std::move(members),
+                  extra, static_cast<int>(mn), static_cast<int>(mx));
+  }
+
+  static std::string EscapePtr(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '~') {
+        o += "~0";
+      } else if (c == '/') {
+        o += "~1";
+      } else {
+        o.push_back(c);
+      }
+    }
+    return o;
+  }
+
+  JsonOptions opt_;
+  ExprP ws_, comma_, colon_;
+  simdjson::dom::parser parser_;
+  simdjson::padded_string padded_;
+  element root_;
+  std::vector<ExprP> any_;
+  std::vector<std::string> active_refs_;
+  std::vector<std::pair<std::string, std::string_view>> skip_;  // keywords consumed by distribution
+};
+
+}  // namespace
+
+std::string JsonQuote(std::string_view s) {
+  std::string out;
+  AppendQuoted(s, &out);
+  return out;
+}
+
+StatusOr<std::string> CanonicalJson(std::string_view json) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  element root;
+  if (parser.parse(padded).get(root) != simdjson::SUCCESS) return InvalidArgument("not valid JSON");
+  return Canonical(root);
+}
+
+namespace {
+void CollectPropertyMaps(const element& e, PropertyMaps* maps) {
+  if (e.type() == element_type::ARRAY) {
+    for (element x : simdjson::dom::array(e)) CollectPropertyMaps(x, maps);
+    return;
+  }
+  if (e.type() != element_type::OBJECT) return;
+  for (auto [k, v] : object(e)) {
+    if (k == "properties" && v.type() == element_type::OBJECT) {
+      std::vector<std::string> names;
+      for (auto [name, sub] : object(v)) {
+        names.emplace_back(name);
+        CollectPropertyMaps(sub, maps);
+      }
+      maps->push_back(std::move(names));
+    } else if (k != "enum" && k != "const" && k != "default" && k != "examples") {
+      CollectPropertyMaps(v, maps);
+    }
+  }
+}
+}  // namespace
+
+StatusOr<std::string> CanonicalJsonForSchema(std::string_view json, std::string_view schema_json) {
+  simdjson::dom::parser p1, p2;
+  simdjson::padded_string a(json), b(schema_json);
+  element inst, schema;
+  if (p1.parse(a).get(inst) != simdjson::SUCCESS) return InvalidArgument("not valid JSON");
+  if (p2.parse(b).get(schema) != simdjson::SUCCESS)
+    return InvalidArgument("schema: not valid JSON");
+  PropertyMaps maps;
+  CollectPropertyMaps(schema, &maps);
+  std::string out;
+  AppendCanonical(inst, &out, &maps);
+  return out;
+}
+
+StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOptions& options) {
+  Compiler c(options);
+  return c.Run(schema_json);
+}
+
+ExprP JsonObjectExpr(const JsonOptions& options) {
+  Compiler c(options);
+  return c.AnyObject(c.AnyValue(options.max_any_depth - 1));
+}
+
+}  // namespace sluice::structured

@@ -1,0 +1,130 @@
+#include "structured/token_mask.h"
+
+#include <gtest/gtest.h>
+
+#include "structured/constraint.h"
+#include "structured/grammar.h"
+#include "structured/regex.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::structured {
+namespace {
+
+bool Allowed(const std::vector<uint32_t>& m, int id) {
+  return (m[static_cast<size_t>(id) / 32] >> (id % 32)) & 1;
+}
+
+TEST(TokenMask, MaskFollowsTheAutomatonAndEosOnlyWhenAccepting) {
+  // ids: 0 "a", 1 "b", 2 "ab", 3 "abc", 4 "\xc3" (half a character), 5 "\xa9", 6 eos, 7 special
+  std::vector<std::optional<std::string>> toks = {"a",    "b",    "ab",    "abc",
+                                                  "\xc3", "\xa9", "<eos>", std::nullopt};
+  auto trie = TokenTrie::Build(toks, 40, {6});
+  EXPECT_EQ(trie->vocab_size(), 40);
+  auto re = ParseRegex("(ab)+\xc3\xa9?", RegexMode::kFullMatch);
+  auto g = Grammar::Create(*re, trie);
+  ASSERT_TRUE(g.ok());
+  std::vector<uint32_t> m(static_cast<size_t>(trie->words()));
+  ASSERT_TRUE((*g)->FillMask((*g)->start(), m.data()).ok());
+  EXPECT_TRUE(Allowed(m, 0));
+  EXPECT_TRUE(Allowed(m, 2));
+  EXPECT_FALSE(Allowed(m, 1));
+  EXPECT_FALSE(Allowed(m, 3));
+  EXPECT_FALSE(Allowed(m, 6));  // not accepting yet
+  EXPECT_FALSE(Allowed(m, 7));
+  EXPECT_FALSE(Allowed(m, 39));
+  int32_t s = (*g)->Advance((*g)->start(), 2);
+  ASSERT_GE(s, 0);
+  ASSERT_TRUE((*g)->FillMask(s, m.data()).ok());
+  EXPECT_TRUE(Allowed(m, 6));  // accepting
+  EXPECT_TRUE(Allowed(m, 4));  // the first byte of é (tokens may split characters)
+  EXPECT_FALSE(Allowed(m, 5));
+  EXPECT_TRUE(Allowed(m, 0));
+  s = (*g)->Advance(s, 4);
+  ASSERT_TRUE((*g)->FillMask(s, m.data()).ok());
+  EXPECT_TRUE(Allowed(m, 5));
+  EXPECT_FALSE(Allowed(m, 6));
+  s = (*g)->Advance(s, 5);
+  EXPECT_TRUE((*g)->Finished(s));
+  EXPECT_EQ((*g)->Advance(s, 0), Grammar::kDead);
+  EXPECT_EQ((*g)->Advance((*g)->start(), 6), Grammar::kDead);  // eos is not a byte string
+}
+
+TEST(TokenMask, DemoChatTokenizerAndCache) {
+  auto tok = Tokenizer::FromDirectory(std::string(SLUICE_FIXTURES_DIR) + "/../../models/demo-chat");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  auto trie = TokenTrie::FromTokenizer(**tok, 1024, {0, 2});
+  ASSERT_TRUE(trie.ok()) << trie.status().message();
+  EXPECT_GT((*trie)->num_tokens(), 900u);
+  GrammarCache cache(*trie);
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kJsonSchema;
+  spec.field = "response_format.json_schema.schema";
+  spec.text =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":5}},"required":["name"],"additionalProperties":false})";
+  auto g = cache.Get(spec);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto g2 = cache.Get(spec);
+  EXPECT_EQ(g->get(), g2->get());
+  EXPECT_EQ(cache.hits(), 1u);
+  // Walk the tokenisation of a valid text: every token allowed, and only EOS at the end.
+  auto enc = (*tok)->Encode(R"({"name":"Ann"})", false);
+  ASSERT_TRUE(enc.ok());
+  std::vector<uint32_t> m(static_cast<size_t>((*trie)->words()));
+  int32_t s = (*g)->start();
+  for (int32_t id : enc->ids) {
+    ASSERT_TRUE((*g)->FillMask(s, m.data()).ok());
+    ASSERT_TRUE(Allowed(m, id)) << id;
+    s = (*g)->Advance(s, id);
+    ASSERT_GE(s, 0);
+  }
+  EXPECT_TRUE((*g)->Finished(s));
+  ASSERT_TRUE((*g)->FillMask(s, m.data()).ok());
+  int allowed = 0;
+  for (int i = 0; i < 1024; ++i) allowed += Allowed(m, i);
+  EXPECT_EQ(allowed, 2);  // both EOS ids
+  spec.text = R"({"type":"string","format":"hostname"})";
+  auto bad = cache.Get(spec);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("response_format.json_schema.schema: json_schema: /format"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+TEST(Grammar, GbnfNonRecursive) {
+  const char* sql = R"(# a SQL subset
+root   ::= "SELECT " cols " FROM " name where?
+cols   ::= "*" | name (", " name){0,3}
+where  ::= " WHERE " name " = " value
+value  ::= [0-9]+ | "'" [^']* "'"
+name   ::= [a-z_] [a-z0-9_]*
+)";
+  auto e = CompileGrammar(sql);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  auto nfa = BuildNfa(*e);
+  Dfa d(*nfa, 100000);
+  EXPECT_TRUE(d.Matches("SELECT * FROM users"));
+  EXPECT_TRUE(d.Matches("SELECT id, name FROM users WHERE id = 42"));
+  EXPECT_TRUE(d.Matches("SELECT a FROM t WHERE b = 'x y'"));
+  EXPECT_FALSE(d.Matches("SELECT FROM users"));
+  EXPECT_FALSE(d.Matches("SELECT a, b, c, d, e FROM t"));
+  auto multi = CompileGrammar("root ::= \"a\"\n       | \"b\" (\n  \"c\" )\n");
+  ASSERT_TRUE(multi.ok()) << multi.status().message();
+  Dfa m(*BuildNfa(*multi), 1000);
+  EXPECT_TRUE(m.Matches("bc"));
+  EXPECT_TRUE(m.Matches("a"));
+  auto rec = CompileGrammar("root ::= \"(\" root \")\" | \"x\"\n");
+  ASSERT_FALSE(rec.ok());
+  EXPECT_NE(rec.status().message().find("recursive rules are not supported (root -> root)"),
+            std::string::npos);
+  auto undef = CompileGrammar("root ::= thing\n");
+  ASSERT_FALSE(undef.ok());
+  EXPECT_NE(undef.status().message().find("rule \"thing\" is not defined"), std::string::npos);
+  auto syntax = CompileGrammar("root ::= \"a\" @\n");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_NE(syntax.status().message().find("line 1, column 14"), std::string::npos)
+      << syntax.status().message();
+  EXPECT_FALSE(CompileGrammar("x ::= \"a\"\n").ok());  // no root
+}
+
+}  // namespace
+}  // namespace sluice::structured
