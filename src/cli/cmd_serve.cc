@@ -88,16 +88,20 @@ ModelFlags VersionFlags(const ServeFlags& f, const server::LoadSpec& spec) {
 StatusOr<int64_t> EstimateMemory(const ServeFlags& f, const server::LoadSpec& spec) {
   const ModelFlags mf = VersionFlags(f, spec);
   if (server::IsClipModelDirectory(mf.model)) {
-    // CLIP (two towers in their own layouts): the checkpoint's bytes, served in f32 unless
-    // --dtype says otherwise (a bf16 checkpoint in f32 takes twice its files).
-    int64_t bytes = 0;
+    // CLIP (two towers in their own layouts): every tensor of every .safetensors file, in
+    // the dtype it is served in (f32 unless --dtype says otherwise).
+    DType dtype = DType::kF32;
+    if (mf.dtype != "auto" && !ParseDType(mf.dtype, &dtype)) {
+      return InvalidArgument("dtype: unknown dtype \"" + mf.dtype + "\"");
+    }
+    int64_t params = 0;
     std::error_code ec;
     for (const auto& e : std::filesystem::recursive_directory_iterator(mf.model, ec)) {
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") {
-        bytes += static_cast<int64_t>(e.file_size());
-      }
+      if (!e.is_regular_file() || e.path().extension() != ".safetensors") continue;
+      ASSIGN_OR_RETURN(WeightStore w, WeightStore::OpenFile(e.path().string()));
+      params += w.TotalParameters();
     }
-    return mf.dtype == "auto" || mf.dtype == "float32" ? bytes * 2 : bytes;
+    return params * static_cast<int64_t>(DTypeSize(dtype));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(mf.model));
   DType dtype = bundle->weights->DominantDType();
