@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "cli/serve_generate.h"
+#include "core/dtype.h"
 #include "core/log.h"
 #include "engine/engine_loop.h"
 #include "io/model_context.h"
@@ -25,6 +26,7 @@
 #include "server/router.h"
 #include "serving/repository.h"
 #include "tokenizer/tokenizer.h"
+#include "weights/safetensors.h"
 
 namespace sluice::cli {
 namespace {
@@ -35,6 +37,7 @@ struct ServeFlags {
   std::string repository;           // --model-repository DIR
   std::string model_control = "none";
   std::vector<std::string> load_models;  // --load-model NAME (explicit control; * = all)
+  int64_t memory_budget = 0;             // --model-memory-budget BYTES (0 = none)
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_name;
@@ -65,9 +68,8 @@ struct ServeFlags {
   std::vector<std::string> scoring_only_set;  // scoring-only flags given on the command line
 };
 
-// Loads one version of a model: the server's flags, overridden by its model.json.
-StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags& f,
-                                                               const server::LoadSpec& spec) {
+// The model flags of one version: the server's, overridden by its model.json.
+ModelFlags VersionFlags(const ServeFlags& f, const server::LoadSpec& spec) {
   const serving::ModelConfig& c = spec.config;
   ModelFlags mf = f.model;
   mf.model = spec.path;
@@ -76,6 +78,53 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   if (c.device) mf.device = *c.device;
   if (c.max_batch_tokens) mf.max_batch_tokens = *c.max_batch_tokens;
   if (c.max_num_seqs) mf.max_num_seqs = static_cast<int>(*c.max_num_seqs);
+  return mf;
+}
+
+// --model-memory-budget: what a version will take, from its bundle: the weights in the dtype
+// they are served in, plus a generation model's KV cache (--kv-cache-memory, or the CPU's
+// default 2 GiB; on CUDA without --kv-cache-memory the cache takes what
+// --gpu-memory-utilization leaves and is not counted).
+StatusOr<int64_t> EstimateMemory(const ServeFlags& f, const server::LoadSpec& spec) {
+  const ModelFlags mf = VersionFlags(f, spec);
+  if (server::IsClipModelDirectory(mf.model)) {
+    // CLIP (two towers in their own layouts): every tensor of every .safetensors file, in
+    // the dtype it is served in (f32 unless --dtype says otherwise).
+    DType dtype = DType::kF32;
+    if (mf.dtype != "auto" && !ParseDType(mf.dtype, &dtype)) {
+      return InvalidArgument("dtype: unknown dtype \"" + mf.dtype + "\"");
+    }
+    int64_t params = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(mf.model, ec)) {
+      if (!e.is_regular_file() || e.path().extension() != ".safetensors") continue;
+      ASSIGN_OR_RETURN(WeightStore w, WeightStore::OpenFile(e.path().string()));
+      params += w.TotalParameters();
+    }
+    return params * static_cast<int64_t>(DTypeSize(dtype));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(mf.model));
+  DType dtype = bundle->weights->DominantDType();
+  if (mf.dtype != "auto" && !ParseDType(mf.dtype, &dtype)) {
+    return InvalidArgument("dtype: unknown dtype \"" + mf.dtype + "\"");
+  }
+  int64_t bytes = bundle->weights->TotalParameters() * static_cast<int64_t>(DTypeSize(dtype));
+  ASSIGN_OR_RETURN(bool is_gen, IsGenerationModel(*bundle, mf.task));
+  if (is_gen) {
+    if (f.gen.kv_cache_memory > 0) {
+      bytes += f.gen.kv_cache_memory;
+    } else if (mf.device == "cpu") {
+      bytes += int64_t{2} << 30;
+    }
+  }
+  return bytes;
+}
+
+// Loads one version of a model: the server's flags, overridden by its model.json.
+StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags& f,
+                                                               const server::LoadSpec& spec) {
+  const serving::ModelConfig& c = spec.config;
+  const ModelFlags mf = VersionFlags(f, spec);
   const int max_queue_depth = static_cast<int>(c.max_queue_depth.value_or(f.max_queue_depth));
   const std::string version = std::to_string(spec.version);
   if (server::IsClipModelDirectory(mf.model)) {
@@ -216,6 +265,9 @@ int RunServe(const ServeFlags& f) {
         "--max-queue-depth, --max-inputs-per-request, --max-body-bytes, --io-threads and "
         "--workers must be positive; --max-tokens-per-input and --shutdown-timeout >= 0"));
   }
+  if (f.memory_budget < 0) {
+    return ReportError(InvalidArgument("--model-memory-budget must be >= 0 (0 = no budget)"));
+  }
   if (f.image_fetch_concurrency < 1 || f.image_connect_timeout_s <= 0 ||
       f.image_fetch_timeout_s <= 0 || f.max_image_bytes < 1 || f.image_cache_mb < 0 ||
       f.max_image_pixels < 1) {
@@ -263,6 +315,8 @@ int RunServe(const ServeFlags& f) {
 
   server::RegistryOptions rego;
   rego.drain_timeout_s = f.shutdown_timeout_s;
+  rego.memory_budget_bytes = f.memory_budget;
+  rego.estimate = [&f](const server::LoadSpec& spec) { return EstimateMemory(f, spec); };
   server::ModelRegistry registry(
       &*repo, [&f](const server::LoadSpec& spec) { return LoadServedModel(f, spec); }, rego);
   server::RouterOptions ro;
@@ -293,8 +347,10 @@ int RunServe(const ServeFlags& f) {
       f.api_key.empty()
           ? ""
           : (f.metrics_require_key ? ", API key required (metrics too)" : ", API key required"));
-  SLUICE_LOG_INFO("model repository: {}; model control {}; {} model(s) to load at start",
-                  f.repository.empty() ? "none" : repo->root(), f.model_control, startup.size());
+  SLUICE_LOG_INFO(
+      "model repository: {}; model control {}; {} model(s) to load at start; memory budget {}",
+      f.repository.empty() ? "none" : repo->root(), f.model_control, startup.size(),
+      f.memory_budget > 0 ? std::to_string(f.memory_budget) + " bytes" : "none");
   const double t0 = NowSeconds();
   for (const std::string& name : startup) {
     if (Status s = registry.Load(name); !s.ok()) {
@@ -338,6 +394,11 @@ Registrar serve_cmd(Command{
                       "none: load every model at start, no repository API; explicit: the "
                       "repository API loads, unloads and switches models")
           ->check(CLI::IsMember({"none", "explicit"}))
+          ->capture_default_str();
+      sub->add_option("--model-memory-budget", f->memory_budget,
+                      "bytes all loaded model versions may take together (weights in their "
+                      "serving dtype plus KV caches, estimated before a load; 0 = no budget): "
+                      "a load that does not fit is refused with the numbers")
           ->capture_default_str();
       sub->add_option("--load-model", f->load_models,
                       "explicit control: a repository model to load at start (* = all); "

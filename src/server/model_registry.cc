@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <thread>
 
@@ -128,9 +129,42 @@ void ModelRegistry::Publish() {
   table_ = std::move(t);
 }
 
+static std::string Bytes(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t{1} << 30)) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  }
+  return buf;
+}
+
+StatusOr<int64_t> ModelRegistry::Reserve(const LoadSpec& spec, int64_t pending) {
+  if (options_.memory_budget_bytes <= 0 || !options_.estimate) return int64_t{0};
+  ASSIGN_OR_RETURN(int64_t need, options_.estimate(spec));
+  int64_t used = pending;
+  std::string who;
+  for (const auto& [n, st] : names_) {
+    for (const auto& [v, slot] : st.loaded) {
+      used += slot->bytes;
+      who += (who.empty() ? "" : ", ") + Quote(n) + " version " + std::to_string(v) + " " +
+             Bytes(slot->bytes);
+    }
+  }
+  if (used + need > options_.memory_budget_bytes) {
+    return FailedPrecondition(
+        "needs " + Bytes(need) + " (estimate: weights in their serving dtype, KV cache), " +
+        "more than the " + Bytes(std::max<int64_t>(0, options_.memory_budget_bytes - used)) +
+        " left of --model-memory-budget " + Bytes(options_.memory_budget_bytes) +
+        " (in use: " + (who.empty() ? "nothing" : who) +
+        (pending > 0 ? "; this load: " + Bytes(pending) : "") + "); unload a model first");
+  }
+  return need;
+}
+
 StatusOr<std::shared_ptr<ModelRegistry::Slot>> ModelRegistry::LoadVersion(
     const std::string& name, int64_t version, const std::string& path,
-    const serving::ModelConfig& config) {
+    const serving::ModelConfig& config, int64_t charged) {
   SetState(name, version, "LOADING");
   const auto t0 = std::chrono::steady_clock::now();
   SLUICE_LOG_INFO("model \"{}\" version {}: loading {}", name, version, path);
@@ -154,6 +188,7 @@ StatusOr<std::shared_ptr<ModelRegistry::Slot>> ModelRegistry::LoadVersion(
   slot->name = name;
   slot->version = version;
   slot->model = std::move(model).value();
+  slot->bytes = charged;
   const double total = Since(t0);
   SLUICE_LOG_INFO(
       "model \"{}\" version {}: ready (task {}; loaded in {:.3f} s, warmed up in {:.3f} s)", name,
@@ -237,7 +272,18 @@ Status ModelRegistry::Sync(const std::string& name, const serving::ModelConfig& 
     if (st.loaded.count(v) && !reload) continue;
     const auto dir = std::find_if(dirs.begin(), dirs.end(),
                                   [&](const serving::VersionDir& d) { return d.version == v; });
-    auto slot = LoadVersion(name, v, dir->path, config);
+    int64_t pending = 0;
+    for (const auto& [fv, fs] : fresh) pending += fs->bytes;
+    StatusOr<std::shared_ptr<Slot>> slot = [&]() -> StatusOr<std::shared_ptr<Slot>> {
+      auto charge = Reserve(LoadSpec{name, v, dir->path, config}, pending);
+      if (!charge.ok()) {
+        SetState(name, v, "UNAVAILABLE", charge.status().message());
+        std::lock_guard<std::mutex> lock(status_mu_);
+        ++counters_[{name, v}].loads_failed;
+        return charge.status();
+      }
+      return LoadVersion(name, v, dir->path, config, *charge);
+    }();
     if (!slot.ok()) {
       for (auto& [fv, s] : fresh) {
         s->model->Shutdown();
@@ -376,6 +422,21 @@ std::string ModelRegistry::RenderMetrics() const {
   for (const auto& [k, h] : load_seconds_) {
     h->Render(&out, "sluice_model_load_seconds", labels(k.first, k.second));
   }
+  out +=
+      "# HELP sluice_model_memory_bytes The memory estimate a version is charged against "
+      "--model-memory-budget (0 without a budget).\n"
+      "# TYPE sluice_model_memory_bytes gauge\n";
+  for (const auto& [name, v] : *t) {
+    for (const auto& [ver, slot] : v.versions) {
+      out += "sluice_model_memory_bytes{" + labels(name, ver) + "} " + std::to_string(slot->bytes) +
+             "\n";
+    }
+  }
+  out +=
+      "# HELP sluice_model_memory_budget_bytes --model-memory-budget (0 = none).\n"
+      "# TYPE sluice_model_memory_budget_bytes gauge\n"
+      "sluice_model_memory_budget_bytes " +
+      std::to_string(options_.memory_budget_bytes) + "\n";
   out +=
       "# HELP sluice_model_version_ready 1 for each version that serves requests.\n"
       "# TYPE sluice_model_version_ready gauge\n";

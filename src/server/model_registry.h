@@ -47,8 +47,17 @@ struct LoadSpec {
 
 using ModelFactory = std::function<StatusOr<std::unique_ptr<ServedModel>>(const LoadSpec&)>;
 
+// The memory a version will take (weights in their serving dtype, a generation model's KV
+// cache), estimated before it loads.
+using MemoryEstimator = std::function<StatusOr<int64_t>(const LoadSpec&)>;
+
 struct RegistryOptions {
   double drain_timeout_s = 30;  // a draining version's in-flight requests get this long
+  // Bytes all loaded versions may take together (0 = no budget). A load whose estimate does
+  // not fit beside what is loaded (during a switch both versions are) is refused with the
+  // numbers, before anything of it loads.
+  int64_t memory_budget_bytes = 0;
+  MemoryEstimator estimate;  // required with a budget
 };
 
 class ModelRegistry {
@@ -62,6 +71,7 @@ class ModelRegistry {
     std::condition_variable cv;
     int active = 0;       // leases held
     bool closed = false;  // draining: no new leases
+    int64_t bytes = 0;    // the memory estimate it is charged (with a budget)
   };
 
   // Holds a version for one request; released on destruction.
@@ -136,7 +146,10 @@ class ModelRegistry {
               std::optional<int64_t> pinned);
   StatusOr<std::shared_ptr<Slot>> LoadVersion(const std::string& name, int64_t version,
                                               const std::string& path,
-                                              const serving::ModelConfig& config);
+                                              const serving::ModelConfig& config, int64_t charged);
+  // With a budget: the estimate of a version, refused if it does not fit beside `pending`
+  // bytes loaded by the same operation.
+  StatusOr<int64_t> Reserve(const LoadSpec& spec, int64_t pending);
   void Publish();
   void Drain(const std::shared_ptr<Slot>& slot);
   void SetState(const std::string& name, int64_t version, std::string state,

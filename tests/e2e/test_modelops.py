@@ -403,6 +403,35 @@ with tempfile.TemporaryDirectory() as tmp:
         c.check(st == 200 and r.get("versions") == ["2"], f"v: latest 1 of its versions: {r}")
         st, ver, score, r = rerank(s)
         c.check(st == 200 and ver == "2" and version_of_score(score) == 2, f"v serves 2: {r}")
+    # --- --model-memory-budget: a load that does not fit is refused with the numbers ---
+    weights = 396417 * 4  # the demo reranker's parameters in f32
+    with tempfile.TemporaryDirectory() as tmp3:
+        repo3 = os.path.join(tmp3, "repo")
+        add_version(repo3, "a", 1)
+        add_version(repo3, "b", 1)
+        with Server(None, "--model-repository", repo3, "--model-control", "explicit",
+                    "--load-model", "a", "--model-memory-budget", str(weights * 5 // 2)) as s:
+            m = s.metrics()
+            key = 'sluice_model_memory_bytes{model="a",version="1"}'
+            c.check(m.get(key) == weights, f"a charged its weights: {m.get(key)}")
+            st, _, r = s.post("/v2/repository/models/b/load", {})
+            c.check(st == 200, f"b fits beside a: {st} {r}")
+            # A red-black switch needs both versions resident: a 1 -> 2 does not fit beside b.
+            add_version(repo3, "a", 2)
+            st, _, r = s.post("/v2/repository/models/a/load", {})
+            c.error_shape(st, r, 400, "a's switch over the budget")
+            msg = r["error"]["message"]
+            c.check("--model-memory-budget" in msg and '"b" version 1' in msg and "MiB" in msg,
+                    f"the refusal has the numbers: {msg}")
+            st, ver, _, _ = rerank(s, "a")
+            c.check(st == 200 and ver == "1", f"a 1 still serves: {st} {ver}")
+            c.check(index(s).get(("a", "2"), {}).get("state") == "UNAVAILABLE", "a 2 refused")
+            st, _, r = s.post("/v2/repository/models/b/unload", {})
+            st, _, r = s.post("/v2/repository/models/a/load", {})
+            c.check(st == 200, f"a's switch fits once b is unloaded: {st} {r}")
+            st, ver, _, _ = rerank(s, "a")
+            c.check(st == 200 and ver == "2", f"a 2 serves: {st} {ver}")
+
     # --- bad start-up configurations fail with the reason ---
     for args, want in [(["--model", "bad..name=" + RERANKER], "contains \"..\""),
                        (["--model", "x=" + RERANKER, "--model", "x=" + RERANKER], "twice"),

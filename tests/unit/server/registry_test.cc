@@ -230,6 +230,30 @@ TEST_F(RegistryTest, VersionedAndUnload) {
   EXPECT_EQ(registry_->Unload("nope").code(), StatusCode::kNotFound);
 }
 
+TEST_F(RegistryTest, MemoryBudgetRefusesWhatDoesNotFit) {
+  RegistryOptions o;
+  o.memory_budget_bytes = 250;
+  o.estimate = [](const LoadSpec& spec) -> StatusOr<int64_t> { return spec.version * 100; };
+  ModelRegistry reg(
+      repo_.get(),
+      [this](const LoadSpec& spec) -> StatusOr<std::unique_ptr<ServedModel>> {
+        return std::unique_ptr<ServedModel>(std::make_unique<FakeModel>(
+            &log_, spec.name + ":" + std::to_string(spec.version), false));
+      },
+      o);
+  ASSERT_TRUE(reg.Load("m").ok());  // version 1: 100 bytes
+  AddVersion("m", 2);               // 200 more beside version 1 during the switch: 300 > 250
+  Status s = reg.Load("m");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("--model-memory-budget"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("\"m\" version 1"), std::string::npos) << s.message();
+  EXPECT_FALSE(Alive("m:2"));
+  EXPECT_EQ(reg.table()->at("m").default_version, 1);
+  ASSERT_TRUE(reg.Unload("m").ok());
+  EXPECT_TRUE(reg.Load("m").ok());  // alone, version 2 fits
+  EXPECT_EQ(reg.table()->at("m").default_version, 2);
+}
+
 TEST(PeekStringField, FindsTopLevelOnly) {
   bool bad = false;
   EXPECT_EQ(PeekStringField(R"({"model": "rr:2", "query": "q"})", "model", &bad), "rr:2");
