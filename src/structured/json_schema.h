@@ -24,8 +24,8 @@ namespace sluice::structured {
 struct JsonOptions {
   ExprP ws;  // between tokens; null = compact (no whitespace)
   // Values a schema leaves free (`{}`, an object's extra members with no schema) nest at most
-  // this deep: the language of all JSON values is not regular.
-  int max_any_depth = 5;
+  // this deep: the language of all JSON values is not regular. (json_object: 5 levels.)
+  int max_any_depth = 3;
 };
 
 StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOptions& options);
