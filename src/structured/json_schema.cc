@@ -74,51 +74,19 @@ void AppendDouble(double d, std::string* out) {
   out->append(buf, r.ptr);
 }
 
-// The `properties` maps of a schema, each in declaration order.
-using PropertyMaps = std::vector<std::vector<std::string>>;
-
-void AppendCanonical(const element& e, std::string* out, const PropertyMaps* maps = nullptr) {
+void AppendCanonical(const element& e, std::string* out) {
   switch (e.type()) {
     case element_type::OBJECT: {
       out->push_back('{');
       std::vector<std::pair<std::string_view, element>> members;
       for (auto [k, v] : object(e)) members.emplace_back(k, v);
-      if (maps) {
-        // Greedy cover: the map declaring most of the keys gives their order, then the map
-        // declaring most of the rest, ...; keys no map declares keep document order, last.
-        std::vector<std::pair<std::string_view, element>> ordered, rest = members;
-        while (!rest.empty()) {
-          const std::vector<std::string>* best = nullptr;
-          size_t best_n = 0;
-          for (const auto& m : *maps) {
-            size_t n = 0;
-            for (const auto& kv : rest) n += std::find(m.begin(), m.end(), kv.first) != m.end();
-            if (n > best_n) {
-              best_n = n;
-              best = &m;
-            }
-          }
-          if (!best) break;
-          for (const std::string& k : *best) {
-            for (auto it = rest.begin(); it != rest.end(); ++it) {
-              if (it->first == k) {
-                ordered.push_back(*it);
-                rest.erase(it);
-                break;
-              }
-            }
-          }
-        }
-        ordered.insert(ordered.end(), rest.begin(), rest.end());
-        members = std::move(ordered);
-      }
       bool first = true;
       for (const auto& [k, v] : members) {
         if (!first) out->push_back(',');
         first = false;
         AppendQuoted(k, out);
         out->push_back(':');
-        AppendCanonical(v, out, maps);
+        AppendCanonical(v, out);
       }
       out->push_back('}');
       return;
@@ -129,7 +97,7 @@ void AppendCanonical(const element& e, std::string* out, const PropertyMaps* map
       for (element v : simdjson::dom::array(e)) {
         if (!first) out->push_back(',');
         first = false;
-        AppendCanonical(v, out, maps);
+        AppendCanonical(v, out);
       }
       out->push_back(']');
       return;
@@ -1553,42 +1521,6 @@ StatusOr<std::string> CanonicalJson(std::string_view json) {
   element root;
   if (parser.parse(padded).get(root) != simdjson::SUCCESS) return InvalidArgument("not valid JSON");
   return Canonical(root);
-}
-
-namespace {
-void CollectPropertyMaps(const element& e, PropertyMaps* maps) {
-  if (e.type() == element_type::ARRAY) {
-    for (element x : simdjson::dom::array(e)) CollectPropertyMaps(x, maps);
-    return;
-  }
-  if (e.type() != element_type::OBJECT) return;
-  for (auto [k, v] : object(e)) {
-    if (k == "properties" && v.type() == element_type::OBJECT) {
-      std::vector<std::string> names;
-      for (auto [name, sub] : object(v)) {
-        names.emplace_back(name);
-        CollectPropertyMaps(sub, maps);
-      }
-      maps->push_back(std::move(names));
-    } else if (k != "enum" && k != "const" && k != "default" && k != "examples") {
-      CollectPropertyMaps(v, maps);
-    }
-  }
-}
-}  // namespace
-
-StatusOr<std::string> CanonicalJsonForSchema(std::string_view json, std::string_view schema_json) {
-  simdjson::dom::parser p1, p2;
-  simdjson::padded_string a(json), b(schema_json);
-  element inst, schema;
-  if (p1.parse(a).get(inst) != simdjson::SUCCESS) return InvalidArgument("not valid JSON");
-  if (p2.parse(b).get(schema) != simdjson::SUCCESS)
-    return InvalidArgument("schema: not valid JSON");
-  PropertyMaps maps;
-  CollectPropertyMaps(schema, &maps);
-  std::string out;
-  AppendCanonical(inst, &out, &maps);
-  return out;
 }
 
 StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOptions& options) {
