@@ -2,7 +2,9 @@
 PRESET ?= release
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test test-asan serve bench format clean
+PREFIX ?= /usr/local
+
+.PHONY: setup build test test-asan install serve bench format clean
 
 setup:
 	./scripts/setup
@@ -16,6 +18,11 @@ test: build
 test-asan: setup
 	./scripts/build asan -j $(JOBS)
 	cd build/asan && ctest --output-on-failure -j $(JOBS) -L "unit|golden|e2e"
+
+# The CLI, libsluice.so/.a, include/sluice/sluice.h, sluice.pc and sluice-static.pc, the Python
+# and Java bindings (docs/c-api.md). DESTDIR=... stages the files for packaging.
+install: build
+	cmake --install build/$(PRESET) --prefix $(PREFIX)
 
 serve: build
 	./scripts/serve-demo build/$(PRESET)/sluice

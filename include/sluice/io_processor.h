@@ -29,6 +29,7 @@ class Tokenizer;
 // What a processor may know about the served model. Const after load.
 struct ModelContext {
   std::string name;    // served model name (the `model` field must match when given)
+  std::string version = "1";  // served version: `model` may also be "name:version"
   std::string task;    // "embed" | "classify" | "score" | "token-classify"
   std::string family;  // "bert" | "qwen3" (architecture family)
   int output_dim = 0;  // values per row

@@ -69,7 +69,8 @@ struct HostTensor {
   }
 };
 
-enum class Activation { kNone, kGeluErf, kGeluTanh, kSilu, kRelu };
+// kQuickGelu: x * sigmoid(1.702 x) (OpenAI CLIP).
+enum class Activation { kNone, kGeluErf, kGeluTanh, kSilu, kRelu, kQuickGelu };
 
 // A linear layer's weight, prepared (converted/prepacked) for this backend.
 // y = x · W^T + b, W stored as [out_features, in_features] like torch.nn.Linear.

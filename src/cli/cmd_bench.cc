@@ -354,9 +354,10 @@ int RunBench(const BenchFlags& f) {
     }
   });
   for (auto& t : threads) t.join();
+  // Before joining the progress thread, which may sleep up to 100 ms more.
+  const double el = std::max(NowSeconds() - start, 1e-9);
   running = false;
   progress.join();
-  const double el = std::max(NowSeconds() - start, 1e-9);
   std::vector<double> lat = sh.latencies;
   const size_t ok = lat.size();
   if (IsGeneration(f)) {

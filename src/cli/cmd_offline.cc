@@ -33,6 +33,7 @@
 #include "core/thread_pool.h"
 #include "engine/model_bundle.h"
 #include "io/json.h"
+#include "io/offline.h"
 #include "io/token_classify.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/config.h"
@@ -51,19 +52,8 @@ struct OfflineFlags {
   std::string ignore_labels = "O";  // comma-separated
 };
 
-// A text input waiting for the tokenizer; `index` is its place in the output.
-struct TextInput {
-  size_t index = 0;
-  size_t line = 0;
-  std::string a, b;
-  bool pair = false;
-};
-
-struct ParsedInputs {
-  std::vector<TokenSequence> seqs;  // text inputs are filled in by EncodeTexts
-  std::vector<TextInput> texts;
-  std::vector<Encoding> encodings;  // per text input, when EncodeTexts keeps them
-};
+using TextInput = io::OfflineText;
+using ParsedInputs = io::OfflineInputs;
 
 Status ReadText(simdjson::dom::element doc, const char* field, const std::string& where,
                 std::string* out) {
@@ -94,7 +84,7 @@ Status ReadIds(simdjson::dom::element e, const char* field, size_t line,
 StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
   ParsedInputs parsed;
   std::vector<TokenSequence>& seqs = parsed.seqs;
-  std::vector<int32_t> prefix, separator, suffix;
+  io::PairTemplate pair;
   auto read_line = [&](size_t lineno, const std::string&, simdjson::dom::element doc) -> Status {
     simdjson::dom::element f;
     TokenSequence s;
@@ -111,23 +101,14 @@ StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
         return InvalidArgument(path + ":" + std::to_string(lineno) + ": \"q\" without \"d\"");
       }
       RETURN_IF_ERROR(ReadIds(f, "d", lineno, &d));
-      s.ids = prefix;
-      s.ids.insert(s.ids.end(), q.begin(), q.end());
-      s.ids.insert(s.ids.end(), separator.begin(), separator.end());
-      const size_t first = s.ids.size();
-      s.ids.insert(s.ids.end(), d.begin(), d.end());
-      s.ids.insert(s.ids.end(), suffix.begin(), suffix.end());
-      if (use_types) {
-        s.type_ids.assign(s.ids.size(), 0);
-        std::fill(s.type_ids.begin() + static_cast<long>(first), s.type_ids.end(), 1);
-      }
+      s = io::AssemblePair(pair, q, d, use_types);
     } else if (!doc["prefix"].get(f) || !doc["suffix"].get(f) || !doc["separator"].get(f)) {
-      prefix.clear();
-      separator.clear();
-      suffix.clear();
-      if (!doc["prefix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "prefix", lineno, &prefix));
-      if (!doc["separator"].get(f)) RETURN_IF_ERROR(ReadIds(f, "separator", lineno, &separator));
-      if (!doc["suffix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "suffix", lineno, &suffix));
+      pair = io::PairTemplate();
+      if (!doc["prefix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "prefix", lineno, &pair.prefix));
+      if (!doc["separator"].get(f)) {
+        RETURN_IF_ERROR(ReadIds(f, "separator", lineno, &pair.separator));
+      }
+      if (!doc["suffix"].get(f)) RETURN_IF_ERROR(ReadIds(f, "suffix", lineno, &pair.suffix));
       return Status::Ok();
     } else if (!doc["text"].get(f) || !doc["query"].get(f)) {
       const std::string where = path + ":" + std::to_string(lineno);
@@ -161,66 +142,17 @@ StatusOr<ParsedInputs> ReadInputs(const std::string& path, bool use_types) {
   return parsed;
 }
 
-// Tokenizes the text inputs into their places in parsed->seqs, on `threads` threads (0 = all
-// cores). Errors name the input file and line (the first failing line in file order).
-Status EncodeTexts(const std::string& path, const std::string& model_dir, const Engine& engine,
-                   bool use_types, bool truncate, int threads, bool keep, ParsedInputs* parsed) {
+// Tokenizes the text inputs (io::EncodeTexts) on `threads` threads (0 = all cores). Errors
+// name the input file and line (the first failing line in file order).
+Status EncodeTexts(const std::string& path, const Engine& engine, bool truncate, int threads,
+                   bool keep, ParsedInputs* parsed) {
   if (parsed->texts.empty()) return Status::Ok();
-  const std::string where0 = path + ":" + std::to_string(parsed->texts[0].line);
-  if (!engine.bundle().tokenizer) {
-    return InvalidArgument(where0 +
-                           ": text input needs a tokenizer (tokenizer.json or vocab.txt in " +
-                           model_dir + "); pass token ids (\"input_ids\" or \"q\"/\"d\") instead");
-  }
-  const Tokenizer& tok = *engine.bundle().tokenizer;
-  if (engine.head().yes_no) {
-    for (const TextInput& t : parsed->texts) {
-      if (t.pair) {
-        return InvalidArgument(path + ":" + std::to_string(t.line) +
-                               ": text pairs for causal-LM rerankers need their prompt template, "
-                               "which the offline CLI does not apply; use `sluice serve` or "
-                               "token ids (\"q\"/\"d\" with a prefix/separator/suffix header)");
-      }
-    }
-  }
-  const int limit = engine.info().max_sequence_length;
-  const size_t max_len = limit > 0 ? static_cast<size_t>(limit) : SIZE_MAX;
-  std::vector<Status> errors(parsed->texts.size(), Status::Ok());
-  if (keep) parsed->encodings.resize(parsed->texts.size());
+  io::EncodeOptions eo;
+  eo.truncate = truncate;
+  eo.keep_encodings = keep;
+  eo.where = [&path](const TextInput& t) { return path + ":" + std::to_string(t.line); };
   ThreadPool pool(threads > 0 ? threads : ThreadPool::HardwareThreads());
-  pool.ParallelFor(
-      parsed->texts.size(),
-      [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) {
-          const TextInput& t = parsed->texts[i];
-          const std::string where = path + ":" + std::to_string(t.line);
-          TruncationParams tp;
-          tp.max_length = max_len;
-          tp.strategy =
-              t.pair ? TruncationStrategy::kOnlySecond : TruncationStrategy::kLongestFirst;
-          const TruncationParams* trunc = truncate && limit > 0 ? &tp : nullptr;
-          auto enc = t.pair ? tok.EncodePair(t.a, t.b, true, trunc) : tok.Encode(t.a, true, trunc);
-          if (!enc.ok()) {
-            errors[i] =
-                InvalidArgument(where + ": could not be tokenised: " + enc.status().message());
-            continue;
-          }
-          if (enc->size() > max_len) {
-            errors[i] = OutOfRange(where + ": " + std::to_string(enc->size()) +
-                                   " tokens, over the model's limit of " + std::to_string(max_len) +
-                                   " tokens; shorten it or pass --truncate" +
-                                   (t.pair ? " (cuts the second text)" : ""));
-            continue;
-          }
-          TokenSequence& s = parsed->seqs[t.index];
-          s.ids = enc->ids;
-          if (use_types) s.type_ids = enc->type_ids;
-          if (keep) parsed->encodings[i] = std::move(enc).value();
-        }
-      },
-      16);
-  for (const Status& e : errors) RETURN_IF_ERROR(e);
-  return Status::Ok();
+  return io::EncodeTexts(engine, eo, &pool, parsed);
 }
 
 // Shortest text that reads back as the same float (%.9g round-trips every float).
@@ -258,21 +190,6 @@ void AppendJsonString(std::string* out, const std::string& s) {
     }
   }
   out->push_back('"');
-}
-
-// --dimensions follows the server's rule for `dimensions`: Matryoshka embedding models only
-// (config.json or sluice.json), one of their matryoshka_dimensions when listed.
-Status CheckDimensions(const Engine& engine, int dims) {
-  const HeadSpec& head = engine.head();
-  if (engine.info().task != Task::kEmbed || head.pooling == PoolingKind::kAll ||
-      head.pooling == PoolingKind::kStep) {
-    return InvalidArgument("--dimensions applies to embedding models (one vector per input) only");
-  }
-  const Matryoshka m = ResolveMatryoshka(engine.model().config(), engine.bundle().overrides);
-  if (std::string why = MatryoshkaDimensionsError(m, dims, head.output_dim); !why.empty()) {
-    return InvalidArgument("--dimensions " + why);
-  }
-  return Status::Ok();
 }
 
 // {"index": i, "entities": [...]} per input of a token classifier (texts only).
@@ -337,17 +254,18 @@ int RunOffline(const OfflineFlags& f, Task task) {
   } else if (f.normalize != "auto") {
     return ReportError(InvalidArgument("--normalize must be auto, on or off"));
   }
-  const bool use_types = engine.model().config().type_vocab_size > 1;
+  const bool use_types = io::UsesTokenTypes(engine);
   auto parsed_or = ReadInputs(f.input, use_types);
   if (!parsed_or.ok()) return ReportError(parsed_or.status());
-  if (Status s = EncodeTexts(f.input, engine.info().dir, engine, use_types, f.truncate,
-                             f.model.threads, token_task, &*parsed_or);
+  if (Status s = EncodeTexts(f.input, engine, f.truncate, f.model.threads, token_task, &*parsed_or);
       !s.ok()) {
     return ReportError(s);
   }
   const auto& inputs = parsed_or->seqs;
   if (f.dimensions != 0) {
-    if (Status s = CheckDimensions(engine, f.dimensions); !s.ok()) return ReportError(s);
+    if (Status s = io::CheckDimensions(engine, f.dimensions, "--dimensions"); !s.ok()) {
+      return ReportError(s);
+    }
   }
   ProgressBar bar("sequences", inputs.size());
   int64_t total_tokens = 0;
@@ -389,11 +307,8 @@ int RunOffline(const OfflineFlags& f, Task task) {
     PooledOutput& o = (*out_or)[i];
     line = "{\"index\":" + std::to_string(i);
     if (task == Task::kEmbed) {
-      if (f.dimensions > 0 && static_cast<size_t>(f.dimensions) < o.values.size()) {
-        o.values.resize(f.dimensions);
-      }
-      if (normalize) NormalizeRows(&o);
-      if (o.rows != 1 || head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep) {
+      io::FinishEmbedding(f.dimensions, normalize, &o);
+      if (io::MultiVector(head, o)) {
         const size_t dim = o.rows ? o.values.size() / o.rows : 0;
         line += ",\"embeddings\":[";
         for (int r = 0; r < o.rows; ++r) {
@@ -409,12 +324,8 @@ int RunOffline(const OfflineFlags& f, Task task) {
       line += ",\"score\":";
       AppendFloat(&line, o.values[0]);
     } else {
-      size_t best = 0;
-      for (size_t k = 1; k < o.values.size(); ++k) {
-        if (o.values[k] > o.values[best]) best = k;
-      }
       line += ",\"label\":";
-      AppendJsonString(&line, best < head.labels.size() ? head.labels[best] : std::to_string(best));
+      AppendJsonString(&line, io::LabelName(head, io::BestLabel(o)));
       line += ",\"probs\":";
       WriteFloats(&line, o.values.data(), o.values.size());
       line += ",\"logits\":";
@@ -422,12 +333,10 @@ int RunOffline(const OfflineFlags& f, Task task) {
       if (!head.thresholds.empty()) {
         line += ",\"labels\":[";
         bool first = true;
-        for (size_t k = 0; k < o.values.size(); ++k) {
-          if (o.values[k] >= head.thresholds[k]) {
-            if (!first) line += ',';
-            first = false;
-            AppendJsonString(&line, k < head.labels.size() ? head.labels[k] : std::to_string(k));
-          }
+        for (size_t k : io::LabelsOverThreshold(head, o)) {
+          if (!first) line += ',';
+          first = false;
+          AppendJsonString(&line, io::LabelName(head, k));
         }
         line += "]";
       }

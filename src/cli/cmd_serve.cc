@@ -1,11 +1,13 @@
-// `sluice serve --model DIR [--host H] [--port P]`: the HTTP server (docs/api.md).
+// `sluice serve --model DIR | --model NAME=PATH ... | --model-repository DIR`: the HTTP
+// server (docs/api.md, docs/model-ops.md).
 //
-// Start-up: load the model (and tokenizer.json when present), start listening (health
-// answers, readiness 503), warm up with one forward, then turn ready. SIGTERM/SIGINT:
-// readiness 503 at once, new work refused (503), in-flight requests finish within
-// --shutdown-timeout, exit 0.
+// Start-up: start listening (health answers, readiness 503), load every start-up model
+// through the registry (each version warmed up with one forward before it serves), then
+// turn ready. SIGTERM/SIGINT: readiness 503 at once, new work refused (503), in-flight
+// requests finish within --shutdown-timeout, exit 0.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <optional>
@@ -17,15 +19,22 @@
 #include "core/log.h"
 #include "engine/engine_loop.h"
 #include "io/model_context.h"
+#include "server/clip_served.h"
 #include "server/http_server.h"
-#include "server/service.h"
+#include "server/model_registry.h"
+#include "server/router.h"
+#include "serving/repository.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 namespace {
 
 struct ServeFlags {
-  ModelFlags model;
+  ModelFlags model;                 // model.model unused: the entries below
+  std::vector<std::string> models;  // --model DIR | NAME=PATH (repeatable)
+  std::string repository;           // --model-repository DIR
+  std::string model_control = "none";
+  std::vector<std::string> load_models;  // --load-model NAME (explicit control; * = all)
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_name;
@@ -42,19 +51,155 @@ struct ServeFlags {
   int max_connections = 0;  // 0 = from the file-descriptor limit
   bool metrics_require_key = false;
   std::string batch_coalescing = "on";
+  // Image inputs (CLIP models; docs/api.md "Images").
+  bool allow_private_media_urls = false;
+  std::string allowed_local_media_path;
+  int image_fetch_concurrency = 8;
+  double image_connect_timeout_s = 5;
+  double image_fetch_timeout_s = 20;
+  int64_t max_image_bytes = 32 << 20;
+  int64_t image_cache_mb = 256;
+  std::string image_decode = "exact";
+  int64_t max_image_pixels = 40'000'000;
   GenerationServeFlags gen;                   // generation models only
   std::vector<std::string> scoring_only_set;  // scoring-only flags given on the command line
 };
 
-// One forward through the loop, so the first client does not pay for lazy set-up.
-Status WarmUp(EngineLoop& loop, const ModelContext& m) {
-  auto promise = std::make_shared<std::promise<Status>>();
-  auto r = std::make_shared<EngineRequest>();
-  const int n = std::min(16, m.model_max_tokens);
-  r->inputs.push_back(TokenSequence{std::vector<int32_t>(n, 0), {}});
-  r->sink.on_done = [promise](EngineRequest&, const Status& s) { promise->set_value(s); };
-  RETURN_IF_ERROR(loop.Submit(r));
-  return promise->get_future().get().WithContext("warm-up");
+// Loads one version of a model: the server's flags, overridden by its model.json.
+StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags& f,
+                                                               const server::LoadSpec& spec) {
+  const serving::ModelConfig& c = spec.config;
+  ModelFlags mf = f.model;
+  mf.model = spec.path;
+  if (c.task) mf.task = *c.task;
+  if (c.dtype) mf.dtype = *c.dtype;
+  if (c.device) mf.device = *c.device;
+  if (c.max_batch_tokens) mf.max_batch_tokens = *c.max_batch_tokens;
+  if (c.max_num_seqs) mf.max_num_seqs = static_cast<int>(*c.max_num_seqs);
+  const int max_queue_depth = static_cast<int>(c.max_queue_depth.value_or(f.max_queue_depth));
+  const std::string version = std::to_string(spec.version);
+  if (server::IsClipModelDirectory(mf.model)) {
+    if (f.gen.given) {
+      return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
+                             ", a CLIP model");
+    }
+    ASSIGN_OR_RETURN(EngineOptions eo, ToEngineOptions(mf));
+    server::ClipServeOptions co;
+    co.name = spec.name;
+    co.version = version;
+    co.dir = mf.model;
+    co.backend = eo.backend;
+    co.dtype = eo.dtype.value_or(DType::kF32);
+    co.fetch.allow_private = f.allow_private_media_urls;
+    co.fetch.local_root = f.allowed_local_media_path;
+    co.fetch.concurrency = f.image_fetch_concurrency;
+    co.fetch.connect_timeout_ms = static_cast<int>(f.image_connect_timeout_s * 1000);
+    co.fetch.total_timeout_ms = static_cast<int>(f.image_fetch_timeout_s * 1000);
+    co.fetch.max_bytes = f.max_image_bytes;
+    co.cache_bytes = static_cast<size_t>(f.image_cache_mb) << 20;
+    co.fast_decode = f.image_decode == "fast";
+    co.max_image_pixels = f.max_image_pixels;
+    co.max_inputs_per_request =
+        static_cast<int>(c.max_inputs_per_request.value_or(f.max_inputs_per_request));
+    co.max_tokens_per_input =
+        static_cast<int>(c.max_tokens_per_input.value_or(f.max_tokens_per_input));
+    co.workers = f.workers;
+    return server::LoadClipServedModel(co);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(mf.model));
+  ASSIGN_OR_RETURN(bool is_gen, IsGenerationModel(*bundle, mf.task));
+  bundle.reset();
+  if (is_gen) {
+    if (!f.scoring_only_set.empty() || c.max_inputs_per_request || c.max_tokens_per_input ||
+        c.truncate || c.max_batch_tokens) {
+      std::string names;
+      for (const std::string& n : f.scoring_only_set) names += (names.empty() ? "" : ", ") + n;
+      for (const auto& [set, n] :
+           {std::pair{c.max_inputs_per_request.has_value(), "max_inputs_per_request"},
+            std::pair{c.max_tokens_per_input.has_value(), "max_tokens_per_input"},
+            std::pair{c.truncate.has_value(), "truncate"},
+            std::pair{c.max_batch_tokens.has_value(), "max_batch_tokens"}}) {
+        if (set) names += std::string(names.empty() ? "" : ", ") + "model.json " + n;
+      }
+      return InvalidArgument(names + ": scoring-model settings; " + mf.model +
+                             " is served as a generation model (task generate)");
+    }
+    GenerationServeArgs a;
+    a.model = mf;
+    a.gen = f.gen;
+    a.served_name = spec.name;
+    a.served_version = version;
+    a.api_key = f.api_key;
+    a.metrics_require_key = f.metrics_require_key;
+    a.workers = f.workers;
+    a.max_queue_depth = max_queue_depth;
+    return LoadGenerationModel(a);
+  }
+  if (f.gen.given) {
+    return InvalidArgument(
+        "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
+        "--gpu-memory-utilization, --enable-prefix-caching and --chat-template apply to "
+        "generation models; " +
+        mf.model + " is served as a scoring model");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, LoadEngine(mf));
+  // The tokenizer comes with the model bundle (null: token-id inputs only).
+  const std::shared_ptr<const Tokenizer> tokenizer = engine->bundle().tokenizer;
+  io::ContextOptions co;
+  co.served_name = spec.name;
+  co.served_version = version;
+  co.max_inputs_per_request =
+      static_cast<int>(c.max_inputs_per_request.value_or(f.max_inputs_per_request));
+  co.max_tokens_per_input =
+      static_cast<int>(c.max_tokens_per_input.value_or(f.max_tokens_per_input));
+  co.truncate = c.truncate.value_or(f.truncate);
+  ASSIGN_OR_RETURN(ModelContext ctx, io::BuildModelContext(*engine, tokenizer.get(), co));
+  SLUICE_LOG_INFO(
+      "model \"{}\" version {}: task {}, tokenizer {}; max_inputs_per_request {}, "
+      "max_tokens_per_input {}{}, max_queue_depth {}",
+      spec.name, version, ctx.task, tokenizer ? "tokenizer.json" : "none: token ids only",
+      ctx.max_inputs_per_request, ctx.max_tokens_per_input,
+      ctx.truncate_by_default ? " (truncating)" : "", max_queue_depth);
+  server::ScoringModelOptions o;
+  o.name = spec.name;
+  o.version = version;
+  o.context = std::move(ctx);
+  o.loop.limits.max_batch_tokens = engine->options().max_batch_tokens;  // device-resolved
+  o.loop.limits.max_num_seqs = engine->options().max_num_seqs;
+  o.loop.max_queue_depth = max_queue_depth;
+  o.loop.coalesce = f.batch_coalescing == "on";
+  o.service.api_key = f.api_key;
+  o.service.metrics_require_key = f.metrics_require_key;
+  o.service.workers = f.workers;
+  o.service.request_timeout_s = f.request_timeout_s;
+  return std::unique_ptr<server::ServedModel>(
+      std::make_unique<server::ScoringModel>(std::move(engine), std::move(o)));
+}
+
+// --model entries: "NAME=PATH", or a directory (named by --served-model-name or its own name).
+Status ParseModelEntries(const ServeFlags& f,
+                         std::vector<std::pair<std::string, std::string>>* out) {
+  int plain = 0;
+  for (const std::string& e : f.models) {
+    const size_t eq = e.find('=');
+    if (eq != std::string::npos && eq > 0 && e.find('/') > eq) {
+      out->emplace_back(e.substr(0, eq), e.substr(eq + 1));
+      continue;
+    }
+    ++plain;
+    std::string name = f.served_name;
+    if (name.empty()) {
+      name = std::filesystem::path(e).lexically_normal().filename().string();
+      if (name.empty()) name = std::filesystem::path(e).lexically_normal().parent_path().filename();
+    }
+    out->emplace_back(name, e);
+  }
+  if (!f.served_name.empty() && (plain != 1 || f.models.size() != 1)) {
+    return InvalidArgument(
+        "--served-model-name names the one model of --model DIR; with several models use "
+        "--model NAME=PATH");
+  }
+  return Status::Ok();
 }
 
 int RunServe(const ServeFlags& f) {
@@ -71,81 +216,63 @@ int RunServe(const ServeFlags& f) {
         "--max-queue-depth, --max-inputs-per-request, --max-body-bytes, --io-threads and "
         "--workers must be positive; --max-tokens-per-input and --shutdown-timeout >= 0"));
   }
-  {
-    // A generation model (task generate) is served by the generation engine.
-    auto bundle = LoadModelBundle(f.model.model);
-    if (!bundle.ok()) return ReportError(bundle.status());
-    auto is_gen = IsGenerationModel(**bundle, f.model.task);
-    if (!is_gen.ok()) return ReportError(is_gen.status());
-    if (*is_gen) {
-      if (!f.scoring_only_set.empty()) {
-        std::string names;
-        for (const std::string& n : f.scoring_only_set) names += (names.empty() ? "" : ", ") + n;
-        return ReportError(InvalidArgument(names + ": scoring-model flags; " + f.model.model +
-                                           " is served as a generation model (task generate)"));
-      }
-      GenerationServeArgs a;
-      a.model = f.model;
-      a.gen = f.gen;
-      a.host = f.host;
-      a.port = f.port;
-      a.served_name = f.served_name;
-      a.api_key = f.api_key;
-      a.metrics_require_key = f.metrics_require_key;
-      a.max_connections = f.max_connections;
-      a.io_threads = f.io_threads;
-      a.workers = f.workers;
-      a.max_queue_depth = f.max_queue_depth;
-      a.max_body_bytes = f.max_body_bytes;
-      a.shutdown_timeout_s = f.shutdown_timeout_s;
-      return RunServeGeneration(a);
-    }
-    if (f.gen.given) {
-      return ReportError(InvalidArgument(
-          "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
-          "--gpu-memory-utilization, --enable-prefix-caching and --chat-template apply to "
-          "generation models; " +
-          f.model.model + " is served as a scoring model"));
+  if (f.image_fetch_concurrency < 1 || f.image_connect_timeout_s <= 0 ||
+      f.image_fetch_timeout_s <= 0 || f.max_image_bytes < 1 || f.image_cache_mb < 0 ||
+      f.max_image_pixels < 1) {
+    return ReportError(InvalidArgument(
+        "--image-fetch-concurrency, --image-connect-timeout, --image-fetch-timeout and "
+        "--max-image-bytes, --max-image-pixels must be positive; --image-cache-mb >= 0"));
+  }
+  if (f.models.empty() && f.repository.empty()) {
+    return ReportError(
+        InvalidArgument("--model DIR (or NAME=PATH) or --model-repository DIR is "
+                        "required"));
+  }
+  const bool explicit_control = f.model_control == "explicit";
+  if (!f.load_models.empty() && !explicit_control) {
+    return ReportError(InvalidArgument(
+        "--load-model needs --model-control explicit (with none, every model of the "
+        "repository is loaded at start)"));
+  }
+  std::vector<std::pair<std::string, std::string>> entries;
+  if (Status s = ParseModelEntries(f, &entries); !s.ok()) return ReportError(s);
+  auto repo = serving::Repository::Open(f.repository, entries);
+  if (!repo.ok()) return ReportError(repo.status());
+
+  // What loads at start: every --model entry; the whole repository (--model-control none)
+  // or the --load-model names (explicit).
+  std::vector<std::string> startup;
+  for (const auto& [name, path] : entries) startup.push_back(name);
+  if (!explicit_control) {
+    for (const std::string& n : repo->Names()) {
+      if (std::find(startup.begin(), startup.end(), n) == startup.end()) startup.push_back(n);
     }
   }
-  auto engine_or = LoadEngine(f.model);
-  if (!engine_or.ok()) return ReportError(engine_or.status());
-  // The tokenizer comes with the model bundle (null: token-id inputs only).
-  const std::shared_ptr<const Tokenizer> tokenizer = (*engine_or)->bundle().tokenizer;
+  for (const std::string& n : f.load_models) {
+    if (n == "*") {
+      for (const std::string& r : repo->Names()) {
+        if (std::find(startup.begin(), startup.end(), r) == startup.end()) startup.push_back(r);
+      }
+      continue;
+    }
+    if (!repo->Has(n)) {
+      return ReportError(NotFound("--load-model " + n + ": no such model in the repository"));
+    }
+    if (std::find(startup.begin(), startup.end(), n) == startup.end()) startup.push_back(n);
+  }
 
-  io::ContextOptions co;
-  co.served_name = f.served_name.empty()
-                       ? std::filesystem::path(f.model.model).lexically_normal().filename().string()
-                       : f.served_name;
-  if (co.served_name.empty()) co.served_name = f.model.model;
-  co.max_inputs_per_request = f.max_inputs_per_request;
-  co.max_tokens_per_input = f.max_tokens_per_input;
-  co.truncate = f.truncate;
-  auto ctx_or = io::BuildModelContext(**engine_or, tokenizer.get(), co);
-  if (!ctx_or.ok()) return ReportError(ctx_or.status());
-  const ModelContext ctx = std::move(ctx_or).value();
-
-  server::Metrics metrics;
-  EngineLoopOptions lo;
-  lo.limits.max_batch_tokens = (*engine_or)->options().max_batch_tokens;  // device-resolved
-  lo.limits.max_num_seqs = (*engine_or)->options().max_num_seqs;
-  lo.max_queue_depth = f.max_queue_depth;
-  lo.coalesce = f.batch_coalescing == "on";
-  lo.on_batch = [&metrics](const BatchStats& b) {
-    metrics.RecordBatch(b.num_seqs, b.num_tokens, b.device_seconds);
-    metrics.RecordPrefixReuse(b.prefix_groups, b.prefix_tokens_saved);
-  };
-  EngineLoop loop(std::move(engine_or).value(), lo);
-
-  // Declared before the service so that it is destroyed after it: the service's workers
-  // may still hand responses to the transport while they finish.
+  server::RegistryOptions rego;
+  rego.drain_timeout_s = f.shutdown_timeout_s;
+  server::ModelRegistry registry(
+      &*repo, [&f](const server::LoadSpec& spec) { return LoadServedModel(f, spec); }, rego);
+  server::RouterOptions ro;
+  ro.api_key = f.api_key;
+  ro.metrics_require_key = f.metrics_require_key;
+  ro.explicit_control = explicit_control;
+  ro.server_version = SLUICE_VERSION;
+  // Declared before the router so that it is destroyed after it.
   std::optional<server::HttpServer> http;
-  server::ServiceOptions so;
-  so.api_key = f.api_key;
-  so.metrics_require_key = f.metrics_require_key;
-  so.workers = f.workers;
-  so.request_timeout_s = f.request_timeout_s;
-  server::Service service(so, &loop, &ctx, &metrics);
+  server::Router router(ro, &registry);
 
   server::HttpServerOptions ho;
   ho.host = f.host;
@@ -153,44 +280,44 @@ int RunServe(const ServeFlags& f) {
   ho.io_threads = f.io_threads;
   ho.max_body_bytes = f.max_body_bytes;
   ho.max_connections = f.max_connections;
-  http.emplace(ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
-    service.Handle(std::move(r), std::move(ex));
+  http.emplace(ho, [&router](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
+    router.Handle(std::move(r), std::move(ex));
   });
   if (Status s = http->Start(); !s.ok()) return ReportError(s);
   SLUICE_LOG_INFO(
       "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
       "max_queue_depth {}, max_connections {}, shutdown_timeout {} s, batch coalescing {}{}",
-      ctx.max_inputs_per_request, ctx.max_tokens_per_input, f.truncate ? " (truncating)" : "",
+      f.max_inputs_per_request, f.max_tokens_per_input, f.truncate ? " (truncating)" : "",
       f.max_body_bytes, f.max_queue_depth, http->max_connections(), f.shutdown_timeout_s,
       f.batch_coalescing,
       f.api_key.empty()
           ? ""
           : (f.metrics_require_key ? ", API key required (metrics too)" : ", API key required"));
-  SLUICE_LOG_INFO("serving \"{}\" (task {}, tokenizer {})", ctx.name, ctx.task,
-                  tokenizer ? "tokenizer.json" : "none: token ids only");
-  if (Status s = WarmUp(loop, ctx); !s.ok()) {
-    http->Stop();
-    return ReportError(s);
+  SLUICE_LOG_INFO("model repository: {}; model control {}; {} model(s) to load at start",
+                  f.repository.empty() ? "none" : repo->root(), f.model_control, startup.size());
+  const double t0 = NowSeconds();
+  for (const std::string& name : startup) {
+    if (Status s = registry.Load(name); !s.ok()) {
+      http->Stop();
+      return ReportError(s);
+    }
   }
-  service.SetReady(true);
+  router.SetReady(true);
+  SLUICE_LOG_INFO("all start-up models ready in {:.2f} s", NowSeconds() - t0);
   SLUICE_LOG_INFO("ready: listening on http://{}:{}", f.host, http->port());
 
   int sig = 0;
   sigwait(&sigs, &sig);
   SLUICE_LOG_INFO("{}: draining ({} requests in flight, up to {} s)",
-                  sig == SIGTERM ? "SIGTERM" : "SIGINT", service.in_flight(), f.shutdown_timeout_s);
-  service.BeginDrain();
+                  sig == SIGTERM ? "SIGTERM" : "SIGINT", router.in_flight(), f.shutdown_timeout_s);
+  router.BeginDrain();
   const double deadline = NowSeconds() + f.shutdown_timeout_s;
-  while (service.in_flight() > 0 && NowSeconds() < deadline) {
+  while (router.in_flight() > 0 && NowSeconds() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const int left = service.in_flight();
+  const int left = router.in_flight();
   if (left > 0) SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", left);
-  loop.Shutdown();                          // fails whatever is still queued (503)
-  const double flush = NowSeconds() + 1.0;  // let those 503s reach their clients
-  while (service.in_flight() > 0 && NowSeconds() < flush) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  registry.UnloadAll(0);  // fails whatever is still queued (503), lets those answers out
   http->Stop();
   SLUICE_LOG_INFO("stopped");
   return 0;
@@ -200,11 +327,26 @@ Registrar serve_cmd(Command{
     "serve", "Serve a model over HTTP (OpenAI/Cohere/TEI/vLLM/KServe-style routes)",
     [](CLI::App* sub) {
       auto f = std::make_shared<ServeFlags>();
-      AddModelFlags(sub, &f->model);
+      sub->add_option("--model", f->models,
+                      "a model directory, or NAME=PATH (PATH: a model directory served as "
+                      "version 1, or NAME's versions PATH/<version>/); repeatable");
+      AddModelFlags(sub, &f->model, /*model_option=*/false);
+      sub->add_option("--model-repository", f->repository,
+                      "a model repository: DIR/<name>/<version>/ model directories and optional "
+                      "DIR/<name>/model.json (docs/model-ops.md)");
+      sub->add_option("--model-control", f->model_control,
+                      "none: load every model at start, no repository API; explicit: the "
+                      "repository API loads, unloads and switches models")
+          ->check(CLI::IsMember({"none", "explicit"}))
+          ->capture_default_str();
+      sub->add_option("--load-model", f->load_models,
+                      "explicit control: a repository model to load at start (* = all); "
+                      "repeatable");
       sub->add_option("--host", f->host, "address to listen on")->capture_default_str();
       sub->add_option("--port", f->port, "port (0 = any free port, logged)")->capture_default_str();
       sub->add_option("--served-model-name", f->served_name,
-                      "model name in the API (default: the directory name)");
+                      "the name of the one --model DIR in the API (default: the directory "
+                      "name)");
       sub->add_option("--api-key", f->api_key,
                       "require Authorization: Bearer KEY (all routes but health and metrics)");
       sub->add_flag("--metrics-require-key", f->metrics_require_key,
@@ -241,6 +383,34 @@ Registrar serve_cmd(Command{
                       "expected to finish, so that requests arriving meanwhile join it (off = "
                       "as soon as a request is queued)")
           ->check(CLI::IsMember({"on", "off"}))
+          ->capture_default_str();
+      sub->add_flag("--allow-private-media-urls", f->allow_private_media_urls,
+                    "image URLs may resolve to loopback, private, link-local and other "
+                    "internal addresses (refused by default: SSRF guard)");
+      sub->add_option("--allowed-local-media-path", f->allowed_local_media_path,
+                      "image inputs may name local files under this directory (default: none)");
+      sub->add_option("--image-fetch-concurrency", f->image_fetch_concurrency,
+                      "image downloads of one request in parallel")
+          ->capture_default_str();
+      sub->add_option("--image-connect-timeout", f->image_connect_timeout_s,
+                      "seconds to connect to an image host")
+          ->capture_default_str();
+      sub->add_option("--image-fetch-timeout", f->image_fetch_timeout_s,
+                      "seconds an image download may take in all")
+          ->capture_default_str();
+      sub->add_option("--max-image-bytes", f->max_image_bytes, "bytes per image at most")
+          ->capture_default_str();
+      sub->add_option("--image-cache-mb", f->image_cache_mb,
+                      "image feature cache per model version, MiB, by content hash (0 = off)")
+          ->capture_default_str();
+      sub->add_option("--image-decode", f->image_decode,
+                      "exact: full-size decode as Hugging Face's processor; fast: JPEGs decoded "
+                      "at a reduced size in the DCT domain (never below the resize target)")
+          ->check(CLI::IsMember({"exact", "fast"}))
+          ->capture_default_str();
+      sub->add_option("--max-image-pixels", f->max_image_pixels,
+                      "decoded width x height per image at most, checked from the header "
+                      "before any pixel memory is allocated")
           ->capture_default_str();
       sub->add_option("--max-model-len", f->gen.max_model_len,
                       "generation: prompt + output tokens per sequence (default: the model's)");

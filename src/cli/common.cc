@@ -10,8 +10,9 @@
 
 namespace sluice::cli {
 
-void AddModelFlags(CLI::App* app, ModelFlags* f) {
-  app->add_option("--model", f->model, "Hugging Face model directory")->required();
+void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option) {
+  if (model_option)
+    app->add_option("--model", f->model, "Hugging Face model directory")->required();
   app->add_option("--dtype", f->dtype, "auto (checkpoint dtype) | float32 | bfloat16 | float16")
       ->capture_default_str();
   app->add_option("--device", f->device, "cpu | cuda[:N]")->capture_default_str();

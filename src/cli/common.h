@@ -26,7 +26,8 @@ struct ModelFlags {
   std::string residual_dtype = "f32";
 };
 
-void AddModelFlags(CLI::App* app, ModelFlags* f);
+// model_option: register --model (required) too; `serve` registers its own.
+void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option = true);
 // Turns flags into engine options; errors name the bad flag.
 StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f);
 // Loads the engine and logs the resolved model, task, dtype, device and limits.

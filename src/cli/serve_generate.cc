@@ -1,18 +1,14 @@
 #include "cli/serve_generate.h"
 
-#include <signal.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "chat/template.h"
 #include "core/log.h"
 #include "engine/generation_loop.h"
 #include "models/registry.h"
 #include "server/generation_service.h"
-#include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
@@ -55,27 +51,20 @@ StatusOr<std::string> ResolveChatTemplate(const ModelBundle& b, const std::strin
   return std::string();
 }
 
-int RunServeGeneration(const GenerationServeArgs& a) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
+StatusOr<std::unique_ptr<server::ServedModel>> LoadGenerationModel(const GenerationServeArgs& a) {
   const GenerationServeFlags& g = a.gen;
   if (g.prefix_caching != "on" && g.prefix_caching != "off") {
-    return ReportError(InvalidArgument("--enable-prefix-caching: expected on or off, got \"" +
-                                       g.prefix_caching + "\""));
+    return InvalidArgument("--enable-prefix-caching: expected on or off, got \"" +
+                           g.prefix_caching + "\"");
   }
   if (!(g.gpu_memory_utilization > 0 && g.gpu_memory_utilization <= 1)) {
-    return ReportError(InvalidArgument("--gpu-memory-utilization must be in (0, 1]"));
+    return InvalidArgument("--gpu-memory-utilization must be in (0, 1]");
   }
-  auto eo = ToEngineOptions(a.model);
-  if (!eo.ok()) return ReportError(eo.status());
+  ASSIGN_OR_RETURN(EngineOptions eo, ToEngineOptions(a.model));
   GenerationOptions o;
-  o.dtype = eo->dtype;
-  o.backend = eo->backend;
-  o.activation_residual = eo->activation_residual;
+  o.dtype = eo.dtype;
+  o.backend = eo.backend;
+  o.activation_residual = eo.activation_residual;
   o.max_model_len = g.max_model_len;
   o.max_num_batched_tokens = g.max_num_batched_tokens;
   o.max_num_seqs = a.model.max_num_seqs;
@@ -84,57 +73,49 @@ int RunServeGeneration(const GenerationServeArgs& a) {
   o.prefix_caching = g.prefix_caching == "on";
   o.cuda_graphs = a.model.cuda_graphs != "off";
   if (a.model.cuda_graphs == "on" && o.backend.device != DeviceKind::kCuda) {
-    return ReportError(InvalidArgument("--cuda-graphs on needs --device cuda"));
+    return InvalidArgument("--cuda-graphs on needs --device cuda");
   }
   if (a.model.cuda_graphs == "auto") o.cuda_graphs = o.backend.device == DeviceKind::kCuda;
 
   const double t0 = NowSeconds();
-  auto bundle = LoadModelBundle(a.model.model);
-  if (!bundle.ok()) return ReportError(bundle.status());
-  auto gen = Generator::Load(*bundle, o);
-  if (!gen.ok()) return ReportError(gen.status());
-  const ModelBundle& b = **bundle;
-  const GenerationOptions& ro = (*gen)->options();
-  std::string name = a.served_name;
-  if (name.empty()) {
-    name = std::filesystem::path(a.model.model).lexically_normal().filename().string();
-  }
-  if (name.empty()) name = a.model.model;
+  ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(a.model.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Load(bundle, o));
+  const ModelBundle& b = *bundle;
+  const GenerationOptions& ro = gen->options();
+  const std::string& name = a.served_name;
   SLUICE_LOG_INFO("model {}: {} ({} params, {} layers, hidden {}), task generate, served as \"{}\"",
                   b.dir, b.arch->name, b.weights->TotalParameters(), b.config.num_hidden_layers,
                   b.config.hidden_size, name);
-  SLUICE_LOG_INFO(
-      "dtype {} (checkpoint {}), device {}", DTypeName((*gen)->runner().compute_dtype()),
-      DTypeName((*gen)->runner().checkpoint_dtype()), (*gen)->runner().backend().Describe());
+  SLUICE_LOG_INFO("dtype {} (checkpoint {}), device {}", DTypeName(gen->runner().compute_dtype()),
+                  DTypeName(gen->runner().checkpoint_dtype()), gen->runner().backend().Describe());
   SLUICE_LOG_INFO(
       "limits: max_model_len {}, max_num_batched_tokens {}, max_num_seqs {}, max_queue_depth "
-      "{}, max_body_bytes {}; stop tokens {}; loaded in {:.2f} s",
+      "{}; stop tokens {}; loaded in {:.2f} s",
       ro.max_model_len, ro.max_num_batched_tokens, ro.max_num_seqs, a.max_queue_depth,
-      a.max_body_bytes, (*gen)->stop_token_ids().size(), NowSeconds() - t0);
+      gen->stop_token_ids().size(), NowSeconds() - t0);
   const std::shared_ptr<const Tokenizer> tokenizer = b.tokenizer;
 
   GenerationLoopOptions lo;
   lo.max_queue_depth = a.max_queue_depth;
-  GenerationLoop loop(std::move(gen).value(), lo);
 
-  // The chat template, parsed once here (a syntax error stops start-up with its line); a
+  // The chat template, parsed once here (a syntax error stops the load with its line); a
   // request's own chat_template is parsed per request.
   std::string tmpl_source;
-  auto tmpl = ResolveChatTemplate(b, g.chat_template, &tmpl_source);
-  if (!tmpl.ok()) return ReportError(tmpl.status());
+  ASSIGN_OR_RETURN(std::string tmpl, ResolveChatTemplate(b, g.chat_template, &tmpl_source));
   std::shared_ptr<const chat::Template> parsed;
-  if (!tmpl->empty()) {
-    auto t = chat::Template::Parse(*tmpl);
-    if (!t.ok()) return ReportError(t.status().WithContext("chat template " + tmpl_source));
+  if (!tmpl.empty()) {
+    auto t = chat::Template::Parse(tmpl);
+    if (!t.ok()) return t.status().WithContext("chat template " + tmpl_source);
     parsed = std::make_shared<const chat::Template>(std::move(t).value());
   }
-  SLUICE_LOG_INFO("chat template: {}", tmpl->empty() ? "none (/v1/chat/completions needs a "
-                                                       "\"chat_template\" per request)"
-                                                     : tmpl_source);
+  SLUICE_LOG_INFO("chat template: {}", tmpl.empty() ? "none (/v1/chat/completions needs a "
+                                                      "\"chat_template\" per request)"
+                                                    : tmpl_source);
   server::GenerationServiceOptions so;
   so.served_name = name;
-  so.chat_template = *tmpl;
-  so.render_chat = [parsed, model_tmpl = *tmpl](
+  so.served_version = a.served_version;
+  so.chat_template = tmpl;
+  so.render_chat = [parsed, model_tmpl = tmpl](
                        const std::string& text,
                        const std::string& context) -> StatusOr<std::string> {
     ASSIGN_OR_RETURN(chat::Value ctx, chat::ParseJson(context));
@@ -145,41 +126,8 @@ int RunServeGeneration(const GenerationServeArgs& a) {
   so.api_key = a.api_key;
   so.metrics_require_key = a.metrics_require_key;
   so.workers = a.workers;
-  server::GenerationService service(so, &loop, tokenizer.get());
-  server::HttpServerOptions ho;
-  ho.host = a.host;
-  ho.port = a.port;
-  ho.io_threads = a.io_threads;
-  ho.max_body_bytes = a.max_body_bytes;
-  ho.max_connections = a.max_connections;
-  server::HttpServer http(
-      ho, [&service](server::HttpRequest&& r, std::shared_ptr<server::Exchange> ex) {
-        service.Handle(std::move(r), std::move(ex));
-      });
-  if (Status s = http.Start(); !s.ok()) return ReportError(s);
-  service.SetReady(true);
-  SLUICE_LOG_INFO("ready: listening on http://{}:{} (POST /v1/completions)", a.host, http.port());
-
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  SLUICE_LOG_INFO("{}: draining ({} requests in flight, up to {} s)",
-                  sig == SIGTERM ? "SIGTERM" : "SIGINT", service.in_flight(), a.shutdown_timeout_s);
-  service.BeginDrain();
-  const double deadline = NowSeconds() + a.shutdown_timeout_s;
-  while (service.in_flight() > 0 && NowSeconds() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (service.in_flight() > 0) {
-    SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", service.in_flight());
-  }
-  loop.Shutdown();  // aborts what is left (503)
-  const double flush = NowSeconds() + 1.0;
-  while (service.in_flight() > 0 && NowSeconds() < flush) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  http.Stop();
-  SLUICE_LOG_INFO("stopped");
-  return 0;
+  return std::unique_ptr<server::ServedModel>(std::make_unique<server::GenerationModel>(
+      std::move(gen), bundle, tokenizer.get(), lo, std::move(so)));
 }
 
 }  // namespace sluice::cli

@@ -6,6 +6,7 @@
 
 #include "cli/common.h"
 #include "engine/model_bundle.h"
+#include "server/served_model.h"
 
 namespace sluice::cli {
 
@@ -20,14 +21,11 @@ struct GenerationServeFlags {
 };
 
 struct GenerationServeArgs {
-  ModelFlags model;
+  ModelFlags model;  // model.model: the version's directory
   GenerationServeFlags gen;
-  std::string host, served_name, api_key;
-  int port = 8000, io_threads = 1, workers = 2, max_queue_depth = 256;
-  int max_connections = 0;           // 0 = from the file-descriptor limit
+  std::string served_name, served_version = "1", api_key;
+  int workers = 2, max_queue_depth = 256;
   bool metrics_require_key = false;  // /metrics behind --api-key
-  int64_t max_body_bytes = 8 << 20;
-  double shutdown_timeout_s = 30;
 };
 
 // Whether the model directory is served as a generation model: --task generate, or no
@@ -35,7 +33,9 @@ struct GenerationServeArgs {
 // or a task in sluice.json).
 StatusOr<bool> IsGenerationModel(const ModelBundle& bundle, const std::string& task_flag);
 
-int RunServeGeneration(const GenerationServeArgs& args);
+// Loads a generation model (the generation engine, its chat template) and the service in
+// front of it, for the model registry; logs the resolved model, dtype, device and limits.
+StatusOr<std::unique_ptr<server::ServedModel>> LoadGenerationModel(const GenerationServeArgs& args);
 
 // The model's chat template: --chat-template FILE, else DIR/chat_template.jinja, else
 // tokenizer_config.json's chat_template; "" when none. `source` says which.

@@ -324,7 +324,8 @@ std::optional<std::string> DocumentText(const ModelContext& model, const Item& d
 }
 
 Status CheckModelName(const ModelContext& model, const std::string& requested) {
-  if (!requested.empty() && requested != model.name) {
+  if (!requested.empty() && requested != model.name &&
+      requested != model.name + ":" + model.version) {
     return Status(StatusCode::kNotFound, "model \"" + requested +
                                              "\" is not served here (this server serves \"" +
                                              model.name + "\")");

@@ -26,6 +26,7 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   const HeadSpec& head = engine.head();
   ModelContext m;
   m.name = options.served_name;
+  m.version = options.served_version;
   m.task = TaskName(info.task);
   m.family = info.family;
   m.output_dim = head.output_dim;

@@ -9,6 +9,7 @@ namespace sluice::io {
 
 struct ContextOptions {
   std::string served_name;
+  std::string served_version = "1";
   int max_inputs_per_request = 0;  // 0 = unlimited
   int max_tokens_per_input = 0;    // 0 = the model's limit
   bool truncate = false;           // --truncate: over-long inputs are truncated

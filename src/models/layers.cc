@@ -75,9 +75,10 @@ StatusOr<Activation> ParseActivation(const std::string& a) {
   if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") return Activation::kGeluTanh;
   if (a == "silu" || a == "swish") return Activation::kSilu;
   if (a == "relu") return Activation::kRelu;
+  if (a == "quick_gelu") return Activation::kQuickGelu;
   return Unsupported("activation \"" + a +
                      "\" is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh, "
-                     "silu, swish, relu)");
+                     "silu, swish, relu, quick_gelu)");
 }
 
 }  // namespace sluice

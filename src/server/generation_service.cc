@@ -247,7 +247,7 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
     call->creq = std::move(parsed).value();
   }
   io::CompletionRequest& cr = call->creq;
-  if (!cr.model.empty() && cr.model != options_.served_name) {
+  if (!ModelMatches(cr.model)) {
     return Respond(call,
                    ErrorResponse(404, "model \"" + cr.model + "\" is not served here; " +
                                           "this server serves \"" + options_.served_name + "\""));
@@ -402,7 +402,7 @@ StatusOr<std::string> GenerationService::Tokenize(const std::string& body, bool 
   io::Fields f(obj, "");
   std::string model;
   RETURN_IF_ERROR(f.GetString("model", &model));
-  if (!model.empty() && model != options_.served_name) {
+  if (!ModelMatches(model)) {
     return NotFound("model \"" + model + "\" is not served here; this server serves \"" +
                     options_.served_name + "\"");
   }
@@ -609,9 +609,15 @@ void GenerationService::OnRequestDone(const std::shared_ptr<Call>& call, size_t 
   drop.swap(call->reqs);
 }
 
+bool GenerationService::ModelMatches(const std::string& requested) const {
+  return requested.empty() || requested == options_.served_name ||
+         requested == options_.served_name + ":" + options_.served_version;
+}
+
 std::string GenerationService::RenderMetrics() const {
   const GenerationSnapshot s = loop_->snapshot();
-  const std::string model = "model=\"" + Label(options_.served_name) + "\"";
+  const std::string model = "model=\"" + Label(options_.served_name) + "\",version=\"" +
+                            Label(options_.served_version) + "\"";
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, const std::string& v,
                     const std::string& extra = "") {

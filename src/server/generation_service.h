@@ -27,6 +27,7 @@ using ChatRenderer = std::function<StatusOr<std::string>(const std::string& chat
 
 struct GenerationServiceOptions {
   std::string served_name;
+  std::string served_version = "1";  // `model` may be "name" or "name:version"
   std::string chat_template;  // the model's (tokenizer_config.json, chat_template.jinja, flag)
   ChatRenderer render_chat;
   std::string api_key;               // empty = no auth
@@ -43,6 +44,8 @@ class GenerationService {
   ~GenerationService();
 
   void Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+  // Prometheus text of this model (every series labelled with model and version).
+  std::string MetricsText() const { return RenderMetrics(); }
   void SetReady(bool ready) { ready_ = ready; }
   void BeginDrain() { draining_ = true; }
   int in_flight() const { return in_flight_.load(); }
@@ -61,6 +64,7 @@ class GenerationService {
   void OnRequestDone(const std::shared_ptr<Call>& call, size_t p, GenerateRequest& r,
                      const Status& st);
   std::string RenderMetrics() const;
+  bool ModelMatches(const std::string& requested) const;
 
   GenerationServiceOptions options_;
   GenerationLoop* loop_;

@@ -24,6 +24,9 @@ struct HttpRequest {
   // The connection came in over --max-connections: the service answers health routes and
   // turns anything else away (503); the connection closes after one response.
   bool overflow = false;
+  // Set by the router for a request it rewrote (KServe infer): the route label its metrics
+  // are counted under.
+  std::string metrics_route;
 };
 
 struct HttpResponse {
@@ -55,6 +58,15 @@ class Exchange {
 
   const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
+  // Headers added to the response (or the stream's head) whoever sends it: the model
+  // router names the model and version that answered. Before Respond/BeginStream only.
+  void AddHeader(std::string key, std::string value) {
+    extra_headers_.emplace_back(std::move(key), std::move(value));
+  }
+  // Runs `fn` once the response was handed to the transport (after Respond, or after End
+  // of a stream), on the thread that did so. Before Respond/BeginStream only.
+  void OnFinish(std::function<void()> fn) { on_finish_ = std::move(fn); }
+
   // Returns false if a response was already sent.
   bool Respond(HttpResponse r) {
     if (responded_.exchange(true)) return false;
@@ -64,7 +76,9 @@ class Exchange {
       send = std::move(send_);
       hook_ = nullptr;
     }
+    for (auto& h : extra_headers_) r.headers.push_back(h);
     if (send) send(std::move(r));
+    Finished();
     return true;
   }
   bool responded() const { return responded_.load(); }
@@ -78,6 +92,7 @@ class Exchange {
   bool BeginStream(HttpResponse head) {
     if (!stream_ || responded_.exchange(true)) return false;
     streaming_ = true;
+    for (auto& h : extra_headers_) head.headers.push_back(h);
     stream_(StreamPiece{StreamPiece::Kind::kHead, std::move(head), {}});
     return true;
   }
@@ -91,6 +106,7 @@ class Exchange {
     ended_ = true;
     stream_ended_ = true;
     stream_(StreamPiece{StreamPiece::Kind::kEnd, {}, {}});
+    Finished();
   }
 
   // Runs `hook` when the client disconnects before the response (at once if it already has).
@@ -118,7 +134,15 @@ class Exchange {
   }
 
  private:
+  void Finished() {
+    std::function<void()> fn = std::move(on_finish_);
+    on_finish_ = nullptr;
+    if (fn) fn();
+  }
+
   std::mutex mu_;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
+  std::function<void()> on_finish_;
   SendFn send_;
   std::function<void()> hook_;
   StreamFn stream_;

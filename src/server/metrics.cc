@@ -76,8 +76,9 @@ const char* StageName(Stage s) {
   return "?";
 }
 
-Metrics::Metrics()
-    : batch_seqs_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
+Metrics::Metrics(std::string labels)
+    : labels_(std::move(labels)),
+      batch_seqs_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
       batch_tokens_({64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {
   for (int i = 0; i < kNumStages; ++i) stages_.emplace_back(kStageBounds);
 }
@@ -111,22 +112,36 @@ void Metrics::RecordBatch(int num_seqs, int64_t num_tokens, double seconds) {
 void Metrics::AddTokens(int64_t n) { tokens_ += static_cast<uint64_t>(n); }
 void Metrics::AddCancelled() { cancelled_++; }
 
+std::string Metrics::Series(const char* name) const {
+  return labels_.empty() ? std::string(name) : std::string(name) + "{" + labels_ + "}";
+}
+
+void Metrics::AppendResponses(std::string* out) const {
+  const std::string l = labels_.empty() ? "" : labels_ + ",";
+  Header(out, "sluice_requests_total", "counter", "HTTP responses by route and status code.");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, n] : requests_) {
+    *out += "sluice_requests_total{" + l + "route=\"" + LabelValue(key.first) + "\",code=\"" +
+            std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+  }
+  Header(out, "sluice_request_duration_seconds", "histogram",
+         "End-to-end request latency (request read to response handed to the socket).");
+  for (const auto& [route, h] : latency_) {
+    h.Render(out, "sluice_request_duration_seconds", l + "route=\"" + LabelValue(route) + "\"");
+  }
+}
+
+std::string Metrics::RenderResponses() const {
+  std::string out;
+  AppendResponses(&out);
+  return out;
+}
+
 std::string Metrics::Render(const GaugeValues& g) const {
   std::string out;
   out.reserve(8192);
-  Header(&out, "sluice_requests_total", "counter", "HTTP responses by route and status code.");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, n] : requests_) {
-      out += "sluice_requests_total{route=\"" + key.first + "\",code=\"" +
-             std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
-    }
-    Header(&out, "sluice_request_duration_seconds", "histogram",
-           "End-to-end request latency (request read to response handed to the socket).");
-    for (const auto& [route, h] : latency_) {
-      h.Render(&out, "sluice_request_duration_seconds", "route=\"" + route + "\"");
-    }
-  }
+  AppendResponses(&out);
+  const std::string l = labels_.empty() ? "" : labels_ + ",";
   Header(&out, "sluice_stage_seconds", "histogram",
          "Per-request time by stage (the stages tile the end-to-end latency): parse (request "
          "read to body validated, incl. the wait for a worker), tokenize (inputs to engine "
@@ -134,38 +149,107 @@ std::string Metrics::Render(const GaugeValues& g) const {
          "end), respond (engine done to response handed to the connection).");
   for (int i = 0; i < kNumStages; ++i) {
     stages_[i].Render(&out, "sluice_stage_seconds",
-                      std::string("stage=\"") + StageName(static_cast<Stage>(i)) + "\"");
+                      l + "stage=\"" + StageName(static_cast<Stage>(i)) + "\"");
   }
   Header(&out, "sluice_batch_size", "histogram", "Sequences per packed batch.");
-  batch_seqs_.Render(&out, "sluice_batch_size", "");
+  batch_seqs_.Render(&out, "sluice_batch_size", labels_);
   Header(&out, "sluice_batch_tokens", "histogram", "Tokens per packed batch.");
-  batch_tokens_.Render(&out, "sluice_batch_tokens", "");
+  batch_tokens_.Render(&out, "sluice_batch_tokens", labels_);
   Header(&out, "sluice_batches_total", "counter", "Packed forward passes run.");
-  out += "sluice_batches_total " + std::to_string(batches_.load()) + "\n";
+  out += Series("sluice_batches_total") + " " + std::to_string(batches_.load()) + "\n";
   Header(&out, "sluice_engine_busy_seconds_total", "counter",
          "Time the engine spent in packed forwards (busy / wall time = engine utilisation).");
-  out += "sluice_engine_busy_seconds_total " + Num(busy_ns_.load() * 1e-9) + "\n";
+  out += Series("sluice_engine_busy_seconds_total") + " " + Num(busy_ns_.load() * 1e-9) + "\n";
   Header(&out, "sluice_prefix_reuse_batches_total", "counter",
          "Packed forwards in which groups of sequences shared a prefix computed once.");
-  out += "sluice_prefix_reuse_batches_total " + std::to_string(prefix_batches_.load()) + "\n";
+  out += Series("sluice_prefix_reuse_batches_total") + " " +
+         std::to_string(prefix_batches_.load()) + "\n";
   Header(&out, "sluice_prefix_reuse_groups_total", "counter",
          "Groups of consecutive sequences (e.g. one query's documents) that shared a prefix "
          "computed once.");
-  out += "sluice_prefix_reuse_groups_total " + std::to_string(prefix_groups_.load()) + "\n";
+  out += Series("sluice_prefix_reuse_groups_total") + " " + std::to_string(prefix_groups_.load()) +
+         "\n";
   Header(&out, "sluice_prefix_reuse_tokens_saved_total", "counter",
          "Prefix tokens not recomputed thanks to shared-prefix reuse.");
-  out += "sluice_prefix_reuse_tokens_saved_total " + std::to_string(prefix_saved_.load()) + "\n";
+  out += Series("sluice_prefix_reuse_tokens_saved_total") + " " +
+         std::to_string(prefix_saved_.load()) + "\n";
   Header(&out, "sluice_tokens_total", "counter", "Tokens processed by the engine.");
-  out += "sluice_tokens_total " + std::to_string(tokens_.load()) + "\n";
+  out += Series("sluice_tokens_total") + " " + std::to_string(tokens_.load()) + "\n";
   Header(&out, "sluice_requests_cancelled_total", "counter",
          "Requests whose client disconnected before the answer; their queued work was dropped.");
-  out += "sluice_requests_cancelled_total " + std::to_string(cancelled_.load()) + "\n";
+  out += Series("sluice_requests_cancelled_total") + " " + std::to_string(cancelled_.load()) + "\n";
   Header(&out, "sluice_queue_depth", "gauge", "Requests waiting for the engine.");
-  out += "sluice_queue_depth " + std::to_string(g.queue_depth) + "\n";
+  out += Series("sluice_queue_depth") + " " + std::to_string(g.queue_depth) + "\n";
   Header(&out, "sluice_requests_in_flight", "gauge", "Requests accepted and not yet answered.");
-  out += "sluice_requests_in_flight " + std::to_string(g.in_flight) + "\n";
+  out += Series("sluice_requests_in_flight") + " " + std::to_string(g.in_flight) + "\n";
   Header(&out, "sluice_ready", "gauge", "1 when the model is loaded, warmed up and not draining.");
-  out += "sluice_ready " + std::to_string(g.ready) + "\n";
+  out += Series("sluice_ready") + " " + std::to_string(g.ready) + "\n";
+  return out;
+}
+
+std::string LabelValue(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string MergeExpositions(const std::vector<std::string>& parts) {
+  struct Family {
+    std::string help, type;
+    std::string samples;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Family> families;
+  for (const std::string& text : parts) {
+    std::string current;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string_view line(text.data() + pos, end - pos);
+      pos = end + 1;
+      if (line.empty()) continue;
+      auto family_of = [&](std::string_view rest) {
+        const size_t sp = rest.find(' ');
+        return std::string(rest.substr(0, sp));
+      };
+      if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+        current = family_of(line.substr(7));
+        auto [it, fresh] = families.try_emplace(current);
+        if (fresh) order.push_back(current);
+        std::string& slot = line[2] == 'H' ? it->second.help : it->second.type;
+        if (slot.empty()) slot = std::string(line);
+        continue;
+      }
+      if (line[0] == '#') continue;
+      // A sample belongs to the family whose header came last (histogram _bucket lines),
+      // else to its own name.
+      std::string name(line.substr(0, line.find_first_of("{ ")));
+      std::string key = current;
+      if (key.empty() || name.rfind(key, 0) != 0) {
+        key = name;
+        if (families.try_emplace(key).second) order.push_back(key);
+      }
+      families[key].samples.append(line).push_back('\n');
+    }
+  }
+  std::string out;
+  for (const std::string& name : order) {
+    const Family& f = families[name];
+    if (!f.help.empty()) out += f.help + "\n";
+    if (!f.type.empty()) out += f.type + "\n";
+    out += f.samples;
+  }
   return out;
 }
 

@@ -48,7 +48,9 @@ const char* StageName(Stage s);
 
 class Metrics {
  public:
-  Metrics();
+  // `labels`: `key="value",...` put first in every series (the model and version of a
+  // served model), or "" (the router's own responses).
+  explicit Metrics(std::string labels = "");
   // One per response sent (or attempted: a client that went away counts under 499).
   void RecordResponse(const std::string& route, int status, double seconds);
   void RecordStage(Stage stage, double seconds);
@@ -60,8 +62,14 @@ class Metrics {
   void AddTokens(int64_t n);
   void AddCancelled();
   std::string Render(const GaugeValues& gauges) const;
+  // Only sluice_requests_total and sluice_request_duration_seconds (the router's own).
+  std::string RenderResponses() const;
 
  private:
+  void AppendResponses(std::string* out) const;
+  std::string Series(const char* name) const;  // name{labels} or name
+
+  std::string labels_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, Histogram> latency_;
@@ -71,5 +79,11 @@ class Metrics {
   std::atomic<uint64_t> busy_ns_{0};
   std::atomic<uint64_t> prefix_saved_{0}, prefix_batches_{0}, prefix_groups_{0};
 };
+
+// Merges Prometheus text expositions into one: each family's HELP/TYPE once, its samples
+// from every input together (the exposition format wants a family's lines contiguous).
+std::string MergeExpositions(const std::vector<std::string>& parts);
+// Escapes a label value (backslash, double quote, newline).
+std::string LabelValue(const std::string& v);
 
 }  // namespace sluice::server

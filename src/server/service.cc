@@ -103,12 +103,19 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
       p == "/health" || p == "/ready" || p == "/v1/models" || p == "/metrics" || IsHealthRoute(p);
   call->route = proc || get_route ? p : "other";
   if (p.rfind("/v2/models/", 0) == 0) call->route = "/v2/models/{name}/ready";
+  if (!r.metrics_route.empty()) call->route = r.metrics_route;
   if (r.transport_error)
     return Respond(call, [&] {
       HttpResponse e = ErrorResponse(r.transport_error, r.transport_message);
       e.close = true;
       return e;
     }());
+  if (p == "/v1/completions" || p == "/v1/chat/completions") {
+    call->route = p;
+    return Respond(call,
+                   ErrorResponse(400, "model \"" + model_->name + "\" is a scoring model (task " +
+                                          model_->task + "): " + p + " needs a generation model"));
+  }
   if (!proc && !get_route) {
     return Respond(call, ErrorResponse(404, "no route " + r.method + " " + p));
   }

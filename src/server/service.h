@@ -34,6 +34,7 @@ class Service {
   void Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
 
   void SetReady(bool ready) { ready_ = ready; }
+  bool ready() const { return ready_ && !draining_; }
   // Readiness turns 503 and new work is refused with 503; in-flight work continues.
   void BeginDrain() { draining_ = true; }
   int in_flight() const { return in_flight_.load(); }

@@ -37,11 +37,14 @@ def golden(name):
 class Server:
     """`sluice serve` on 127.0.0.1 with --port 0; the port is read from its log."""
 
-    def __init__(self, model, *extra, timeout=120, preexec_fn=None):
-        cmd = [ARGS.sluice, "serve", "--model", model_dir(model), "--port", "0",
-               "--threads", "1"] + list(extra)
+    def __init__(self, model, *extra, timeout=120, preexec_fn=None, cmd=None, env=None):
+        # model None: the models come in `extra` (--model NAME=PATH, --model-repository);
+        # cmd: another command line that starts the server (scripts/serve-demo).
+        if cmd is None:
+            cmd = [ARGS.sluice, "serve"] + (["--model", model_dir(model)] if model else []) + \
+                ["--port", "0", "--threads", "1"] + list(extra)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, preexec_fn=preexec_fn)
+                                     text=True, preexec_fn=preexec_fn, env=env)
         self.log = []
         self.port = None
         ready = threading.Event()
@@ -90,13 +93,22 @@ class Server:
         return self.request("GET", path, **kw)
 
     def metrics(self):
+        """Every series by its key; also, for series labelled with model and version, the
+        key without those two labels, summed over models and versions (the one-model
+        view: 'sluice_requests_total{route="/score",code="200"}')."""
         _, _, text = self.get("/metrics")
-        out = {}
+        out, summed = {}, {}
         for line in text.splitlines():
             if line.startswith("#") or not line.strip():
                 continue
             key, value = line.rsplit(" ", 1)
             out[key] = float(value)
+            bare = re.sub(r'(model|version)="(?:[^"\\]|\\.)*",?', "", key)
+            bare = bare.replace(",}", "}").replace("{}", "")
+            if bare != key:
+                summed[bare] = summed.get(bare, 0) + float(value)
+        for key, value in summed.items():
+            out[key] = out.get(key, 0) + value
         return out
 
     def signal(self, sig=signal.SIGTERM):

@@ -268,7 +268,7 @@ with Server(MODEL) as s:
 
     # A client that goes away mid-stream: its request is cancelled and its blocks freed.
     before = s.metrics()
-    key_abort = 'sluice_request_success_total{model="model",finished_reason="abort"}'
+    key_abort = 'sluice_request_success_total{model="model",version="1",finished_reason="abort"}'
     status, _, events, _ = sse(s, {"prompt": PROMPTS[5], "max_tokens": 480, "temperature": 0,
                                    "ignore_eos": True, "stream": True}, close_after=1)
     c.check(status.startswith("HTTP/1.1 200") and len(events) == 1, "stream started")
@@ -277,16 +277,16 @@ with Server(MODEL) as s:
     while time.time() < deadline:
         m = s.metrics()
         if m.get(key_abort, 0) > before.get(key_abort, 0) and \
-                m.get('sluice_kv_cache_blocks_in_use{model="model"}', 1) == 0:
+                m.get('sluice_kv_cache_blocks_in_use{model="model",version="1"}', 1) == 0:
             break
         time.sleep(0.05)
     c.check(m.get(key_abort, 0) == before.get(key_abort, 0) + 1, f"aborted once: {m.get(key_abort)}")
-    c.check(m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0, "blocks freed")
-    c.check(m.get('sluice_requests_cancelled_total{model="model"}', 0) >=
-            before.get('sluice_requests_cancelled_total{model="model"}', 0) + 1, "cancel counted")
-    gen_after = m.get('sluice_generation_tokens_total{model="model"}', 0)
+    c.check(m.get('sluice_kv_cache_blocks_in_use{model="model",version="1"}') == 0, "blocks freed")
+    c.check(m.get('sluice_requests_cancelled_total{model="model",version="1"}', 0) >=
+            before.get('sluice_requests_cancelled_total{model="model",version="1"}', 0) + 1, "cancel counted")
+    gen_after = m.get('sluice_generation_tokens_total{model="model",version="1"}', 0)
     time.sleep(0.3)
-    c.check(s.metrics().get('sluice_generation_tokens_total{model="model"}') == gen_after,
+    c.check(s.metrics().get('sluice_generation_tokens_total{model="model",version="1"}') == gen_after,
             "no tokens generated after the disconnect")
 
     # Mixed concurrent load (16 clients, streaming and not): all succeed, nothing left over.
@@ -317,17 +317,17 @@ with Server(MODEL) as s:
     # The engine publishes its counters after each step: give the last step a moment.
     for _ in range(100):
         m = s.metrics()
-        if m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0 and \
-                m.get('sluice_num_requests{model="model"}') == 0:
+        if m.get('sluice_kv_cache_blocks_in_use{model="model",version="1"}') == 0 and \
+                m.get('sluice_num_requests{model="model",version="1"}') == 0:
             break
         time.sleep(0.05)
-    c.check(m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0, "no blocks left")
-    c.check(m.get('sluice_num_requests{model="model"}') == 0, "no requests left")
+    c.check(m.get('sluice_kv_cache_blocks_in_use{model="model",version="1"}') == 0, "no blocks left")
+    c.check(m.get('sluice_num_requests{model="model",version="1"}') == 0, "no requests left")
     for h in ["time_to_first_token_seconds", "inter_token_latency_seconds",
               "e2e_request_latency_seconds", "request_queue_time_seconds",
               "request_prefill_time_seconds", "request_decode_time_seconds",
               "request_prompt_tokens", "request_generation_tokens"]:
-        c.check(m.get(f'sluice_{h}_count{{model="model"}}', 0) > 50, f"histogram {h} observed")
+        c.check(m.get(f'sluice_{h}_count{{model="model",version="1"}}', 0) > 50, f"histogram {h} observed")
 
     # sluice bench for generation: streamed requests, TTFT and inter-token latency.
     r = subprocess.run([args.sluice, "bench", "--port", str(s.port), "--endpoint",

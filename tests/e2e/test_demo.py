@@ -72,4 +72,25 @@ with Server(MODEL) as s:
         c.check(m is not None and m.group(1) == "6" and
                 abs(float(m.group(3)) / float(m.group(2)) - 20 / 6) < 0.01,
                 f"bench counts: {out.stdout}")
+
+# `make serve` (scripts/serve-demo): both demo models from one process, through the model
+# repository models/; requests without "model" go to the one model serving their route.
+env = dict(os.environ, PORT="0")
+with Server(None, cmd=[os.path.join(os.path.dirname(MODEL), "..", "scripts", "serve-demo"),
+                       harness.ARGS.sluice], env=env) as s:
+    st, _, r = s.get("/v1/models")
+    c.check(st == 200 and sorted(m["id"] for m in r["data"]) == ["demo-chat", "demo-reranker"],
+            f"make serve models: {r}")
+    st, h, r = s.post("/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2})
+    c.check(st == 200 and r.get("model") == "demo-reranker" and r["results"][0]["index"] == 1
+            and abs(r["results"][0]["relevance_score"] - 0.99998975) < 1e-6,
+            f"make serve: the README's rerank: {r}")
+    st, _, r = s.post("/v1/chat/completions",
+                      {"model": "demo-chat",
+                       "messages": [{"role": "user", "content": "Where do salmon swim?"}]})
+    c.check(st == 200 and r["choices"][0]["message"]["content"] ==
+            "Salmon swim up the cold river.", f"make serve: the README's chat: {r}")
+    st, _, r = s.post("/v2/repository/index", {})
+    c.check(st == 200 and sorted((e["name"], e.get("state")) for e in r) ==
+            [("demo-chat", "READY"), ("demo-reranker", "READY")], f"make serve index: {r}")
 c.finish("demo")

@@ -93,8 +93,8 @@ def run(s, seconds, seed):
 def settle(s):
     for _ in range(100):
         m = s.metrics()
-        if m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0 and \
-                m.get('sluice_num_requests{model="model"}') == 0:
+        if m.get('sluice_kv_cache_blocks_in_use{model="model",version="1"}') == 0 and \
+                m.get('sluice_num_requests{model="model",version="1"}') == 0:
             return m
         time.sleep(0.1)
     return s.metrics()
@@ -112,7 +112,7 @@ with Server(MODEL, "--max-queue-depth", "1024", "--kv-cache-memory", str(32 << 2
     print(f"warm-up {warm}; run {stats}; RSS {before} -> {after} kB", flush=True)
     c.check(stats["errors"] == 0, f"errors: {stats}")
     c.check(stats["ok"] > 100 and stats["dropped"] > 0 and stats["bad"] > 0, f"mix: {stats}")
-    c.check(m.get('sluice_kv_cache_blocks_in_use{model="model"}') == 0, "no KV blocks left")
-    c.check(m.get('sluice_num_requests{model="model"}') == 0, "no requests left")
+    c.check(m.get('sluice_kv_cache_blocks_in_use{model="model",version="1"}') == 0, "no KV blocks left")
+    c.check(m.get('sluice_num_requests{model="model",version="1"}') == 0, "no requests left")
     c.check(after <= before * 1.05, f"RSS grew {before} -> {after} kB (> 5%)")
 c.finish("e2e_gen_soak")

@@ -91,6 +91,8 @@ dnnl::algorithm EltwiseAlg(Activation act) {
       return dnnl::algorithm::eltwise_swish;
     case Activation::kRelu:
       return dnnl::algorithm::eltwise_relu;
+    case Activation::kQuickGelu:  // swish with alpha 1.702
+      return dnnl::algorithm::eltwise_swish;
     case Activation::kNone:
       break;
   }
@@ -101,7 +103,7 @@ dnnl::primitive_attr MakeAttr(Activation act, bool sum) {
   dnnl::post_ops po;
   if (act != Activation::kNone) {
     // swish(x) = x * sigmoid(alpha * x): alpha = 1 gives SiLU. relu alpha = 0.
-    float alpha = act == Activation::kSilu ? 1.f : 0.f;
+    float alpha = act == Activation::kSilu ? 1.f : act == Activation::kQuickGelu ? 1.702f : 0.f;
     po.append_eltwise(1.f, EltwiseAlg(act), alpha, 0.f);
   }
   if (sum) po.append_sum(1.f);

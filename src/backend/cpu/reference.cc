@@ -35,6 +35,8 @@ double Act(double x, Activation act) {
       return x / (1.0 + std::exp(-x));
     case Activation::kRelu:
       return x > 0 ? x : 0.0;
+    case Activation::kQuickGelu:
+      return x / (1.0 + std::exp(-1.702 * x));
     case Activation::kNone:
       break;
   }

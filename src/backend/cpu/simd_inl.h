@@ -79,6 +79,10 @@ HWY_INLINE V Act(D d, V x, Activation act) {
     }
     case Activation::kRelu:
       return hn::Max(x, hn::Zero(d));
+    case Activation::kQuickGelu: {
+      const V e = hn::Exp(d, hn::Min(hn::Mul(x, hn::Set(d, -1.702f)), hn::Set(d, 88.f)));
+      return hn::Div(x, hn::Add(hn::Set(d, 1.f), e));
+    }
     case Activation::kNone:
       break;
   }

@@ -24,6 +24,8 @@ __device__ __forceinline__ float ApplyAct(float x, Activation act) {
       return x / (1.0f + expf(-x));
     case Activation::kRelu:
       return x > 0.f ? x : 0.f;
+    case Activation::kQuickGelu:
+      return x / (1.0f + expf(-1.702f * x));
     case Activation::kNone:
       break;
   }

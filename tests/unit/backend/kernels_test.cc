@@ -20,7 +20,7 @@ constexpr int64_t kCols[] = {7, 64, 100, 384};
 TEST(CpuKernels, Activate) {
   auto be = MakeCpu();
   for (auto act : {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu,
-                   Activation::kRelu, Activation::kNone}) {
+                   Activation::kRelu, Activation::kQuickGelu, Activation::kNone}) {
     for (int64_t rows : kRows) {
       for (int64_t cols : kCols) {
         const int64_t ld = cols + 3;  // strided view

@@ -81,8 +81,8 @@ TEST_P(CpuLinear, MatchesReference) {
         }
       }
     }
-    for (auto act :
-         {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu, Activation::kRelu}) {
+    for (auto act : {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu,
+                     Activation::kRelu, Activation::kQuickGelu}) {
       CheckLinear(*be, dtype, {33, 96, 70, true, act, false}, false);
       CheckLinear(*be, dtype, {33, 96, 70, false, act, true}, true);
     }

@@ -79,7 +79,7 @@ class CudaOps : public ::testing::Test {
 constexpr int64_t kRows[] = {1, 3, 17, 130};
 constexpr int64_t kCols[] = {7, 64, 100, 385};
 constexpr Activation kActs[] = {Activation::kNone, Activation::kGeluErf, Activation::kGeluTanh,
-                                Activation::kSilu, Activation::kRelu};
+                                Activation::kSilu, Activation::kRelu,    Activation::kQuickGelu};
 
 TEST_F(CudaOps, Describe) {
   EXPECT_EQ(gpu_.be->kind(), DeviceKind::kCuda);
