@@ -74,51 +74,19 @@ void AppendDouble(double d, std::string* out) {
   out->append(buf, r.ptr);
 }
 
-// The `properties` maps of a schema, each in declaration order.
-using PropertyMaps = std::vector<std::vector<std::string>>;
-
-void AppendCanonical(const element& e, std::string* out, const PropertyMaps* maps = nullptr) {
+void AppendCanonical(const element& e, std::string* out) {
   switch (e.type()) {
     case element_type::OBJECT: {
       out->push_back('{');
       std::vector<std::pair<std::string_view, element>> members;
       for (auto [k, v] : object(e)) members.emplace_back(k, v);
-      if (maps) {
-        // Greedy cover: the map declaring most of the keys gives their order, then the map
-        // declaring most of the rest, ...; keys no map declares keep document order, last.
-        std::vector<std::pair<std::string_view, element>> ordered, rest = members;
-        while (!rest.empty()) {
-          const std::vector<std::string>* best = nullptr;
-          size_t best_n = 0;
-          for (const auto& m : *maps) {
-            size_t n = 0;
-            for (const auto& kv : rest) n += std::find(m.begin(), m.end(), kv.first) != m.end();
-            if (n > best_n) {
-              best_n = n;
-              best = &m;
-            }
-          }
-          if (!best) break;
-          for (const std::string& k : *best) {
-            for (auto it = rest.begin(); it != rest.end(); ++it) {
-              if (it->first == k) {
-                ordered.push_back(*it);
-                rest.erase(it);
-                break;
-              }
-            }
-          }
-        }
-        ordered.insert(ordered.end(), rest.begin(), rest.end());
-        members = std::move(ordered);
-      }
       bool first = true;
       for (const auto& [k, v] : members) {
         if (!first) out->push_back(',');
         first = false;
         AppendQuoted(k, out);
         out->push_back(':');
-        AppendCanonical(v, out, maps);
+        AppendCanonical(v, out);
       }
       out->push_back('}');
       return;
@@ -129,7 +97,7 @@ void AppendCanonical(const element& e, std::string* out, const PropertyMaps* map
       for (element v : simdjson::dom::array(e)) {
         if (!first) out->push_back(',');
         first = false;
-        AppendCanonical(v, out, maps);
+        AppendCanonical(v, out);
       }
       out->push_back(']');
       return;
@@ -649,6 +617,7 @@ class Compiler {
         if (v.type() != element_type::ARRAY) return Refuse(kp, "must be an array");
         // The conjunction without this keyword: the same objects, minus kw on this one.
         std::vector<ExprP> branches;
+        std::vector<std::optional<element>> branch_schemas;
         size_t k = 0;
         for (element s : simdjson::dom::array(v)) {
           const std::string sp = kp + "/" + std::to_string(k++);
@@ -670,8 +639,11 @@ class Compiler {
           skip_.pop_back();
           if (!b.ok()) return b.status();
           branches.push_back(*b);
+          branch_schemas.push_back(s.type() == element_type::OBJECT ? std::optional<element>(s)
+                                                                    : std::nullopt);
         }
-        if (std::string_view(kw) == "oneOf") RETURN_IF_ERROR(CheckDisjoint(branches, kp));
+        if (std::string_view(kw) == "oneOf")
+          RETURN_IF_ERROR(CheckDisjoint(branches, kp, &branch_schemas));
         return Alt(std::move(branches));
       }
     }
@@ -685,17 +657,116 @@ class Compiler {
     return false;
   }
 
-  // oneOf is exclusive: the branches must match disjoint sets of texts.
-  Status CheckDisjoint(const std::vector<ExprP>& b, const std::string& ptr) {
+  // Required properties of an object schema with the values const/enum allow them (canonical
+  // JSON), following $ref at the top and on the property.
+  void Discriminators(element s, std::map<std::string, std::set<std::string>>* out, int depth = 0) {
+    if (depth > 16 || s.type() != element_type::OBJECT) return;
+    object o(s);
+    element v;
+    if (o.at_key("$ref").get(v) == simdjson::SUCCESS && v.type() == element_type::STRING) {
+      auto t = Resolve(std::string_view(v), "");
+      if (t.ok()) Discriminators(*t, out, depth + 1);
+    }
+    std::set<std::string> req;
+    if (o.at_key("required").get(v) == simdjson::SUCCESS && v.type() == element_type::ARRAY) {
+      for (element x : simdjson::dom::array(v)) {
+        if (x.type() == element_type::STRING) req.insert(std::string(std::string_view(x)));
+      }
+    }
+    element props;
+    if (o.at_key("properties").get(props) != simdjson::SUCCESS ||
+        props.type() != element_type::OBJECT)
+      return;
+    for (auto [k, ps] : object(props)) {
+      const std::string name(k);
+      if (!req.count(name)) continue;
+      element p = ps;
+      for (int hop = 0; hop < 16 && p.type() == element_type::OBJECT; ++hop) {
+        element r;
+        if (object(p).at_key("$ref").get(r) != simdjson::SUCCESS ||
+            r.type() != element_type::STRING)
+          break;
+        auto t = Resolve(std::string_view(r), "");
+        if (!t.ok()) break;
+        p = *t;
+      }
+      if (p.type() != element_type::OBJECT) continue;
+      std::set<std::string> vals;
+      bool has = false;
+      element c;
+      if (object(p).at_key("const").get(c) == simdjson::SUCCESS) {
+        vals.insert(Canonical(c));
+        has = true;
+      }
+      if (object(p).at_key("enum").get(c) == simdjson::SUCCESS && c.type() == element_type::ARRAY) {
+        const bool had = has;
+        has = true;
+        std::set<std::string> ev;
+        for (element x : simdjson::dom::array(c)) ev.insert(Canonical(x));
+        if (!had) {
+          vals = ev;
+        } else {
+          std::set<std::string> both;
+          for (const std::string& x : vals) {
+            if (ev.count(x)) both.insert(x);
+          }
+          vals = both;
+        }
+      }
+      if (has) (*out)[name] = vals;
+    }
+  }
+
+  // oneOf is exclusive: no value may match two branches. Scalars: the branches' automata must
+  // not intersect (every value a branch accepts has its canonical spelling in the branch's
+  // language). Objects: the automata cannot tell (each branch orders keys its own way), so two
+  // branches that both admit objects need a discriminator: a property both require whose
+  // const/enum values are disjoint. Two branches that both admit arrays are refused.
+  Status CheckDisjoint(const std::vector<ExprP>& b, const std::string& ptr,
+                       const std::vector<std::optional<element>>* schemas = nullptr) {
+    const std::string what = schemas ? "oneOf" : "patternProperties";
+    std::vector<std::unique_ptr<Dfa>> alone(b.size());
+    for (size_t i = 0; i < b.size(); ++i) {
+      auto nfa = BuildNfa(b[i], {2'000'000, 100'000});
+      if (!nfa.ok())
+        return Refuse(ptr, what + ": could not prove the branches exclusive (too large)");
+      alone[i] = std::make_unique<Dfa>(*nfa, 100000);
+    }
     for (size_t i = 0; i < b.size(); ++i) {
       for (size_t j = i + 1; j < b.size(); ++j) {
-        auto nfa = BuildNfa(And(b[i], b[j]), {2'000'000, 100'000});
-        if (!nfa.ok()) {
-          return Refuse(ptr, "oneOf: could not prove branches " + std::to_string(i) + " and " +
-                                 std::to_string(j) + " exclusive (too large)");
+        const std::string pair = "branches " + std::to_string(i) + " and " + std::to_string(j);
+        auto starts = [&](size_t k, char c) {
+          return alone[k]->Next(alone[k]->start(), static_cast<uint8_t>(c)) >= 0;
+        };
+        if (starts(i, '[') && starts(j, '[')) {
+          return Refuse(ptr, what + ": " + pair +
+                                 " both admit arrays (their exclusiveness cannot be proved)");
         }
+        if (starts(i, '{') && starts(j, '{')) {
+          bool discriminated = false;
+          if (schemas && (*schemas)[i] && (*schemas)[j]) {
+            std::map<std::string, std::set<std::string>> di, dj;
+            Discriminators(*(*schemas)[i], &di);
+            Discriminators(*(*schemas)[j], &dj);
+            for (const auto& [name, vi] : di) {
+              auto it = dj.find(name);
+              if (it == dj.end()) continue;
+              bool common = false;
+              for (const std::string& x : vi) common |= it->second.count(x) > 0;
+              if (!common) discriminated = true;
+            }
+          }
+          if (!discriminated) {
+            return Refuse(ptr, what + ": " + pair +
+                                   " both admit objects; oneOf over objects needs a property both "
+                                   "require with different const/enum values (or use anyOf)");
+          }
+        }
+        auto nfa = BuildNfa(And(b[i], b[j]), {2'000'000, 100'000});
+        if (!nfa.ok())
+          return Refuse(ptr, what + ": could not prove " + pair + " exclusive (too large)");
         Dfa d(*nfa, 100000);
-        // Any accepting state reachable?
+        // Any accepting state reachable, objects and arrays aside (handled above)?
         std::vector<int32_t> q = {d.start()};
         std::set<int32_t> seen = {d.start()};
         bool overlap = false;
@@ -705,13 +776,14 @@ class Compiler {
             break;
           }
           for (int by = 0; by < 256; ++by) {
+            if (h == 0 && (by == '{' || by == '[')) continue;
             const int32_t t = d.Next(q[h], static_cast<uint8_t>(by));
             if (t >= 0 && seen.insert(t).second) q.push_back(t);
           }
           if (d.overflowed()) break;
         }
         if (overlap || d.overflowed()) {
-          return Refuse(ptr, "oneOf: branches " + std::to_string(i) + " and " + std::to_string(j) +
+          return Refuse(ptr, what + ": " + pair +
                                  (overlap ? " both match some values (oneOf would exclude them; "
                                             "use anyOf or make the branches exclusive)"
                                           : " could not be proved exclusive (too large)"));
@@ -1451,50 +1523,15 @@ StatusOr<std::string> CanonicalJson(std::string_view json) {
   return Canonical(root);
 }
 
-namespace {
-void CollectPropertyMaps(const element& e, PropertyMaps* maps) {
-  if (e.type() == element_type::ARRAY) {
-    for (element x : simdjson::dom::array(e)) CollectPropertyMaps(x, maps);
-    return;
-  }
-  if (e.type() != element_type::OBJECT) return;
-  for (auto [k, v] : object(e)) {
-    if (k == "properties" && v.type() == element_type::OBJECT) {
-      std::vector<std::string> names;
-      for (auto [name, sub] : object(v)) {
-        names.emplace_back(name);
-        CollectPropertyMaps(sub, maps);
-      }
-      maps->push_back(std::move(names));
-    } else if (k != "enum" && k != "const" && k != "default" && k != "examples") {
-      CollectPropertyMaps(v, maps);
-    }
-  }
-}
-}  // namespace
-
-StatusOr<std::string> CanonicalJsonForSchema(std::string_view json, std::string_view schema_json) {
-  simdjson::dom::parser p1, p2;
-  simdjson::padded_string a(json), b(schema_json);
-  element inst, schema;
-  if (p1.parse(a).get(inst) != simdjson::SUCCESS) return InvalidArgument("not valid JSON");
-  if (p2.parse(b).get(schema) != simdjson::SUCCESS)
-    return InvalidArgument("schema: not valid JSON");
-  PropertyMaps maps;
-  CollectPropertyMaps(schema, &maps);
-  std::string out;
-  AppendCanonical(inst, &out, &maps);
-  return out;
-}
-
 StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOptions& options) {
   Compiler c(options);
   return c.Run(schema_json);
 }
 
 ExprP JsonObjectExpr(const JsonOptions& options) {
+  constexpr int kJsonObjectDepth = 5;  // the object and 4 levels inside it
   Compiler c(options);
-  return c.AnyObject(c.AnyValue(options.max_any_depth - 1));
+  return c.AnyObject(c.AnyValue(kJsonObjectDepth - 1));
 }
 
 }  // namespace sluice::structured

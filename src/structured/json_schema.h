@@ -24,8 +24,8 @@ namespace sluice::structured {
 struct JsonOptions {
   ExprP ws;  // between tokens; null = compact (no whitespace)
   // Values a schema leaves free (`{}`, an object's extra members with no schema) nest at most
-  // this deep: the language of all JSON values is not regular.
-  int max_any_depth = 5;
+  // this deep: the language of all JSON values is not regular. (json_object: 5 levels.)
+  int max_any_depth = 3;
 };
 
 StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOptions& options);
@@ -35,11 +35,6 @@ ExprP JsonObjectExpr(const JsonOptions& options);
 // as sluice generates them, integral numbers as integers, others in the shortest fixed
 // notation that reads back the same double): the form the automaton accepts.
 StatusOr<std::string> CanonicalJson(std::string_view json);
-// The same with each object's keys in the order the schema declares them (the `properties`
-// map declaring most of the object's keys gives their order, then the one declaring most of
-// the others, ...; keys no map declares come last in document order): the form a valid
-// instance takes when sluice generates it.
-StatusOr<std::string> CanonicalJsonForSchema(std::string_view json, std::string_view schema_json);
 // Quoted JSON string literal of a UTF-8 string, escaped as above.
 std::string JsonQuote(std::string_view s);
 

@@ -177,6 +177,11 @@ bool Grammar::Matches(std::string_view bytes) {
   return dfa_->Matches(bytes);
 }
 
+int32_t Grammar::Run(int32_t s, std::string_view bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dfa_->Run(s, bytes);
+}
+
 size_t Grammar::num_states() {
   std::lock_guard<std::mutex> lock(mu_);
   return dfa_->num_states();

@@ -79,6 +79,8 @@ class Grammar {
   bool Finished(int32_t s);
   // Whether bytes are a string of the language (for tests and the benchmark).
   bool Matches(std::string_view bytes);
+  // The state after bytes from s (kDead when refused).
+  int32_t Run(int32_t s, std::string_view bytes);
   size_t num_states();
   size_t nfa_states() const { return nfa_states_; }
 

@@ -209,3 +209,36 @@ TEST(JsonSchema, PatternPropertiesWithOtherKeys) {
 
 }  // namespace
 }  // namespace sluice::structured
+
+namespace sluice::structured {
+namespace {
+
+TEST(JsonSchema, OneOfOverObjectsNeedsADiscriminator) {
+  // Both branches accept {"id":"x","win":{},"lose":{}} (their key orders differ, so their
+  // automata do not intersect): refused, never accepted as exclusive.
+  auto e = CompileJsonSchema(R"({"type":"object","oneOf":[
+      {"required":["id","win"],"properties":{"id":{"type":"string"}}},
+      {"required":["id","lose"],"properties":{"id":{"type":"string"},"lose":{"type":"object"}}}]})",
+                             {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("both admit objects"), std::string::npos)
+      << e.status().message();
+  auto tagged = CompileJsonSchema(
+      R"({"$defs":{"a":{"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},
+      "required":["kind"]}},"oneOf":[{"$ref":"#/$defs/a"},
+      {"type":"object","properties":{"kind":{"enum":["b","c"]}},"required":["kind"]},{"type":"integer"}]})",
+      {});
+  ASSERT_TRUE(tagged.ok()) << std::string(tagged.status().message());
+  auto d = testing::DfaOf(*tagged);
+  EXPECT_TRUE(d->Matches(R"({"kind":"a","x":1})"));
+  EXPECT_TRUE(d->Matches(R"({"kind":"c"})"));
+  EXPECT_TRUE(d->Matches("7"));
+  EXPECT_FALSE(d->Matches(R"({"kind":"d"})"));
+  auto arrays =
+      CompileJsonSchema(R"({"oneOf":[{"type":"array"},{"type":"array","maxItems":1}]})", {});
+  ASSERT_FALSE(arrays.ok());
+  EXPECT_NE(arrays.status().message().find("both admit arrays"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::structured
