@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/host_convert.h"
 #include "models/layers.h"
 #include "weights/safetensors.h"
 
@@ -56,26 +57,6 @@ Status ParseTower(object o, const std::string& origin, ClipTowerConfig* c) {
                            "num_attention_heads");
   }
   return Status::Ok();
-}
-
-// A checkpoint tensor as f32 (f32, bf16 or f16 storage).
-StatusOr<std::vector<float>> ToF32(const HostTensor& t) {
-  std::vector<float> out(t.numel());
-  const int64_t n = t.numel();
-  switch (t.dtype) {
-    case DType::kF32:
-      std::copy_n(static_cast<const float*>(t.data), n, out.data());
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = BF16ToF32(static_cast<const uint16_t*>(t.data)[i]);
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = F16ToF32(static_cast<const uint16_t*>(t.data)[i]);
-      break;
-    default:
-      return Unsupported("tensor '" + t.name + "' has dtype " + DTypeName(t.dtype));
-  }
-  return out;
 }
 
 enum Slot {
@@ -250,8 +231,9 @@ StatusOr<std::unique_ptr<ClipModel>> ClipModel::Load(const std::string& dir, Bac
     ASSIGN_OR_RETURN(HostTensor cls, store.Get("vision_model.embeddings.class_embedding", {H}));
     ASSIGN_OR_RETURN(HostTensor pos,
                      store.Get("vision_model.embeddings.position_embedding.weight", {P, H}));
-    ASSIGN_OR_RETURN(std::vector<float> cls_f, ToF32(cls));
-    ASSIGN_OR_RETURN(std::vector<float> table, ToF32(pos));
+    std::vector<float> cls_f, table;
+    RETURN_IF_ERROR(HostToF32(cls, &cls_f));
+    RETURN_IF_ERROR(HostToF32(pos, &table));
     // Row 0 embeds the class token: its "patch" input is zero (no conv bias), so the class
     // embedding rides on its position row.
     for (int64_t i = 0; i < H; ++i) table[i] += cls_f[i];
@@ -261,7 +243,8 @@ StatusOr<std::unique_ptr<ClipModel>> ClipModel::Load(const std::string& dir, Bac
   if (store.Has("logit_scale")) {
     ASSIGN_OR_RETURN(HostTensor ls, store.Get("logit_scale"));
     if (ls.numel() != 1) return InvalidArgument(dir + ": logit_scale must hold one value");
-    ASSIGN_OR_RETURN(std::vector<float> v, ToF32(ls));
+    std::vector<float> v;
+    RETURN_IF_ERROR(HostToF32(ls, &v));
     m->logit_scale_ = v[0];
   }
   return m;

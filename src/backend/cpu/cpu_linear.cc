@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/host_convert.h"
 #include "core/log.h"
 
 namespace sluice::cpu {
@@ -274,34 +275,6 @@ int64_t LinearRunner::BucketFor(int64_t m) {
   return (m + g - 1) / g * g;
 }
 
-namespace {
-
-// Converts a host tensor to f32.
-Status ToF32(const HostTensor& t, std::vector<float>* out) {
-  int64_t n = t.numel();
-  out->resize(n);
-  switch (t.dtype) {
-    case DType::kF32:
-      std::memcpy(out->data(), t.data, n * sizeof(float));
-      return Status::Ok();
-    case DType::kBF16: {
-      const auto* s = static_cast<const uint16_t*>(t.data);
-      for (int64_t i = 0; i < n; ++i) (*out)[i] = BF16ToF32(s[i]);
-      return Status::Ok();
-    }
-    case DType::kF16: {
-      const auto* s = static_cast<const uint16_t*>(t.data);
-      for (int64_t i = 0; i < n; ++i) (*out)[i] = F16ToF32(s[i]);
-      return Status::Ok();
-    }
-    default:
-      return Unsupported("tensor '" + t.name + "' has dtype " + DTypeName(t.dtype) +
-                         "; a linear layer needs f32, f16 or bf16");
-  }
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& weight,
                                                               const HostTensor* bias, DType dtype) {
   if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
@@ -322,12 +295,12 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
       return InvalidArgument("bias '" + bias->name + "' has " + std::to_string(bias->numel()) +
                              " elements, expected " + std::to_string(n));
     }
-    RETURN_IF_ERROR(ToF32(*bias, &w->bias));
+    RETURN_IF_ERROR(HostToF32(*bias, &w->bias));
   }
 
   if (UseOwnGemm(dtype)) {
     std::vector<float> wf;
-    RETURN_IF_ERROR(ToF32(weight, &wf));
+    RETURN_IF_ERROR(HostToF32(weight, &wf));
     w->own_gemm = true;
     if (dtype == DType::kBF16) {
       w->own_bf16.resize(gemm::PackedSize(n, k));
@@ -349,7 +322,7 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
   if (dtype == DType::kBF16 && weight.dtype == DType::kBF16) {
     user_data = const_cast<void*>(weight.data);  // read-only use by reorder
   } else {
-    RETURN_IF_ERROR(ToF32(weight, &wf));
+    RETURN_IF_ERROR(HostToF32(weight, &wf));
     user_data = wf.data();
     if (dtype == DType::kBF16) {
       wb.resize(wf.size());
