@@ -57,7 +57,7 @@ def wait_ready(port, proc, timeout=300):
         if proc.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
                 if r.status == 200:
                     return True
         except Exception:  # noqa: BLE001 - not up yet
