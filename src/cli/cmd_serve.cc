@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/log.h"
 #include "engine/engine_loop.h"
+#include "grpc/grpc_server.h"
 #include "io/model_context.h"
 #include "server/clip_served.h"
 #include "server/http_server.h"
@@ -40,6 +41,7 @@ struct ServeFlags {
   int64_t memory_budget = 0;             // --model-memory-budget BYTES (0 = none)
   std::string host = "127.0.0.1";
   int port = 8000;
+  int grpc_port = -1;  // -1: no gRPC server
   std::string served_name;
   std::string api_key;
   int max_queue_depth = 256;
@@ -265,6 +267,9 @@ int RunServe(const ServeFlags& f) {
         "--max-queue-depth, --max-inputs-per-request, --max-body-bytes, --io-threads and "
         "--workers must be positive; --max-tokens-per-input and --shutdown-timeout >= 0"));
   }
+  if (f.grpc_port < -1 || f.grpc_port > 65535) {
+    return ReportError(InvalidArgument("--grpc-port must be a port (0 = any free port) or -1"));
+  }
   if (f.memory_budget < 0) {
     return ReportError(InvalidArgument("--model-memory-budget must be >= 0 (0 = no budget)"));
   }
@@ -324,8 +329,9 @@ int RunServe(const ServeFlags& f) {
   ro.metrics_require_key = f.metrics_require_key;
   ro.explicit_control = explicit_control;
   ro.server_version = SLUICE_VERSION;
-  // Declared before the router so that it is destroyed after it.
+  // Declared before the router so that they are destroyed after it.
   std::optional<server::HttpServer> http;
+  std::optional<grpcfe::GrpcServer> grpc;
   server::Router router(ro, &registry);
 
   server::HttpServerOptions ho;
@@ -338,6 +344,18 @@ int RunServe(const ServeFlags& f) {
     router.Handle(std::move(r), std::move(ex));
   });
   if (Status s = http->Start(); !s.ok()) return ReportError(s);
+  if (f.grpc_port >= 0) {
+    grpcfe::GrpcServerOptions go;
+    go.host = f.host;
+    go.port = f.grpc_port;
+    go.max_message_bytes = f.max_body_bytes;
+    grpc.emplace(go, &router);
+    if (Status s = grpc->Start(); !s.ok()) {
+      http->Stop();
+      return ReportError(s);
+    }
+    SLUICE_LOG_INFO("gRPC (KServe v2): listening on {}:{}", f.host, grpc->port());
+  }
   SLUICE_LOG_INFO(
       "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
       "max_queue_depth {}, max_connections {}, shutdown_timeout {} s, batch coalescing {}{}",
@@ -354,6 +372,7 @@ int RunServe(const ServeFlags& f) {
   const double t0 = NowSeconds();
   for (const std::string& name : startup) {
     if (Status s = registry.Load(name); !s.ok()) {
+      if (grpc) grpc->Stop();
       http->Stop();
       return ReportError(s);
     }
@@ -374,13 +393,15 @@ int RunServe(const ServeFlags& f) {
   const int left = router.in_flight();
   if (left > 0) SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", left);
   registry.UnloadAll(0);  // fails whatever is still queued (503), lets those answers out
+  if (grpc) grpc->Stop(1);
   http->Stop();
   SLUICE_LOG_INFO("stopped");
   return 0;
 }
 
 Registrar serve_cmd(Command{
-    "serve", "Serve a model over HTTP (OpenAI/Cohere/TEI/vLLM/KServe-style routes)",
+    "serve",
+    "Serve models over HTTP (OpenAI/Cohere/TEI/vLLM/KServe-style routes) and gRPC (KServe v2)",
     [](CLI::App* sub) {
       auto f = std::make_shared<ServeFlags>();
       sub->add_option("--model", f->models,
@@ -405,6 +426,10 @@ Registrar serve_cmd(Command{
                       "repeatable");
       sub->add_option("--host", f->host, "address to listen on")->capture_default_str();
       sub->add_option("--port", f->port, "port (0 = any free port, logged)")->capture_default_str();
+      sub->add_option("--grpc-port", f->grpc_port,
+                      "serve KServe v2 over gRPC on this port too (0 = any free port, logged; "
+                      "-1 = no gRPC)")
+          ->capture_default_str();
       sub->add_option("--served-model-name", f->served_name,
                       "the name of the one --model DIR in the API (default: the directory "
                       "name)");
