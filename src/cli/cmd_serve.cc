@@ -25,6 +25,7 @@
 #include "server/http_server.h"
 #include "server/model_registry.h"
 #include "server/router.h"
+#include "serving/model_cache.h"
 #include "serving/repository.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/safetensors.h"
@@ -39,6 +40,8 @@ struct ServeFlags {
   std::string model_control = "none";
   std::vector<std::string> load_models;  // --load-model NAME (explicit control; * = all)
   int64_t memory_budget = 0;             // --model-memory-budget BYTES (0 = none)
+  std::string model_cache;               // --model-cache DIR: --model entries naming a source
+  int64_t cache_max_bytes = 0;           // --cache-max-bytes (0 = no limit)
   std::string host = "127.0.0.1";
   int port = 8000;
   int grpc_port = -1;  // -1: no gRPC server
@@ -240,8 +243,20 @@ Status ParseModelEntries(const ServeFlags& f,
     ++plain;
     std::string name = f.served_name;
     if (name.empty()) {
-      name = std::filesystem::path(e).lexically_normal().filename().string();
-      if (name.empty()) name = std::filesystem::path(e).lexically_normal().parent_path().filename();
+      const std::string bare = e.substr(0, e.find("#sha256="));
+      name = std::filesystem::path(bare).lexically_normal().filename().string();
+      if (name.empty()) {
+        name = std::filesystem::path(bare).lexically_normal().parent_path().filename();
+      }
+      if (serving::IsCacheSource(e)) {  // m.tar.gz -> m
+        for (const char* ext : {".tar.gz", ".tgz", ".tar"}) {
+          const std::string x = ext;
+          if (name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0) {
+            name.resize(name.size() - x.size());
+            break;
+          }
+        }
+      }
     }
     out->emplace_back(name, e);
   }
@@ -293,6 +308,28 @@ int RunServe(const ServeFlags& f) {
   }
   std::vector<std::pair<std::string, std::string>> entries;
   if (Status s = ParseModelEntries(f, &entries); !s.ok()) return ReportError(s);
+  // Entries naming a source (an archive, a URL) are materialised into the model cache first;
+  // the ports open (and readiness can turn 200) only after.
+  std::vector<std::shared_ptr<const void>> cache_holds;  // eviction skips what is served
+  for (auto& [name, path] : entries) {
+    if (!serving::IsCacheSource(path)) continue;
+    if (f.model_cache.empty()) {
+      return ReportError(InvalidArgument("--model " + name + "=" + path +
+                                         ": a URL or archive needs --model-cache DIR"));
+    }
+    serving::CacheOptions co;
+    co.dir = f.model_cache;
+    co.max_bytes = f.cache_max_bytes;
+    auto cache = serving::ModelCache::Open(co);
+    if (!cache.ok()) return ReportError(cache.status());
+    auto pulled = cache->Pull(path);
+    if (!pulled.ok()) return ReportError(pulled.status().WithContext("model " + name));
+    SLUICE_LOG_INFO("model {}: {} {} ({}, {} bytes, sha256 {}) in {:.2f} s", name,
+                    pulled->hit ? "cached" : "pulled", path, pulled->hit ? "hit" : "miss",
+                    pulled->bytes, pulled->sha256.substr(0, 12), pulled->seconds);
+    path = pulled->path;
+    cache_holds.push_back(pulled->in_use);
+  }
   auto repo = serving::Repository::Open(f.repository, entries);
   if (!repo.ok()) return ReportError(repo.status());
 
@@ -420,6 +457,14 @@ Registrar serve_cmd(Command{
                       "bytes all loaded model versions may take together (weights in their "
                       "serving dtype plus KV caches, estimated before a load; 0 = no budget): "
                       "a load that does not fit is refused with the numbers")
+          ->capture_default_str();
+      sub->add_option("--model-cache", f->model_cache,
+                      "cache directory for --model entries that name a source (a .tar/.tar.gz "
+                      "archive or an http(s)/file URL of one, SOURCE#sha256=HEX to check it): "
+                      "materialised before the server starts (docs/model-ops.md)");
+      sub->add_option("--cache-max-bytes", f->cache_max_bytes,
+                      "bytes the model cache may hold (0 = no limit; least recently used "
+                      "entries not in use are evicted)")
           ->capture_default_str();
       sub->add_option("--load-model", f->load_models,
                       "explicit control: a repository model to load at start (* = all); "
