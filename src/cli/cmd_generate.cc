@@ -34,6 +34,8 @@ struct GenerateFlags {
   std::string cuda_graphs = "on";
   bool batch_invariant = false;
   bool profile = false;
+  std::vector<std::string> plugins;
+  int logits_threads = 0;
 };
 
 StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
@@ -64,6 +66,8 @@ StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
     return InvalidArgument("--cuda-graphs: expected on or off, got \"" + f.cuda_graphs + "\"");
   }
   o.cuda_graphs = f.cuda_graphs == "on";
+  if (f.logits_threads < 0) return InvalidArgument("--logits-threads must be >= 0");
+  o.logits_threads = f.logits_threads;
   return o;
 }
 
@@ -90,6 +94,9 @@ int RunGenerate(const GenerateFlags& f) {
   auto bundle = LoadModelBundle(f.model);
   if (!bundle.ok()) return ReportError(bundle.status());
   const ModelBundle& b = **bundle;
+  auto plugins = LoadModelPlugins(f.plugins, b);
+  if (!plugins.ok()) return ReportError(plugins.status());
+  opt->plugins = *plugins;
   auto gen_or = Generator::Load(*bundle, *opt);
   if (!gen_or.ok()) return ReportError(gen_or.status());
   Generator& gen = **gen_or;
@@ -196,6 +203,13 @@ int RunGenerate(const GenerateFlags& f) {
                "step phases (mean per step): prepare %.1f us, launch %.1f us, wait for the "
                "device %.1f us, apply %.1f us\n",
                st.prepare_s * per, st.launch_s * per, st.wait_s * per, st.apply_s * per);
+  if (st.logits_masks > 0) {
+    const double step_s = st.prepare_s + st.launch_s + st.wait_s + st.apply_s;
+    std::fprintf(stderr,
+                 "logits processors: %.1f us per step (%.2f%% of the step time), %lld masks\n",
+                 st.logits_s * per, 100.0 * st.logits_s / std::max(step_s, 1e-12),
+                 static_cast<long long>(st.logits_masks));
+  }
   const int64_t total = gen.backend().DeviceMemoryTotal();
   if (total > 0) {
     std::fprintf(
@@ -305,6 +319,12 @@ Registrar generate_cmd(Command{
                     "batched, chunked or after preemption); slower. CPU generation is batch "
                     "invariant without it");
       sub->add_flag("--profile", f->profile, "time every backend op and print a breakdown");
+      sub->add_option("--plugin", f->plugins,
+                      "a plugin library (docs/plugins.md) whose logits processors requests may "
+                      "name (repeatable)");
+      sub->add_option("--logits-threads", f->logits_threads,
+                      "threads filling logits-processor masks (0 = hardware threads, at most 16)")
+          ->capture_default_str();
       return std::function<int()>([f] { return RunGenerate(*f); });
     }});
 

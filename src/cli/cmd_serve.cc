@@ -192,8 +192,8 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   if (f.gen.given) {
     return InvalidArgument(
         "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
-        "--gpu-memory-utilization, --enable-prefix-caching and --chat-template apply to "
-        "generation models; " +
+        "--gpu-memory-utilization, --enable-prefix-caching, --chat-template, --plugin and "
+        "--logits-threads apply to generation models; " +
         mf.model + " is served as a scoring model");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, LoadEngine(mf));
@@ -559,10 +559,16 @@ Registrar serve_cmd(Command{
       sub->add_option("--chat-template", f->gen.chat_template,
                       "generation: a Jinja chat template file (default: the model directory's "
                       "chat_template.jinja, else tokenizer_config.json's chat_template)");
+      sub->add_option("--plugin", f->gen.plugins,
+                      "generation: a plugin library (docs/plugins.md) whose logits processors "
+                      "requests may name (repeatable)");
+      sub->add_option("--logits-threads", f->gen.logits_threads,
+                      "generation: threads filling logits-processor masks (0 = hardware "
+                      "threads, at most 16)");
       return std::function<int()>([f, sub] {
-        for (const char* flag :
-             {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
-              "--gpu-memory-utilization", "--enable-prefix-caching", "--chat-template"}) {
+        for (const char* flag : {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
+                                 "--gpu-memory-utilization", "--enable-prefix-caching",
+                                 "--chat-template", "--plugin", "--logits-threads"}) {
           if (sub->count(flag) > 0) f->gen.given = true;
         }
         for (const char* flag : {"--max-inputs-per-request", "--max-tokens-per-input", "--truncate",

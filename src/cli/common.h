@@ -8,6 +8,8 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "engine/plugins.h"
 
 namespace sluice::cli {
 
@@ -33,6 +35,10 @@ void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option = true);
 StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f);
 // Loads the engine and logs the resolved model, task, dtype, device and limits.
 StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f);
+// The plugins of a generation model: the --plugin flags', then the model's sluice.json
+// "plugins"; an error names the file and the reason.
+StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& flags,
+                                                            const ModelBundle& bundle);
 // Prints "error: ..." to stderr and returns the CLI exit code for a status.
 int ReportError(const Status& s);
 

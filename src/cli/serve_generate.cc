@@ -77,8 +77,12 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadGenerationModel(const Generat
   }
   if (a.model.cuda_graphs == "auto") o.cuda_graphs = o.backend.device == DeviceKind::kCuda;
 
+  o.logits_threads = g.logits_threads;
+  if (g.logits_threads < 0) return InvalidArgument("--logits-threads must be >= 0");
+
   const double t0 = NowSeconds();
   ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(a.model.model));
+  ASSIGN_OR_RETURN(o.plugins, LoadModelPlugins(g.plugins, *bundle));
   ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Load(bundle, o));
   const ModelBundle& b = *bundle;
   const GenerationOptions& ro = gen->options();

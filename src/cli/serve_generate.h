@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cli/common.h"
 #include "engine/model_bundle.h"
@@ -16,8 +17,10 @@ struct GenerationServeFlags {
   int64_t kv_cache_memory = 0;
   double gpu_memory_utilization = 0.9;
   std::string prefix_caching = "on";
-  std::string chat_template;  // --chat-template FILE
-  bool given = false;         // any of the above was set on the command line
+  std::string chat_template;         // --chat-template FILE
+  std::vector<std::string> plugins;  // --plugin (repeatable)
+  int logits_threads = 0;            // --logits-threads
+  bool given = false;                // any of the above was set on the command line
 };
 
 struct GenerationServeArgs {

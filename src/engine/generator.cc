@@ -44,12 +44,98 @@ struct Generator::SeqState {
   int prompt_logprob_next = 1;      // the next prompt position whose logprob is due
   std::vector<int32_t> prompt_set;  // distinct prompt tokens (repetition penalty)
   std::unordered_map<int32_t, int> output_counts;
-  // Structured outputs: the grammar and its DFA state after the tokens so far.
+  // Structured outputs: the grammar and its DFA state after the tokens so far (for the stop
+  // check; the mask comes from the structured-output logits processor).
   std::shared_ptr<structured::Grammar> grammar;
   int32_t gstate = 0;
-  Status grammar_error;
+  Status mask_error;  // a logits processor failed on this sequence: fails its request
+  // Logits processors: memberships (sized once, in AttachProcessors), what they are told.
+  std::vector<LpSlot> lps;
+  sluice_request_params cparams{};
+  sluice_token_view out_view{};
   CompletionOutput& out() { return request->outputs[index]; }
 };
+
+Status Generator::SelectProcessors(GenerateRequest& r) const {
+  const SamplingParams& p = r.params;
+  if (p.logits_processors.empty()) {
+    if (!p.extra_args.empty()) {
+      return InvalidArgument("extra_args: given, but no logits_processors read it");
+    }
+    return Status::Ok();
+  }
+  const PluginSet* set = options_.plugins.get();
+  for (size_t i = 0; i < p.logits_processors.size(); ++i) {
+    const std::string& name = p.logits_processors[i];
+    for (size_t j = 0; j < i; ++j) {
+      if (p.logits_processors[j] == name) {
+        return InvalidArgument("logits_processors: \"" + name + "\" is named twice");
+      }
+    }
+    const LogitsProcessorFactory* f = set != nullptr ? set->Find(name) : nullptr;
+    if (f == nullptr) {
+      return InvalidArgument("logits_processors: unknown logits processor \"" + name +
+                             "\" (loaded: " + (set != nullptr ? set->Names() : "none") + ")");
+    }
+    sluice_request_params c{};
+    c.struct_size = sizeof c;
+    c.request_id = r.id.c_str();
+    c.extra_args = p.extra_args.empty() ? "{}" : p.extra_args.c_str();
+    c.extra_args_len = p.extra_args.empty() ? 2 : p.extra_args.size();
+    c.n = p.n;
+    c.index = 0;
+    c.temperature = p.temperature ? *p.temperature : 1.f;
+    c.vocab_size = limits_.vocab_size;
+    RETURN_IF_ERROR(f->Validate(c));
+  }
+  return Status::Ok();
+}
+
+void Generator::AttachProcessors(SeqState& s) {
+  const GenerateRequest& r = *s.request;
+  const SamplingParams& p = r.params;
+  s.cparams.struct_size = sizeof s.cparams;
+  s.cparams.request_id = r.id.c_str();
+  s.cparams.extra_args = p.extra_args.empty() ? "{}" : p.extra_args.c_str();
+  s.cparams.extra_args_len = p.extra_args.empty() ? 2 : p.extra_args.size();
+  s.cparams.n = p.n;
+  s.cparams.index = s.index;
+  s.cparams.temperature = s.rs.temperature;
+  s.cparams.vocab_size = limits_.vocab_size;
+  s.out_view.ids = s.out().token_ids.data();
+  s.out_view.size = static_cast<int64_t>(s.out().token_ids.size());
+  std::vector<int> procs;
+  if (s.grammar) procs.push_back(0);
+  for (const std::string& name : p.logits_processors) {
+    for (size_t i = 1; i < processors_.size(); ++i) {
+      if (options_.plugins->processors()[i - 1]->name() == name)
+        procs.push_back(static_cast<int>(i));
+    }
+  }
+  s.lps.assign(procs.size(), LpSlot{});
+  for (size_t i = 0; i < procs.size(); ++i) {
+    LpSlot& slot = s.lps[i];
+    slot.proc = procs[i];
+    slot.info.params = &p;
+    slot.info.c.params = &s.cparams;
+    slot.info.c.prompt.ids = r.prompt.data();
+    slot.info.c.prompt.size = static_cast<int64_t>(r.prompt.size());
+    slot.info.c.output = &s.out_view;
+  }
+}
+
+void Generator::DetachProcessors(SeqState& s) {
+  for (LpSlot& slot : s.lps) lp_rows_[static_cast<size_t>(slot.proc)]->Remove(&slot);
+}
+
+void Generator::FillMasks(uint32_t* masks) {
+  FillLogitsMasks(*lp_pool_, processors_, mask_jobs_, &mask_groups_, limits_.vocab_size, masks);
+  for (LpMaskGroup& g : mask_groups_) {
+    SeqState& s = *static_cast<SeqState*>(g.owner);
+    if (!g.error.ok() && s.mask_error.ok()) s.mask_error = g.error;
+  }
+  stats_.logits_masks += static_cast<int64_t>(mask_groups_.size());
+}
 
 StatusOr<std::shared_ptr<structured::Grammar>> Generator::CompileConstraint(
     const structured::ConstraintSpec& spec) const {
@@ -191,6 +277,26 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
   g->sampler_ = std::make_unique<Sampler>(g->runner_.get());
   g->done_ = backend.CreateFence();
   g->eos_ = b.DefaultStopTokenIds();
+  // Logits processors: structured outputs first, then one instance of each plugin's.
+  {
+    auto wrap = [&](std::unique_ptr<LogitsProcessor> p) {
+      return o.wrap_processor ? o.wrap_processor(std::move(p)) : std::move(p);
+    };
+    g->processors_.push_back(wrap(MakeStructuredProcessor(o.max_num_seqs)));
+    if (o.plugins) {
+      for (const auto& f : o.plugins->processors()) {
+        ASSIGN_OR_RETURN(auto p, f->Create(b.config.vocab_size, o.max_num_seqs));
+        g->processors_.push_back(wrap(std::move(p)));
+      }
+    }
+    for (auto& p : g->processors_) {
+      g->lp_rows_.push_back(std::make_unique<LogitsRows>(p.get(), o.max_num_seqs));
+    }
+    g->lp_partial_.resize(g->processors_.size());
+    int threads =
+        o.logits_threads > 0 ? o.logits_threads : std::min(16, ThreadPool::HardwareThreads());
+    g->lp_pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
+  }
   GenerationLimits& l = g->limits_;
   l.vocab_size = b.config.vocab_size;
   l.max_model_len = o.max_model_len;
@@ -212,6 +318,7 @@ Status Generator::Add(std::shared_ptr<GenerateRequest> request) {
   if (r.params.constraint && !r.params.grammar) {
     ASSIGN_OR_RETURN(r.params.grammar, CompileConstraint(*r.params.constraint));
   }
+  RETURN_IF_ERROR(SelectProcessors(r));
   const SamplingParams& p = r.params;
   r.arrival = SteadyClock::now();
   r.outputs.assign(static_cast<size_t>(p.n), CompletionOutput{});
@@ -231,6 +338,7 @@ Status Generator::Add(std::shared_ptr<GenerateRequest> request) {
     s->grammar = p.grammar;
     s->gstate = p.grammar->start();
   }
+  AttachProcessors(*s);
   if (s->rs.repetition_penalty != 1.f) {
     s->prompt_set = r.prompt;
     std::sort(s->prompt_set.begin(), s->prompt_set.end());
@@ -250,6 +358,7 @@ void Generator::Finish(SeqState& s, const char* reason) {
   s.out().finish_reason = reason;
   s.finished = true;
   scheduler_->Remove(&s.seq);
+  DetachProcessors(s);
 }
 
 void Generator::CompleteRequest(GenerateRequest& r, const Status& status) {
@@ -267,6 +376,7 @@ void Generator::CompleteRequest(GenerateRequest& r, const Status& status) {
                              [&](const std::unique_ptr<SeqState>& s) {
                                if (s->request.get() != &r) return false;
                                if (!s->finished) scheduler_->Remove(&s->seq);
+                               DetachProcessors(*s);
                                return true;
                              }),
               seqs_.end());
@@ -312,6 +422,8 @@ bool Generator::Accept(SeqState& s, const SampledToken& t, double now_s) {
   CompletionOutput& out = s.out();
   s.seq.tokens.push_back(t.token);
   out.token_ids.push_back(t.token);
+  s.out_view.ids = out.token_ids.data();
+  s.out_view.size = static_cast<int64_t>(out.token_ids.size());
   out.token_times.push_back(now_s);
   if (p.logprobs) {
     TokenLogprobs lp;
@@ -329,8 +441,8 @@ bool Generator::Accept(SeqState& s, const SampledToken& t, double now_s) {
   if (s.grammar && !s.grammar->trie().IsEos(t.token)) {
     s.gstate = s.grammar->Advance(s.gstate, t.token);
     if (s.gstate < 0) {
-      s.grammar_error = Internal("structured output: token " + std::to_string(t.token) +
-                                 " was sampled outside the constraint's mask");
+      s.mask_error = Internal("structured output: token " + std::to_string(t.token) +
+                              " was sampled outside the constraint's mask");
       Finish(s, "abort");
       return true;
     }
@@ -395,7 +507,23 @@ Status Generator::Step() {
   const auto t_begin = SteadyClock::now();
   scheduler_->Schedule(&items_, &preempted_);
   stats_.preemptions = scheduler_->preemptions();
+  // Logits processors: preempted sequences leave (they come back with a reset), scheduled
+  // ones join; rows whose step does not sample are in partial prefill.
+  const auto t_lp = SteadyClock::now();
+  for (GenSequence* q : preempted_) DetachProcessors(*static_cast<SeqState*>(q->owner));
   preempted_.clear();
+  for (auto& v : lp_partial_) v.clear();
+  for (const StepItem& it : items_) {
+    SeqState& s = *static_cast<SeqState*>(it.seq->owner);
+    for (LpSlot& slot : s.lps) {
+      if (slot.row < 0 && !slot.pending) lp_rows_[static_cast<size_t>(slot.proc)]->Add(&slot);
+      if (!it.sample) lp_partial_[static_cast<size_t>(slot.proc)].push_back(&slot);
+    }
+  }
+  for (size_t i = 0; i < lp_rows_.size(); ++i) lp_rows_[i]->Flush(lp_partial_[i]);
+  mask_jobs_.clear();
+  mask_groups_.clear();
+  stats_.logits_s += Seconds(t_lp, SteadyClock::now());
   if (items_.empty()) {
     if (HasWork() && scheduler_->num_running() == 0) {
       return Internal("generation: requests are waiting but none can be scheduled");
@@ -419,8 +547,6 @@ Status Generator::Step() {
   std::vector<SamplingAdjust>& adjusts = sampler_->adjusts();
   rows.clear();
   adjusts.clear();
-  std::vector<uint32_t>& masks = sampler_->masks();
-  masks.clear();
   struct RowUse {
     SeqState* s;
     int prompt_pos;  // >= 1: a prompt-logprob row for this prompt position; 0: a sample
@@ -491,16 +617,20 @@ Status Generator::Step() {
     for (const auto& [t, a] : adj) adjusts.push_back(a);
     std::sort(adjusts.begin() + adj_begin, adjusts.end(),
               [](const SamplingAdjust& a, const SamplingAdjust& b) { return a.token < b.token; });
+    // The allowed tokens from the sequence's logits processors (the same for fork rows),
+    // filled after the forward is launched; argmax-invariant ones skip greedy rows.
     int mask_row = -1;
-    if (s.grammar) {
-      // The allowed tokens at the sequence's constraint state (the same for fork rows).
-      const int words = s.grammar->trie().words();
-      sampler_->set_mask_words(words);
-      mask_row = static_cast<int>(masks.size() / static_cast<size_t>(words));
-      masks.resize(masks.size() + static_cast<size_t>(words));
-      Status ms =
-          s.grammar->FillMask(s.gstate, masks.data() + static_cast<size_t>(mask_row) * words);
-      if (!ms.ok() && s.grammar_error.ok()) s.grammar_error = ms;
+    if (!s.lps.empty()) {
+      const bool greedy = s.rs.temperature == 0.f && !p.logprobs;
+      const int first = static_cast<int>(mask_jobs_.size());
+      for (const LpSlot& slot : s.lps) {
+        if (greedy && processors_[static_cast<size_t>(slot.proc)]->argmax_invariant()) continue;
+        mask_jobs_.push_back({slot.proc, slot.row});
+      }
+      if (static_cast<int>(mask_jobs_.size()) > first) {
+        mask_row = static_cast<int>(mask_groups_.size());
+        mask_groups_.push_back({&s, first, static_cast<int>(mask_jobs_.size()), Status::Ok()});
+      }
     }
     for (int c = 0; c < n_rows; ++c) {
       batch_.output_rows.push_back(base + it.len - 1);
@@ -527,6 +657,15 @@ Status Generator::Step() {
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(RunnerForward f,
                      runner_->Run(batch_, OutputRows::kNone, &staging_, &kv_->tensors()));
+    // The masks, while the device runs the forward (where the backend queues it).
+    const int words = (limits_.vocab_size + 31) / 32;
+    uint32_t* masks =
+        sampler_->PrepareMasks(static_cast<int>(mask_groups_.size()), words, /*slot=*/0);
+    if (!mask_groups_.empty()) {
+      const auto t_fill = SteadyClock::now();
+      FillMasks(masks);
+      stats_.logits_s += Seconds(t_fill, SteadyClock::now());
+    }
     RETURN_IF_ERROR(sampler_->Enqueue(batch_, f, 0));
     done_->Record();
     t_wait = SteadyClock::now();
@@ -592,6 +731,7 @@ Status Generator::Step() {
             copy_dst.push_back(dst);
           }
           SeqState& cs = *child;
+          AttachProcessors(cs);
           seqs_.push_back(std::move(child));
           Accept(cs, res[i + c], t_s);
         }
@@ -613,8 +753,8 @@ Status Generator::Step() {
     // A constraint that failed (its automaton outgrew its limit) fails its request.
     Status err;
     for (auto& sp : seqs_) {
-      if (sp->request.get() == r && !sp->grammar_error.ok()) {
-        err = sp->grammar_error;
+      if (sp->request.get() == r && !sp->mask_error.ok()) {
+        err = sp->mask_error;
         if (!sp->finished) Finish(*sp, "abort");
       }
     }

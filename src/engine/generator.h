@@ -10,14 +10,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "engine/gen_scheduler.h"
+#include "engine/logits_processor.h"
 #include "engine/model_runner.h"
+#include "engine/plugins.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
@@ -79,6 +83,12 @@ struct GenerationOptions {
   // CUDA graphs for decode steps (ModelRunner::CaptureDecodeGraphs); CUDA only, off with
   // profile.
   bool cuda_graphs = true;
+  // Logits processors (docs/plugins.md): the plugins requests may name, and the threads that
+  // fill the step's masks (0 = the machine's hardware threads, at most 16).
+  std::shared_ptr<const PluginSet> plugins;
+  int logits_threads = 0;
+  // Tests: wraps every logits processor the engine creates (the structured-output one too).
+  std::function<std::unique_ptr<LogitsProcessor>(std::unique_ptr<LogitsProcessor>)> wrap_processor;
 };
 
 struct GenerationStats {
@@ -92,6 +102,10 @@ struct GenerationStats {
   // batch on the host, queueing the forward and sampling, waiting for the device, and
   // applying the results (stop checks, detokenisation, deliveries).
   double prepare_s = 0, launch_s = 0, wait_s = 0, apply_s = 0;
+  // Of which logits processors: their update_state calls and filling the masks (seconds),
+  // and the masks filled.
+  double logits_s = 0;
+  int64_t logits_masks = 0;
 };
 
 class Generator {
@@ -138,6 +152,11 @@ class Generator {
   void CompleteRequest(GenerateRequest& r, const Status& status);
   // Applies one sampled token; true if the sequence finished.
   bool Accept(SeqState& s, const SampledToken& t, double now_s);
+  // Logits processors: the requests' choice (admission), joining and leaving rows, the masks.
+  Status SelectProcessors(GenerateRequest& r) const;
+  void AttachProcessors(SeqState& s);
+  void DetachProcessors(SeqState& s);
+  void FillMasks(uint32_t* masks);
   void Fail(const std::vector<StepItem>& items, const Status& st);
 
   GenerationOptions options_;
@@ -158,6 +177,14 @@ class Generator {
   std::vector<GenSequence*> preempted_;
   HostBuffer staging_;
   std::unique_ptr<Fence> done_;
+  // Logits processors: [0] structured outputs, then the plugins' (in PluginSet order), each
+  // with its rows; the step's masks (one group per masked sampling row: its processors).
+  std::vector<std::unique_ptr<LogitsProcessor>> processors_;
+  std::vector<std::unique_ptr<LogitsRows>> lp_rows_;
+  std::unique_ptr<ThreadPool> lp_pool_;
+  std::vector<LpMaskJob> mask_jobs_;
+  std::vector<LpMaskGroup> mask_groups_;
+  std::vector<std::vector<const LpSlot*>> lp_partial_;
   // Structured outputs: the vocabulary trie and compiled grammars, built on first use.
   mutable std::mutex structured_mu_;
   mutable std::shared_ptr<structured::GrammarCache> grammars_;

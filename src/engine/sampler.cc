@@ -13,14 +13,26 @@ void Fit(Backend& backend, HostBuffer* b, size_t bytes) {
 }
 }  // namespace
 
+uint32_t* Sampler::PrepareMasks(int num_masks, int words, int slot) {
+  num_masks_ = num_masks;
+  mask_words_ = words;
+  if (num_masks == 0) return nullptr;
+  Slot& s = slots_[slot];
+  Fit(runner_->backend(), &s.masks,
+      sizeof(uint32_t) * static_cast<size_t>(num_masks) * static_cast<size_t>(words));
+  return s.masks.as<uint32_t>();
+}
+
 Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int index) {
   (void)batch;
   const int n = static_cast<int>(rows_.size());
+  // A step of prompt chunks only samples nothing (the forward, asked for no rows, returns
+  // every token's).
+  if (n == 0) return Status::Ok();
   if (n != f.hidden.rows) {
     return Internal("sampler: " + std::to_string(n) + " sampling rows for " +
                     std::to_string(f.hidden.rows) + " output rows");
   }
-  if (n == 0) return Status::Ok();
   Backend& backend = runner_->backend();
   Model& model = runner_->model();
   Tensor logits = runner_->workspace().Get(kSlotLogits, DType::kF32, n, model.config().vocab_size);
@@ -41,12 +53,10 @@ Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int i
   p.num_adjusts = static_cast<int>(adjusts_.size());
   for (const SamplingRow& r : rows_) p.max_logprobs = std::max(p.max_logprobs, r.num_logprobs);
   p.out = s.out.as<SampledToken>();
-  if (!masks_.empty()) {
-    Fit(backend, &s.masks, sizeof(uint32_t) * masks_.size());
-    std::memcpy(s.masks.data(), masks_.data(), sizeof(uint32_t) * masks_.size());
+  if (num_masks_ > 0) {
     p.masks = s.masks.as<uint32_t>();
     p.mask_words = mask_words_;
-    p.num_masks = static_cast<int>(masks_.size() / static_cast<size_t>(mask_words_));
+    p.num_masks = num_masks_;
   }
   backend.Sample(p);
   return Status::Ok();

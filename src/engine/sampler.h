@@ -18,10 +18,12 @@ class Sampler final : public OutputStage {
   // filled by the engine before Enqueue.
   std::vector<SamplingRow>& sampling_rows() { return rows_; }
   std::vector<SamplingAdjust>& adjusts() { return adjusts_; }
-  // Token bitmasks of the rows that have one (SamplingRow::mask_row), mask_words() words each.
-  std::vector<uint32_t>& masks() { return masks_; }
+  // Token bitmasks of the rows that have one (SamplingRow::mask_row): room for num_masks masks
+  // of `words` words each in the slot's pinned staging, written by the caller before Enqueue
+  // (0 masks: none). The pointer is valid until the next PrepareMasks.
+  uint32_t* PrepareMasks(int num_masks, int words, int slot);
+  int num_masks() const { return num_masks_; }
   int mask_words() const { return mask_words_; }
-  void set_mask_words(int w) { mask_words_ = w; }
 
   OutputRows rows() const override { return OutputRows::kNone; }  // explicit output rows
   Status Enqueue(const ForwardBatch& batch, const RunnerForward& forward, int slot) override;
@@ -35,7 +37,7 @@ class Sampler final : public OutputStage {
   ModelRunner* runner_;
   std::vector<SamplingRow> rows_;
   std::vector<SamplingAdjust> adjusts_;
-  std::vector<uint32_t> masks_;
+  int num_masks_ = 0;
   int mask_words_ = 0;
   Slot slots_[kMaxSlots];
 };

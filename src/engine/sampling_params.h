@@ -42,6 +42,10 @@ struct SamplingParams {
   // Generator::Add compiles it when unset).
   std::optional<structured::ConstraintSpec> constraint;
   std::shared_ptr<structured::Grammar> grammar;
+  // Logits processors of plugins (docs/plugins.md), by name, and the free-form parameters
+  // they read (the request's "extra_args" object as JSON text; empty = none).
+  std::vector<std::string> logits_processors;
+  std::string extra_args;
 };
 
 // Limits a generation request is checked against at admission.

@@ -110,6 +110,23 @@ Status ReadSamplingFields(Fields& f, SamplingParams* p, bool openai_logprobs) {
       p->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(b);
     }
   }
+  if (f.Get("logits_processors", &e)) {
+    simdjson::dom::array arr;
+    if (e.get(arr)) return FieldError(f.Path("logits_processors"), "must be a list of names");
+    p->logits_processors.clear();
+    for (auto x : arr) {
+      std::string_view name;
+      if (x.get(name) || name.empty()) {
+        return FieldError(f.Path("logits_processors"), "must be a list of names (strings)");
+      }
+      p->logits_processors.emplace_back(name);
+    }
+  }
+  if (f.Get("extra_args", &e)) {
+    simdjson::dom::object obj;
+    if (e.get(obj)) return FieldError(f.Path("extra_args"), "must be an object");
+    p->extra_args = simdjson::minify(e);
+  }
   return Status::Ok();
 }
 

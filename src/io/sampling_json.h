@@ -1,7 +1,8 @@
 // Reads vLLM SamplingParams fields (n, temperature, top_p, top_k, min_p, seed, max_tokens,
 // min_tokens, stop, stop_token_ids, ignore_eos, presence_penalty, frequency_penalty,
 // repetition_penalty, logit_bias, logprobs, prompt_logprobs, skip_special_tokens,
-// include_stop_str_in_output, detokenize) from a JSON object into SamplingParams. Shared by
+// include_stop_str_in_output, detokenize; logits_processors and extra_args for plugins,
+// docs/plugins.md) from a JSON object into SamplingParams. Shared by
 // `sluice generate` lines and the HTTP generation routes; every field read is marked as
 // known, so Fields::CheckNoUnknown refuses the rest by name.
 #pragma once

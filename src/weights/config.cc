@@ -479,7 +479,7 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
                                  "is_matryoshka", "matryoshka_dimensions",
                                  "normalize",     "late_interaction",
                                  "query_prefix",  "document_prefix",
-                                 "absa"};
+                                 "absa",          "plugins"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;
@@ -518,6 +518,21 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   RETURN_IF_ERROR(f.Bool("late_interaction", &o.late_interaction));
   RETURN_IF_ERROR(f.String("query_prefix", &o.query_prefix));
   RETURN_IF_ERROR(f.String("document_prefix", &o.document_prefix));
+  element plugins;
+  if (f.Get("plugins", &plugins)) {
+    simdjson::dom::array pa;
+    if (plugins.get(pa)) {
+      return InvalidArgument(origin + ": \"plugins\" must be a list of shared-library paths");
+    }
+    for (auto x : pa) {
+      std::string_view v;
+      if (x.get(v) || v.empty()) {
+        return InvalidArgument(origin + ": \"plugins\" must be a list of shared-library paths");
+      }
+      const fs::path pp(v);
+      o.plugins.push_back(pp.is_absolute() ? pp.string() : (fs::path(dir) / pp).string());
+    }
+  }
   element absa;
   if (f.Get("absa", &absa)) {
     object ao;

@@ -165,6 +165,9 @@ struct SluiceOverrides {
     int max_aspects = 32;
   };
   std::optional<Absa> absa;
+  // Plugin libraries (docs/plugins.md) a generation model loads, resolved against the model
+  // directory; the --plugin flags add to them.
+  std::vector<std::string> plugins;
 };
 
 // Whether `dimensions` (truncated embeddings) may be asked of a model: config.json's

@@ -1,0 +1,181 @@
+#include "engine/logits_processor.h"
+
+#include <algorithm>
+
+#include "core/thread_pool.h"
+#include "engine/sampling_params.h"
+#include "structured/token_mask.h"
+
+namespace sluice {
+
+void LogitsRows::Add(LpSlot* slot) {
+  slot->pending = true;
+  slot->row = -1;
+  joining_.push_back(slot);
+}
+
+void LogitsRows::Remove(LpSlot* slot) {
+  if (slot->pending) {
+    joining_.erase(std::remove(joining_.begin(), joining_.end(), slot), joining_.end());
+    slot->pending = false;
+  }
+  if (slot->row >= 0) {
+    update_.removed.push_back(slot->row);
+    slots_[static_cast<size_t>(slot->row)] = nullptr;
+    slot->row = -1;
+  }
+}
+
+void LogitsRows::Flush(const std::vector<const LpSlot*>& partial) {
+  // Joining rows take the holes first (lowest first), then grow the batch.
+  size_t hole = 0;
+  for (LpSlot* s : joining_) {
+    while (hole < static_cast<size_t>(size_) && slots_[hole] != nullptr) ++hole;
+    int32_t row;
+    if (hole < static_cast<size_t>(size_)) {
+      row = static_cast<int32_t>(hole);
+    } else {
+      row = size_++;
+      if (slots_.size() < static_cast<size_t>(size_)) slots_.resize(static_cast<size_t>(size_));
+    }
+    slots_[static_cast<size_t>(row)] = s;
+    s->row = row;
+    s->pending = false;
+    LpAddedRow a = s->info;
+    a.c.row = row;
+    a.c.flags = s->reported ? SLUICE_ROW_RESET : 0u;
+    s->reported = true;
+    update_.added.push_back(a);
+  }
+  joining_.clear();
+  // Compaction: the last row moves into the lowest hole until none is left.
+  while (size_ > 0 && slots_[static_cast<size_t>(size_ - 1)] == nullptr) --size_;
+  for (int32_t h = 0; h < size_; ++h) {
+    if (slots_[static_cast<size_t>(h)] != nullptr) continue;
+    const int32_t last = size_ - 1;
+    LpSlot* s = slots_[static_cast<size_t>(last)];
+    slots_[static_cast<size_t>(h)] = s;
+    slots_[static_cast<size_t>(last)] = nullptr;
+    s->row = h;
+    update_.moved.push_back({last, h, SLUICE_MOVE_ONE_WAY});
+    --size_;
+    while (size_ > 0 && slots_[static_cast<size_t>(size_ - 1)] == nullptr) --size_;
+  }
+  (void)max_rows_;
+  for (const LpSlot* s : partial) {
+    if (s->row >= 0) update_.partial.push_back(s->row);
+  }
+  update_.batch_size = size_;
+  if (size_ > 0 || !update_.removed.empty()) p_->UpdateState(update_);
+  update_.Clear();
+}
+
+void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsProcessor>>& procs,
+                     const std::vector<LpMaskJob>& jobs, std::vector<LpMaskGroup>* groups,
+                     int vocab, uint32_t* masks) {
+  const int words = (vocab + 31) / 32;
+  const uint32_t tail = vocab % 32 == 0 ? ~0u : (1u << (vocab % 32)) - 1u;
+  auto fill_group = [&](LpMaskGroup& g, uint32_t* mask, std::vector<uint32_t>& scratch) {
+    for (int j = g.begin; j < g.end; ++j) {
+      const LpMaskJob& job = jobs[static_cast<size_t>(j)];
+      uint32_t* dst = mask;
+      if (j > g.begin) {
+        scratch.resize(static_cast<size_t>(words));
+        dst = scratch.data();
+      }
+      std::fill(dst, dst + words, ~0u);
+      dst[words - 1] = tail;
+      Status st = procs[static_cast<size_t>(job.proc)]->FillMask(job.row, dst);
+      if (!st.ok()) {
+        g.error = st;
+        return;
+      }
+      if (dst != mask) {
+        for (int w = 0; w < words; ++w) mask[w] &= dst[w];
+      }
+    }
+    uint32_t any = 0;
+    for (int w = 0; w < words; ++w) any |= mask[w];
+    if (any == 0) {
+      std::string names;
+      for (int j = g.begin; j < g.end; ++j) {
+        names += (names.empty() ? "" : ", ") +
+                 procs[static_cast<size_t>(jobs[static_cast<size_t>(j)].proc)]->name();
+      }
+      g.error = Internal("logits processors (" + names + ") allowed no token");
+    }
+  };
+  pool.ParallelFor(groups->size(), [&](size_t b, size_t e) {
+    thread_local std::vector<uint32_t> scratch;
+    for (size_t i = b; i < e; ++i) {
+      fill_group((*groups)[i], masks + i * static_cast<size_t>(words), scratch);
+    }
+  });
+}
+
+namespace {
+
+class StructuredProcessor final : public LogitsProcessor {
+ public:
+  explicit StructuredProcessor(int max_rows) { rows_.reserve(static_cast<size_t>(max_rows)); }
+  const std::string& name() const override { return name_; }
+
+  void UpdateState(const LpUpdate& u) override {
+    for (int32_t r : u.removed) rows_[static_cast<size_t>(r)] = Row{};
+    if (rows_.size() < static_cast<size_t>(u.batch_size)) {
+      rows_.resize(static_cast<size_t>(u.batch_size));
+    }
+    for (const LpAddedRow& a : u.added) {
+      if (rows_.size() <= static_cast<size_t>(a.c.row)) rows_.resize(a.c.row + 1);
+      Row& row = rows_[static_cast<size_t>(a.c.row)];
+      row = Row{};
+      row.grammar = a.params->grammar;
+      row.state = row.grammar->start();
+      row.output = a.c.output;
+    }
+    for (const sluice_moved_row& m : u.moved) {
+      if (m.kind == SLUICE_MOVE_SWAP) {
+        std::swap(rows_[static_cast<size_t>(m.from)], rows_[static_cast<size_t>(m.to)]);
+      } else {
+        rows_[static_cast<size_t>(m.to)] = std::move(rows_[static_cast<size_t>(m.from)]);
+        rows_[static_cast<size_t>(m.from)] = Row{};
+      }
+    }
+    rows_.resize(static_cast<size_t>(u.batch_size));
+    // Advance every row over the tokens it gained since the last update.
+    for (Row& row : rows_) {
+      if (!row.grammar) continue;
+      while (row.consumed < row.output->size) {
+        const int32_t t = row.output->ids[row.consumed++];
+        if (row.state < 0 || row.grammar->trie().IsEos(t)) continue;
+        row.state = row.grammar->Advance(row.state, t);
+      }
+    }
+  }
+
+  Status FillMask(int32_t r, uint32_t* mask) override {
+    Row& row = rows_[static_cast<size_t>(r)];
+    if (row.state < 0) {
+      return Internal("structured output: a token was sampled outside the constraint's mask");
+    }
+    return row.grammar->FillMask(row.state, mask);
+  }
+
+ private:
+  struct Row {
+    std::shared_ptr<structured::Grammar> grammar;
+    int32_t state = 0;
+    int64_t consumed = 0;
+    const sluice_token_view* output = nullptr;
+  };
+  std::string name_ = kStructuredProcessorName;
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+std::unique_ptr<LogitsProcessor> MakeStructuredProcessor(int max_rows) {
+  return std::make_unique<StructuredProcessor>(max_rows);
+}
+
+}  // namespace sluice
