@@ -16,7 +16,8 @@
 // sluice.json "normalize", else on), as the server's routes do. `sluice classify` on a token
 // classifier (or with --task token-classify) writes {"index", "entities": [...]} lines with
 // the token-classification pipeline's entities (--aggregation-strategy, --ignore-labels;
-// io/token_classify.h); its inputs must be texts.
+// io/token_classify.h); its inputs must be texts. On a CLIP directory `embed` and `score`
+// take texts and images (cli/offline_clip.h).
 #include <simdjson.h>
 
 #include <algorithm>
@@ -29,12 +30,15 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/image_flags.h"
+#include "cli/offline_clip.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/model_bundle.h"
 #include "io/json.h"
 #include "io/offline.h"
 #include "io/token_classify.h"
+#include "server/clip_served.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/config.h"
 
@@ -50,6 +54,7 @@ struct OfflineFlags {
   std::string normalize = "auto";  // embed: auto | on | off
   std::string aggregation = "none";
   std::string ignore_labels = "O";  // comma-separated
+  ImageFlags image;                 // CLIP models (cli/offline_clip.h)
 };
 
 using TextInput = io::OfflineText;
@@ -234,6 +239,25 @@ Status WriteTokenEntities(const OfflineFlags& f, const Engine& engine, const Par
 }
 
 int RunOffline(const OfflineFlags& f, Task task) {
+  if (server::IsClipModelDirectory(f.model.model)) {
+    if (task == Task::kClassify) {
+      return ReportError(InvalidArgument(f.model.model +
+                                         " is a CLIP model: it embeds (sluice embed) and scores "
+                                         "(sluice score), it does not classify"));
+    }
+    if (f.dimensions != 0 || f.truncate) {
+      return ReportError(
+          InvalidArgument("--dimensions and --truncate do not apply to CLIP models"));
+    }
+    ClipOfflineFlags cf;
+    cf.model = f.model;
+    cf.image = f.image;
+    cf.input = f.input;
+    cf.output = f.output;
+    cf.normalize = f.normalize;
+    cf.score = task == Task::kScore;
+    return RunClipOffline(cf);
+  }
   ModelFlags mf = f.model;
   if (mf.task.empty()) {
     mf.task = TaskName(task);
@@ -373,6 +397,9 @@ Command MakeCommand(const char* name, const char* help, Task task) {
                      sub->add_option("--ignore-labels", f->ignore_labels,
                                      "token classifiers: labels to drop, comma-separated")
                          ->capture_default_str();
+                   }
+                   if (task != Task::kClassify) {
+                     AddImageFlags(sub, &f->image, /*offline=*/true);
                    }
                    return std::function<int()>([f, task] { return RunOffline(*f, task); });
                  }};

@@ -15,6 +15,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/image_flags.h"
 #include "cli/serve_generate.h"
 #include "core/dtype.h"
 #include "core/log.h"
@@ -59,16 +60,7 @@ struct ServeFlags {
   int max_connections = 0;  // 0 = from the file-descriptor limit
   bool metrics_require_key = false;
   std::string batch_coalescing = "on";
-  // Image inputs (CLIP models; docs/api.md "Images").
-  bool allow_private_media_urls = false;
-  std::string allowed_local_media_path;
-  int image_fetch_concurrency = 8;
-  double image_connect_timeout_s = 5;
-  double image_fetch_timeout_s = 20;
-  int64_t max_image_bytes = 32 << 20;
-  int64_t image_cache_mb = 256;
-  std::string image_decode = "exact";
-  int64_t max_image_pixels = 40'000'000;
+  ImageFlags image;                           // image inputs (CLIP models; docs/api.md "Images")
   GenerationServeFlags gen;                   // generation models only
   std::vector<std::string> scoring_only_set;  // scoring-only flags given on the command line
 };
@@ -137,27 +129,15 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
       return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
                              ", a CLIP model");
     }
-    ASSIGN_OR_RETURN(EngineOptions eo, ToEngineOptions(mf));
     server::ClipServeOptions co;
     co.name = spec.name;
     co.version = version;
-    co.dir = mf.model;
-    co.backend = eo.backend;
-    co.dtype = eo.dtype.value_or(DType::kF32);
-    co.fetch.allow_private = f.allow_private_media_urls;
-    co.fetch.local_root = f.allowed_local_media_path;
-    co.fetch.concurrency = f.image_fetch_concurrency;
-    co.fetch.connect_timeout_ms = static_cast<int>(f.image_connect_timeout_s * 1000);
-    co.fetch.total_timeout_ms = static_cast<int>(f.image_fetch_timeout_s * 1000);
-    co.fetch.max_bytes = f.max_image_bytes;
-    co.cache_bytes = static_cast<size_t>(f.image_cache_mb) << 20;
-    co.fast_decode = f.image_decode == "fast";
-    co.max_image_pixels = f.max_image_pixels;
+    ASSIGN_OR_RETURN(co.embedder, ToEmbedderOptions(f.image, mf));
+    co.embedder.max_tokens_per_input =
+        static_cast<int>(c.max_tokens_per_input.value_or(f.max_tokens_per_input));
     co.max_inputs_per_request =
         static_cast<int>(c.max_inputs_per_request.value_or(f.max_inputs_per_request));
-    co.max_tokens_per_input =
-        static_cast<int>(c.max_tokens_per_input.value_or(f.max_tokens_per_input));
-    co.workers = f.workers;
+    co.workers = f.image.image_workers;
     return server::LoadClipServedModel(co);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(mf.model));
@@ -288,13 +268,7 @@ int RunServe(const ServeFlags& f) {
   if (f.memory_budget < 0) {
     return ReportError(InvalidArgument("--model-memory-budget must be >= 0 (0 = no budget)"));
   }
-  if (f.image_fetch_concurrency < 1 || f.image_connect_timeout_s <= 0 ||
-      f.image_fetch_timeout_s <= 0 || f.max_image_bytes < 1 || f.image_cache_mb < 0 ||
-      f.max_image_pixels < 1) {
-    return ReportError(InvalidArgument(
-        "--image-fetch-concurrency, --image-connect-timeout, --image-fetch-timeout and "
-        "--max-image-bytes, --max-image-pixels must be positive; --image-cache-mb >= 0"));
-  }
+  if (Status s = CheckImageFlags(f.image); !s.ok()) return ReportError(s);
   if (f.models.empty() && f.repository.empty()) {
     return ReportError(
         InvalidArgument("--model DIR (or NAME=PATH) or --model-repository DIR is "
@@ -515,34 +489,7 @@ Registrar serve_cmd(Command{
                       "as soon as a request is queued)")
           ->check(CLI::IsMember({"on", "off"}))
           ->capture_default_str();
-      sub->add_flag("--allow-private-media-urls", f->allow_private_media_urls,
-                    "image URLs may resolve to loopback, private, link-local and other "
-                    "internal addresses (refused by default: SSRF guard)");
-      sub->add_option("--allowed-local-media-path", f->allowed_local_media_path,
-                      "image inputs may name local files under this directory (default: none)");
-      sub->add_option("--image-fetch-concurrency", f->image_fetch_concurrency,
-                      "image downloads of one request in parallel")
-          ->capture_default_str();
-      sub->add_option("--image-connect-timeout", f->image_connect_timeout_s,
-                      "seconds to connect to an image host")
-          ->capture_default_str();
-      sub->add_option("--image-fetch-timeout", f->image_fetch_timeout_s,
-                      "seconds an image download may take in all")
-          ->capture_default_str();
-      sub->add_option("--max-image-bytes", f->max_image_bytes, "bytes per image at most")
-          ->capture_default_str();
-      sub->add_option("--image-cache-mb", f->image_cache_mb,
-                      "image feature cache per model version, MiB, by content hash (0 = off)")
-          ->capture_default_str();
-      sub->add_option("--image-decode", f->image_decode,
-                      "exact: full-size decode as Hugging Face's processor; fast: JPEGs decoded "
-                      "at a reduced size in the DCT domain (never below the resize target)")
-          ->check(CLI::IsMember({"exact", "fast"}))
-          ->capture_default_str();
-      sub->add_option("--max-image-pixels", f->max_image_pixels,
-                      "decoded width x height per image at most, checked from the header "
-                      "before any pixel memory is allocated")
-          ->capture_default_str();
+      AddImageFlags(sub, &f->image, /*offline=*/false);
       sub->add_option("--max-model-len", f->gen.max_model_len,
                       "generation: prompt + output tokens per sequence (default: the model's)");
       sub->add_option("--max-num-batched-tokens", f->gen.max_num_batched_tokens,

@@ -101,11 +101,14 @@ Status DecodeJpeg(std::string_view bytes, const DecodeOptions& limits, bool head
     const bool swap = limits.exif_orientation && orientation >= 5;
     const int64_t w0 = swap ? info->height : info->width, h0 = swap ? info->width : info->height;
     auto scaled = [](int64_t v, int m) { return (v * m + 7) / 8; };  // libjpeg rounds up
-    int m = 1;
-    for (; m < 8; ++m) {
-      const int64_t w = scaled(w0, m), h = scaled(h0, m);
+    // Only 1/8, 1/4 and 1/2: libjpeg-turbo's SIMD reduced IDCTs (the other M/8 run scalar,
+    // slower than the full SIMD IDCT plus the larger resize).
+    int m = 8;
+    for (int cand : {1, 2, 4}) {
+      const int64_t w = scaled(w0, cand), h = scaled(h0, cand);
       if (std::min(w, h) >= limits.jpeg_min_short_edge && w >= limits.jpeg_min_width &&
           h >= limits.jpeg_min_height) {
+        m = cand;
         break;
       }
     }

@@ -48,9 +48,9 @@ struct DecodeOptions {
   // transformers' load_image does (PIL.ImageOps.exif_transpose).
   bool exif_orientation = true;
   // JPEG only, "fast" decoding: when any is > 0, the image is decoded scaled by the smallest
-  // M/8 (libjpeg-turbo's DCT-domain scaling, M = 1..8) that keeps the shorter edge >=
-  // jpeg_min_short_edge and the width/height >= jpeg_min_width/height (EXIF orientation
-  // taken into account). Not Pillow's result: the resize that follows starts from a
+  // M/8 (libjpeg-turbo's DCT-domain scaling, M = 1, 2, 4 or 8: its SIMD IDCTs) that keeps the
+  // shorter edge >= jpeg_min_short_edge and the width/height >= jpeg_min_width/height (EXIF
+  // orientation taken into account). Not Pillow's result: the resize that follows starts from a
   // different image.
   int jpeg_min_short_edge = 0, jpeg_min_width = 0, jpeg_min_height = 0;
 };

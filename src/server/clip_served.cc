@@ -12,11 +12,10 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "io/builtins.h"
 #include "io/json.h"
-#include "media/feature_cache.h"
-#include "media/image.h"
-#include "media/preprocess.h"
 #include "models/clip.h"
+#include "server/clip_embedder.h"
 #include "server/errors.h"
 #include "server/worker_pool.h"
 #include "tokenizer/tokenizer.h"
@@ -35,14 +34,7 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// One input of a request: a text (string or token ids) or an image source.
-struct Item {
-  bool image = false;
-  std::string text;          // text, or the image source (URL, data URI, path)
-  std::vector<int32_t> ids;  // token ids (text given as ids)
-  bool has_ids = false;
-  std::string path;  // the field, for errors ("input[2]")
-};
+using Item = ClipItem;
 
 StatusOr<std::vector<int32_t>> ReadIds(simdjson::dom::array arr, const std::string& path) {
   std::vector<int32_t> ids;
@@ -56,7 +48,45 @@ StatusOr<std::vector<int32_t>> ReadIds(simdjson::dom::array arr, const std::stri
   return ids;
 }
 
-// A string, {"image": s}, {"text": s}, or (allow_ids) a list of token ids.
+// vLLM's (OpenAI chat) content parts: {"type": "image_url", "image_url": {"url": s}} or
+// {"type": "text", "text": s}.
+StatusOr<Item> ReadContentPart(simdjson::dom::object obj, const std::string& path) {
+  Fields f(obj, path);
+  Item it;
+  it.path = path;
+  std::string type;
+  RETURN_IF_ERROR(f.GetString("type", &type));
+  if (type == "text") {
+    simdjson::dom::element t;
+    if (!f.Get("text", &t)) return FieldError(path + ".text", "is required");
+    RETURN_IF_ERROR(f.GetString("text", &it.text));
+    RETURN_IF_ERROR(f.CheckNoUnknown());
+    return it;
+  }
+  if (type != "image_url") {
+    return FieldError(path + ".type", "must be \"image_url\" or \"text\", not \"" + type + "\"");
+  }
+  simdjson::dom::element u;
+  simdjson::dom::object uo;
+  if (!f.Get("image_url", &u)) return FieldError(path + ".image_url", "is required");
+  RETURN_IF_ERROR(f.CheckNoUnknown());
+  std::string_view sv;
+  if (!u.get(sv)) {
+    it.text = std::string(sv);
+  } else if (!u.get(uo)) {
+    Fields uf(uo, path + ".image_url");
+    if (!uf.Get("url", &u)) return FieldError(path + ".image_url.url", "is required");
+    RETURN_IF_ERROR(uf.GetString("url", &it.text));
+    RETURN_IF_ERROR(uf.CheckNoUnknown());
+  } else {
+    return FieldError(path + ".image_url", "must be {\"url\": ...} or a string");
+  }
+  if (it.text.empty()) return FieldError(path + ".image_url", "must not be empty");
+  it.image = true;
+  return it;
+}
+
+// A string, {"image": s}, {"text": s}, a content part, or (allow_ids) a list of token ids.
 StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path, bool allow_ids) {
   Item it;
   it.path = path;
@@ -74,11 +104,12 @@ StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path, bool 
   simdjson::dom::object obj;
   if (!e.get(obj)) {
     Fields f(obj, path);
+    simdjson::dom::element tmp;
+    if (f.Get("type", &tmp)) return ReadContentPart(obj, path);
     std::string image, text;
     RETURN_IF_ERROR(f.GetString("image", &image));
     RETURN_IF_ERROR(f.GetString("text", &text));
     RETURN_IF_ERROR(f.CheckNoUnknown());
-    simdjson::dom::element tmp;
     const bool has_image = f.Get("image", &tmp), has_text = f.Get("text", &tmp);
     if (has_image == has_text) {
       return FieldError(path, "must have exactly one of \"image\" or \"text\"");
@@ -97,23 +128,54 @@ StatusOr<Item> ReadItem(simdjson::dom::element e, const std::string& path, bool 
                               : "must be a string, {\"image\": ...} or {\"text\": ...}");
 }
 
-std::string Shorten(const std::string& s) { return s.size() <= 80 ? s : s.substr(0, 77) + "..."; }
+// A /score side: one item or a list of items; vLLM's {"content": [parts]} is a list too.
+StatusOr<std::vector<Item>> ReadScoreSide(simdjson::dom::element e, const std::string& field) {
+  std::vector<Item> items;
+  simdjson::dom::object obj;
+  simdjson::dom::array arr;
+  if (!e.get(obj)) {
+    Fields f(obj, field);
+    simdjson::dom::element content;
+    if (f.Get("content", &content)) {
+      RETURN_IF_ERROR(f.CheckNoUnknown());
+      if (content.get(arr)) return FieldError(field + ".content", "must be a list of parts");
+      size_t i = 0;
+      for (auto v : arr) {
+        const std::string path = field + ".content[" + std::to_string(i++) + "]";
+        simdjson::dom::object part;
+        if (v.get(part)) return FieldError(path, "must be a content part object");
+        ASSIGN_OR_RETURN(Item it, ReadContentPart(part, path));
+        items.push_back(std::move(it));
+      }
+      if (items.empty()) return FieldError(field + ".content", "must not be empty");
+      return items;
+    }
+  }
+  if (!e.get(arr)) {
+    bool all_ints = arr.size() > 0;
+    for (auto v : arr) all_ints = all_ints && v.is_int64();
+    if (!all_ints) {
+      size_t i = 0;
+      for (auto v : arr) {
+        ASSIGN_OR_RETURN(Item it, ReadItem(v, field + "[" + std::to_string(i++) + "]", true));
+        items.push_back(std::move(it));
+      }
+      if (items.empty()) return FieldError(field, "must not be empty");
+      return items;
+    }
+  }
+  ASSIGN_OR_RETURN(Item it, ReadItem(e, field, true));
+  items.push_back(std::move(it));
+  return items;
+}
 
 class ClipServed final : public ServedModel {
  public:
-  ClipServed(ClipServeOptions o, std::unique_ptr<Backend> backend, std::unique_ptr<ClipModel> model,
-             std::unique_ptr<Tokenizer> tokenizer, media::ImageProcessorConfig processor)
+  ClipServed(ClipServeOptions o, std::unique_ptr<ClipEmbedder> embedder)
       : o_(std::move(o)),
-        backend_(std::move(backend)),
-        model_(std::move(model)),
-        tokenizer_(std::move(tokenizer)),
-        processor_(processor),
-        fetcher_(o_.fetch),
-        cache_(o_.cache_bytes),
-        pool_(std::make_unique<WorkerPool>(o_.workers)) {
-    decode_.max_pixels = o_.max_image_pixels;
-    if (o_.fast_decode) media::SetFastDecodeBounds(processor_, &decode_);
-  }
+        embedder_(std::move(embedder)),
+        model_(&embedder_->model()),
+        pool_(std::make_unique<WorkerPool>(o_.workers)) {}
   ~ClipServed() override { Shutdown(); }
 
   std::string task() const override { return "embed"; }
@@ -122,21 +184,10 @@ class ClipServed final : public ServedModel {
     return model_->has_text() ? model_->text_config().max_position_embeddings : 0;
   }
   bool ServesRoute(const std::string& path) const override {
-    return path == "/v1/embeddings" || path == "/v1/rerank" || path == "/rerank";
+    return path == "/v1/embeddings" || path == "/v1/rerank" || path == "/rerank" ||
+           path == "/score" || path == "/v1/score";
   }
-  Status WarmUp() override {
-    std::lock_guard<std::mutex> lock(model_mu_);
-    if (model_->has_vision()) {
-      std::vector<float> px(model_->pixels_per_image(), 0.f);
-      ASSIGN_OR_RETURN(auto e, model_->EmbedImages(px.data(), 1));
-      (void)e;
-    }
-    if (model_->has_text()) {
-      ASSIGN_OR_RETURN(auto e, model_->EmbedTexts({{model_->text_config().eos_token_id}}));
-      (void)e;
-    }
-    return Status::Ok();
-  }
+  Status WarmUp() override { return embedder_->WarmUp(); }
   void SetReady() override { ready_ = true; }
   void Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) override {
     if (stopped_) {
@@ -147,7 +198,8 @@ class ClipServed final : public ServedModel {
     pool_->Post([this, r, ex] {
       if (ex->disconnected()) return;
       StatusOr<std::string> body =
-          r->path == "/v1/embeddings" ? Embeddings(r->body)
+          r->path == "/v1/embeddings"                     ? Embeddings(r->body)
+          : r->path == "/score" || r->path == "/v1/score" ? Score(r->body)
           : ServesRoute(r->path)
               ? Rerank(r->body)
               : StatusOr<std::string>(NotFound("no route POST " + r->path + " for a CLIP model"));
@@ -161,29 +213,7 @@ class ClipServed final : public ServedModel {
     });
   }
   std::string RenderMetrics() const override {
-    const std::string l = ModelLabels(o_.name, o_.version);
-    std::string s;
-    auto counter = [&](const char* name, const char* help, uint64_t v) {
-      s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
-           "{" + l + "} " + std::to_string(v) + "\n";
-    };
-    counter("sluice_image_cache_hits_total", "Image features served from the feature cache.",
-            cache_.hits());
-    counter("sluice_image_cache_misses_total", "Image features computed (not in the cache).",
-            cache_.misses());
-    counter("sluice_images_fetched_total", "Images fetched or decoded from data URIs and files.",
-            fetched_.load());
-    counter("sluice_image_fetch_failures_total", "Image sources that could not be fetched.",
-            fetch_failures_.load());
-    counter("sluice_images_embedded_total", "Images run through the vision tower.",
-            embedded_.load());
-    s += "# HELP sluice_image_cache_entries Image features held by the cache.\n"
-         "# TYPE sluice_image_cache_entries gauge\nsluice_image_cache_entries{" +
-         l + "} " + std::to_string(cache_.size()) + "\n";
-    s += "# HELP sluice_image_cache_bytes Bytes accounted to the image feature cache.\n"
-         "# TYPE sluice_image_cache_bytes gauge\nsluice_image_cache_bytes{" +
-         l + "} " + std::to_string(cache_.bytes()) + "\n";
-    return s;
+    return embedder_->RenderMetrics(ModelLabels(o_.name, o_.version));
   }
   void Shutdown() override {
     if (stopped_.exchange(true)) return;
@@ -191,131 +221,24 @@ class ClipServed final : public ServedModel {
   }
 
  private:
-  // Embeddings of the items, in order ([n, projection_dim]); image duplicates computed
-  // once, image features through the cache. *tokens: text tokens used.
   Status Embed(const std::vector<Item>& items, std::vector<float>* out, int64_t* tokens) {
-    const int P = model_->projection_dim();
-    out->assign(items.size() * P, 0.f);
-    std::vector<size_t> text_rows, image_rows;
-    std::vector<std::vector<int32_t>> texts;
-    std::vector<std::string> sources;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const Item& it = items[i];
-      if (it.image) {
-        if (!model_->has_vision()) {
-          return FieldError(it.path, "is an image; this model has no vision tower");
-        }
-        image_rows.push_back(i);
-        sources.push_back(it.text);
-        continue;
-      }
-      if (!model_->has_text())
-        return FieldError(it.path, "is a text; this model has no text tower");
-      std::vector<int32_t> ids = it.ids;
-      if (!it.has_ids) {
-        if (!tokenizer_) {
-          return FieldError(it.path,
-                            "is a text, but this model has no tokenizer.json: give token ids");
-        }
-        auto enc = tokenizer_->Encode(it.text, true);
-        if (!enc.ok()) return FieldError(it.path, enc.status().message());
-        ids = std::move(enc->ids);
-      }
-      const int limit = o_.max_tokens_per_input > 0 ? o_.max_tokens_per_input
-                                                    : model_->text_config().max_position_embeddings;
-      if (ids.empty()) return FieldError(it.path, "has no tokens");
-      if (static_cast<int>(ids.size()) > limit) {
-        return FieldError(it.path, "has " + std::to_string(ids.size()) + " tokens; at most " +
-                                       std::to_string(limit));
-      }
-      *tokens += static_cast<int64_t>(ids.size());
-      text_rows.push_back(i);
-      texts.push_back(std::move(ids));
-    }
-    if (!sources.empty()) {
-      std::vector<StatusOr<std::string>> bytes = fetcher_.FetchAll(sources);
-      // Content hashes; the misses, each distinct digest once.
-      std::vector<media::Digest> digests(sources.size());
-      std::vector<int> slot(sources.size(), -1);  // index into `todo`, or -1 (cached)
-      std::vector<size_t> todo;                   // source index of each distinct miss
-      std::vector<std::vector<float>> cached(sources.size());
-      for (size_t j = 0; j < sources.size(); ++j) {
-        const Item& it = items[image_rows[j]];
-        if (!bytes[j].ok()) {
-          fetch_failures_++;
-          return FieldError(it.path + ".image", bytes[j].status().message());
-        }
-        fetched_++;
-        digests[j] = media::Sha256(*bytes[j]);
-        for (size_t t = 0; t < todo.size(); ++t) {
-          if (digests[todo[t]] == digests[j]) slot[j] = static_cast<int>(t);
-        }
-        if (slot[j] >= 0) continue;  // a duplicate of an earlier miss in this request
-        if (cache_.Get(digests[j], &cached[j])) continue;
-        slot[j] = static_cast<int>(todo.size());
-        todo.push_back(j);
-      }
-      std::vector<float> pixels;
-      const int64_t per = model_->pixels_per_image();
-      pixels.reserve(todo.size() * per);
-      for (size_t j : todo) {
-        const Item& it = items[image_rows[j]];
-        auto img = media::DecodeImage(*bytes[j], decode_);
-        if (!img.ok()) {
-          return FieldError(it.path + ".image",
-                            Shorten(sources[j]) + ": " + img.status().message());
-        }
-        std::vector<float> px;
-        media::Preprocess(*img, processor_, &px);
-        if (static_cast<int64_t>(px.size()) != per) {
-          return Internal("the image processor's output size (" + std::to_string(px.size()) +
-                          " values) does not match the vision tower's input (" +
-                          std::to_string(per) + ")");
-        }
-        pixels.insert(pixels.end(), px.begin(), px.end());
-      }
-      std::vector<float> emb;
-      if (!todo.empty()) {
-        std::lock_guard<std::mutex> lock(model_mu_);
-        ASSIGN_OR_RETURN(emb,
-                         model_->EmbedImages(pixels.data(), static_cast<int64_t>(todo.size())));
-        embedded_ += todo.size();
-      }
-      for (size_t t = 0; t < todo.size(); ++t) {
-        cache_.Put(digests[todo[t]],
-                   std::vector<float>(emb.begin() + t * P, emb.begin() + (t + 1) * P));
-      }
-      for (size_t j = 0; j < sources.size(); ++j) {
-        const float* src = slot[j] >= 0 ? emb.data() + slot[j] * P : cached[j].data();
-        std::copy_n(src, P, out->data() + image_rows[j] * P);
-      }
-    }
-    if (!texts.empty()) {
-      std::vector<float> emb;
-      {
-        std::lock_guard<std::mutex> lock(model_mu_);
-        ASSIGN_OR_RETURN(emb, model_->EmbedTexts(texts));
-      }
-      for (size_t t = 0; t < text_rows.size(); ++t) {
-        std::copy_n(emb.data() + t * P, P, out->data() + text_rows[t] * P);
-      }
-    }
-    return Status::Ok();
+    return embedder_->Embed(items, out, tokens);
   }
-
-  static void Normalize(float* v, int n) {
-    double s = 0;
-    for (int i = 0; i < n; ++i) s += double(v[i]) * v[i];
-    const double norm = std::sqrt(s);
-    if (norm > 0) {
-      for (int i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] / norm);
-    }
-  }
+  static void Normalize(float* v, int n) { ClipEmbedder::Normalize(v, n); }
 
   Status CheckModelField(Fields& f) {
     std::string model;
     RETURN_IF_ERROR(f.GetString("model", &model));
     return Status::Ok();  // the router resolved it (name or name:version)
+  }
+
+  Status CheckCount(size_t n, const std::string& field, const char* what) {
+    if (static_cast<int>(n) > o_.max_inputs_per_request) {
+      return FieldError(field, "has " + std::to_string(n) + " " + what + "; at most " +
+                                   std::to_string(o_.max_inputs_per_request) +
+                                   " (--max-inputs-per-request)");
+    }
+    return Status::Ok();
   }
 
   StatusOr<std::string> Embeddings(const std::string& body) {
@@ -354,11 +277,7 @@ class ClipServed final : public ServedModel {
       items.push_back(std::move(it));
     }
     if (items.empty()) return FieldError("input", "must not be empty");
-    if (static_cast<int>(items.size()) > o_.max_inputs_per_request) {
-      return FieldError("input", "has " + std::to_string(items.size()) + " inputs; at most " +
-                                     std::to_string(o_.max_inputs_per_request) +
-                                     " (--max-inputs-per-request)");
-    }
+    RETURN_IF_ERROR(CheckCount(items.size(), "input", "inputs"));
     for (const Item& it : items) {
       if (!it.image && !it.has_ids && it.text.empty()) {
         return FieldError(it.path, "must not be empty");
@@ -398,6 +317,14 @@ class ClipServed final : public ServedModel {
     return w.Take();
   }
 
+  // Cosine similarity of rows a and b of normalised embeddings.
+  double Cosine(const std::vector<float>& emb, size_t a, size_t b) const {
+    const int P = model_->projection_dim();
+    double dot = 0;
+    for (int j = 0; j < P; ++j) dot += double(emb[a * P + j]) * emb[b * P + j];
+    return dot;
+  }
+
   StatusOr<std::string> Rerank(const std::string& body) {
     ASSIGN_OR_RETURN(simdjson::dom::object root, io::ParseObject(body));
     Fields f(root, "");
@@ -421,11 +348,7 @@ class ClipServed final : public ServedModel {
     simdjson::dom::array docs;
     if (d.get(docs)) return FieldError("documents", "must be a list");
     if (docs.size() == 0) return FieldError("documents", "must not be empty");
-    if (static_cast<int>(docs.size()) > o_.max_inputs_per_request) {
-      return FieldError("documents", "has " + std::to_string(docs.size()) + " documents; at most " +
-                                         std::to_string(o_.max_inputs_per_request) +
-                                         " (--max-inputs-per-request)");
-    }
+    RETURN_IF_ERROR(CheckCount(docs.size(), "documents", "documents"));
     size_t i = 0;
     for (auto v : docs) {
       ASSIGN_OR_RETURN(Item it, ReadItem(v, "documents[" + std::to_string(i++) + "]", false));
@@ -439,11 +362,7 @@ class ClipServed final : public ServedModel {
     for (size_t k = 0; k < items.size(); ++k) Normalize(emb.data() + k * P, P);
     const size_t n = items.size() - 1;
     std::vector<float> scores(n);
-    for (size_t k = 0; k < n; ++k) {
-      double dot = 0;
-      for (int j = 0; j < P; ++j) dot += double(emb[j]) * emb[(k + 1) * P + j];
-      scores[k] = static_cast<float>(dot);
-    }
+    for (size_t k = 0; k < n; ++k) scores[k] = static_cast<float>(Cosine(emb, 0, k + 1));
     std::vector<size_t> order(n);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
@@ -477,17 +396,64 @@ class ClipServed final : public ServedModel {
     return w.Take();
   }
 
+  // vLLM /score: text_1 (or queries) and text_2 (or documents), 1:1, 1:N or N:N; each side an
+  // item or a list of items (texts, token ids, {"image"}, {"text"}, content parts, or vLLM's
+  // {"content": [parts]}). score = cosine similarity of the two embeddings.
+  StatusOr<std::string> Score(const std::string& body) {
+    ASSIGN_OR_RETURN(simdjson::dom::object root, io::ParseObject(body));
+    Fields f(root, "");
+    RETURN_IF_ERROR(CheckModelField(f));
+    std::string user;
+    RETURN_IF_ERROR(f.GetString("user", &user));
+    simdjson::dom::element e1, e2;
+    const std::string f1 = f.Get("text_1", &e1) ? "text_1" : "queries";
+    if (f1 == "queries" && !f.Get("queries", &e1)) {
+      return FieldError("text_1", "is required (or \"queries\")");
+    }
+    const std::string f2 = f.Get("text_2", &e2) ? "text_2" : "documents";
+    if (f2 == "documents" && !f.Get("documents", &e2)) {
+      return FieldError("text_2", "is required (or \"documents\")");
+    }
+    RETURN_IF_ERROR(f.CheckNoUnknown());
+    ASSIGN_OR_RETURN(std::vector<Item> a, ReadScoreSide(e1, f1));
+    ASSIGN_OR_RETURN(std::vector<Item> b, ReadScoreSide(e2, f2));
+    if (a.size() != 1 && a.size() != b.size()) {
+      return FieldError(f1, "has " + std::to_string(a.size()) +
+                                " items; it must have 1 or as many as \"" + f2 + "\" (" +
+                                std::to_string(b.size()) + ")");
+    }
+    RETURN_IF_ERROR(CheckCount(b.size(), f2, "items"));
+    std::vector<Item> items = std::move(a);
+    const size_t na = items.size();
+    for (Item& it : b) items.push_back(std::move(it));
+    for (const Item& it : items) {
+      if (!it.image && !it.has_ids && it.text.empty()) {
+        return FieldError(it.path, "must not be empty");
+      }
+    }
+    std::vector<float> emb;
+    int64_t tokens = 0;
+    RETURN_IF_ERROR(Embed(items, &emb, &tokens));
+    const int P = model_->projection_dim();
+    for (size_t k = 0; k < items.size(); ++k) Normalize(emb.data() + k * P, P);
+    io::JsonWriter w;
+    io::BeginResponse(w, io::Envelope::kList, "score", o_.name);
+    for (size_t k = na; k < items.size(); ++k) {
+      const size_t i = k - na;
+      w.BeginObject();
+      w.KeyInt("index", static_cast<int64_t>(i));
+      w.KeyString("object", "score");
+      w.KeyFloat("score", static_cast<float>(Cosine(emb, na == 1 ? 0 : i, k)));
+      w.EndObject();
+    }
+    io::EndResponse(w, io::Envelope::kList, tokens);
+    return w.Take();
+  }
+
   const ClipServeOptions o_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<ClipModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  const media::ImageProcessorConfig processor_;
-  media::MediaFetcher fetcher_;
-  media::FeatureCache cache_;
-  media::DecodeOptions decode_;
-  std::mutex model_mu_;  // the model runs one batch at a time
+  std::unique_ptr<ClipEmbedder> embedder_;
+  const ClipModel* model_;
   std::atomic<bool> ready_{false}, stopped_{false};
-  std::atomic<uint64_t> fetched_{0}, fetch_failures_{0}, embedded_{0};
   std::unique_ptr<WorkerPool> pool_;
 };
 
@@ -508,41 +474,20 @@ bool IsClipModelDirectory(const std::string& dir) {
 }
 
 StatusOr<std::unique_ptr<ServedModel>> LoadClipServedModel(const ClipServeOptions& o) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(o.backend));
-  ASSIGN_OR_RETURN(std::unique_ptr<ClipModel> model,
-                   ClipModel::Load(o.dir, backend.get(), o.dtype));
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(o.dir + "/tokenizer.json")) {
-    ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromDirectory(o.dir));
-  }
-  media::ImageProcessorConfig processor;
-  if (model->has_vision()) {
-    const std::string pp = o.dir + "/preprocessor_config.json";
-    if (!std::filesystem::exists(pp)) {
-      return InvalidArgument(o.dir + ": a CLIP vision tower needs preprocessor_config.json");
-    }
-    ASSIGN_OR_RETURN(processor, media::ParseImageProcessorConfig(ReadFile(pp)));
-    if (processor.out_height() != model->vision_config().image_size ||
-        processor.out_width() != model->vision_config().image_size) {
-      return InvalidArgument(pp + ": the processor makes " + std::to_string(processor.out_width()) +
-                             "x" + std::to_string(processor.out_height()) +
-                             " images; the vision tower takes " +
-                             std::to_string(model->vision_config().image_size) + " square");
-    }
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ClipEmbedder> embedder, ClipEmbedder::Load(o.embedder));
+  const ClipModel& model = embedder->model();
+  const media::FetchOptions& fo = o.embedder.fetch;
   SLUICE_LOG_INFO(
-      "model \"{}\" version {}: CLIP ({}{}), projection {}, device {}, tokenizer {}; image fetch "
-      "concurrency {}, timeouts {} ms connect / {} ms total, max image bytes {}, private "
-      "addresses {}, local files {}, decode {} (max {} pixels), feature cache {} MiB",
-      o.name, o.version, model->has_vision() ? "vision" : "",
-      model->has_text() ? (model->has_vision() ? " + text" : "text") : "", model->projection_dim(),
-      backend->Describe(), tokenizer ? "tokenizer.json" : "none: token ids only",
-      o.fetch.concurrency, o.fetch.connect_timeout_ms, o.fetch.total_timeout_ms, o.fetch.max_bytes,
-      o.fetch.allow_private ? "allowed" : "refused",
-      o.fetch.local_root.empty() ? "refused" : o.fetch.local_root, o.fast_decode ? "fast" : "exact",
-      o.max_image_pixels, o.cache_bytes >> 20);
-  return std::unique_ptr<ServedModel>(std::make_unique<ClipServed>(
-      o, std::move(backend), std::move(model), std::move(tokenizer), processor));
+      "model \"{}\" version {}: CLIP ({}{}), projection {}, tokenizer {}; {} request workers; "
+      "image fetch concurrency {}, timeouts {} ms connect / {} ms total, max image bytes {}, "
+      "private addresses {}, local files {}; {}; feature cache {} MiB",
+      o.name, o.version, model.has_vision() ? "vision" : "",
+      model.has_text() ? (model.has_vision() ? " + text" : "text") : "", model.projection_dim(),
+      embedder->has_tokenizer() ? "tokenizer.json" : "none: token ids only", o.workers,
+      fo.concurrency, fo.connect_timeout_ms, fo.total_timeout_ms, fo.max_bytes,
+      fo.allow_private ? "allowed" : "refused", fo.local_root.empty() ? "refused" : fo.local_root,
+      embedder->Describe(), o.embedder.cache_bytes >> 20);
+  return std::unique_ptr<ServedModel>(std::make_unique<ClipServed>(o, std::move(embedder)));
 }
 
 }  // namespace sluice::server

@@ -6,33 +6,25 @@
 //                        similarity of the query's and each document's embedding
 // Images are fetched (media/fetch.h: parallel, SSRF guard, limits), decoded and processed
 // in the server (media/), and their embeddings cached by the SHA-256 of their bytes
-// (media/feature_cache.h); duplicates in one request are computed once. One request's images
-// run as one batch (and its texts as another) on the model, which serves one request at a
-// time.
+// (media/feature_cache.h); the whole path is server/clip_embedder.h (decode pool, vision
+// batches gathered across requests, duplicates computed once).
+//   POST /score, /v1/score  vLLM's shape: text_1/queries and text_2/documents (1:1, 1:N,
+//                        N:N), items as above or vLLM content parts ({"content": [...]})
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "backend/backend.h"
-#include "media/fetch.h"
-#include "media/image.h"
+#include "server/clip_embedder.h"
 #include "server/served_model.h"
 
 namespace sluice::server {
 
 struct ClipServeOptions {
   std::string name, version;
-  std::string dir;
-  BackendOptions backend;
-  DType dtype = DType::kF32;
-  media::FetchOptions fetch;
-  size_t cache_bytes = 256 << 20;         // image feature cache (--image-cache-mb; 0 = none)
-  bool fast_decode = false;               // --image-decode fast: JPEG DCT-domain downscaling
-  int64_t max_image_pixels = 40'000'000;  // decoded width x height at most (--max-image-pixels)
+  ClipEmbedderOptions embedder;  // model, fetch, cache, decode pool, batching
   int max_inputs_per_request = 1000;
-  int max_tokens_per_input = 0;  // 0: the text tower's max_position_embeddings
-  int workers = 2;
+  int workers = 16;  // requests in progress at once (--image-workers)
 };
 
 // Whether `dir/config.json` names a CLIP architecture.

@@ -62,6 +62,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         hits["count"] += 1
         p = self.path.lstrip("/")
+        if p.startswith("redirect-to/"):  # redirect-to/<host:port>/<file>
+            self.send_response(302)
+            self.send_header("Location", "http://" + p[len("redirect-to/"):])
+            self.end_headers()
+            return
         if p.startswith("redirect/"):
             self.send_response(302)
             self.send_header("Location", "/" + p[len("redirect/"):])
@@ -94,6 +99,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
 httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 threading.Thread(target=httpd.serve_forever, daemon=True).start()
 HOST = f"http://127.0.0.1:{httpd.server_address[1]}"
+# A second loopback image host on 127.0.0.2: only ever the target of refused redirects.
+hits2 = {"count": 0}
+
+
+class Handler2(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        hits2["count"] += 1
+        self.send_response(404)
+        self.end_headers()
+
+
+httpd2 = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler2)
+threading.Thread(target=httpd2.serve_forever, daemon=True).start()
+HOST2 = f"127.0.0.2:{httpd2.server_address[1]}"
 FILES = [im["file"] for im in EXP["images"]]
 
 with Server(MODEL, "--allow-private-media-urls", "--allowed-local-media-path", IMAGES) as s:
@@ -185,6 +207,50 @@ with Server(MODEL, "--allow-private-media-urls", "--allowed-local-media-path", I
     c.check(st == 200 and all("document" not in x for x in r["results"]) and
             len(r["results"]) == len(docs), f"return_documents false: {st}")
 
+
+    # /score (vLLM's shape): text_1 against image items, 1:N; vLLM's {"content": [parts]}.
+    def cos_ti(t, i):
+        return cos(EXP["texts"][t]["text_embeds"], EXP["images"][i]["image_embeds"])
+    st, _, r = s.post("/score", {"text_1": q, "text_2": docs})
+    c.check(st == 200, f"score 1:N: {st} {r}")
+    if st == 200:
+        c.check(r["object"] == "list" and r["id"].startswith("score-") and r["model"], "envelope")
+        c.check([d["index"] for d in r["data"]] == list(range(len(docs))), "one score per item")
+        c.check(all(d["object"] == "score" for d in r["data"]), "object score")
+        for d in r["data"]:
+            c.close(d["score"], cos_ti(3, d["index"]), 5e-4, f"score {d['index']} = cosine")
+        c.check(r["usage"]["prompt_tokens"] == len(q), f"usage counts the text tokens: {r['usage']}")
+    parts = {"content": [{"type": "image_url", "image_url": {"url": f"{HOST}/{f}"}} for f in FILES[:3]]}
+    st, _, r = s.post("/v1/score", {"text_1": q, "text_2": parts})
+    c.check(st == 200 and len(r["data"]) == 3, f"score with vLLM content parts: {st} {r}")
+    if st == 200:
+        for d in r["data"]:
+            c.close(d["score"], cos_ti(3, d["index"]), 5e-4, f"content part {d['index']}")
+    # N:N with queries/documents: pairs by position; a text as {"type": "text"} needs a
+    # tokenizer, so ids; image to image (1:1) is 1.
+    st, _, r = s.post("/score", {"queries": [texts[0], texts[1]],
+                                 "documents": [{"image": f"{HOST}/{FILES[0]}"},
+                                               {"type": "image_url", "image_url": f"{HOST}/{FILES[1]}"}]})
+    c.check(st == 200 and len(r["data"]) == 2, f"score N:N: {st} {r}")
+    if st == 200:
+        c.close(r["data"][0]["score"], cos_ti(0, 0), 5e-4, "N:N pair 0")
+        c.close(r["data"][1]["score"], cos_ti(1, 1), 5e-4, "N:N pair 1")
+    st, _, r = s.post("/score", {"text_1": {"image": f"{HOST}/{FILES[2]}"},
+                                 "text_2": {"image": data_uri}})
+    c.check(st == 200 and abs(r["data"][0]["score"] - 1) < 1e-5, f"score 1:1 same image: {st} {r}")
+    for body, what in [
+        ({"text_1": [texts[0], texts[1]], "text_2": docs}, "text_1"),
+        ({"text_1": q}, "text_2"),
+        ({"text_1": q, "text_2": {"content": [{"type": "video_url", "video_url": {"url": "x"}}]}},
+         "video_url"),
+        ({"text_1": q, "text_2": {"content": []}}, "content"),
+        ({"text_1": q, "text_2": docs, "truncate_prompt_tokens": 5}, "truncate_prompt_tokens"),
+        ({"text_1": q, "text_2": [{"type": "image_url", "image_url": {"url": ""}}]}, "image_url"),
+    ]:
+        st, _, r = s.post("/score", body)
+        c.error_shape(st, r, 400, f"/score {json.dumps(body)[:80]}")
+        c.check(what in json.dumps(r), f"/score error names '{what}': {r}")
+
     # Errors: 4xx naming the problem, the server keeps serving.
     for body, status, what in [
         ({"input": [{"image": f"{HOST}/missing.jpg"}]}, 400, "404"),
@@ -274,5 +340,67 @@ with Server(MODEL, "--allow-private-media-urls", "--image-decode", "fast") as s:
         print(f"fast decode: max |embedding - transformers'| = {worst:.2e}", flush=True)
         c.check(worst <= 5e-2, f"fast decode within 5e-2 of exact ({worst})")
 
+
+# A redirect to a refused address is refused before any byte is sent there: the redirecting
+# host (127.0.0.1) is let through by --allowed-media-address, its redirect targets are not.
+with Server(MODEL, "--allowed-media-address", "127.0.0.1") as s:
+    st, _, r = s.post("/v1/embeddings", {"input": [{"image": f"{HOST}/{FILES[0]}"}]})
+    c.check(st == 200, f"an allowed address is fetched: {st} {r}")
+    for target in [f"{HOST2}/{FILES[0]}", f"10.0.0.1/{FILES[0]}", f"169.254.169.254/latest"]:
+        before, before2 = hits["count"], hits2["count"]
+        st, _, r = s.post("/v1/embeddings", {"input": [{"image": f"{HOST}/redirect-to/{target}"}]})
+        c.error_shape(st, r, 400, f"redirect to {target} refused")
+        c.check(hits["count"] == before + 1, "the redirecting host was asked")
+        c.check(hits2["count"] == 0, f"nothing was sent to the redirect target {target}")
+        c.check("address" in json.dumps(r) or "refused" in json.dumps(r),
+                f"the error says why: {r}")
+
+# Offline: `sluice embed` and `sluice score` on the CLIP directory, local files by default.
+import subprocess
+import tempfile
+with tempfile.TemporaryDirectory() as tmp:
+    inp = os.path.join(tmp, "in.jsonl")
+    with open(inp, "w") as f:
+        f.write(json.dumps({"image": os.path.join(IMAGES, FILES[0])}) + "\n")
+        f.write(json.dumps({"input_ids": texts[1]}) + "\n")
+        f.write(json.dumps({"image": data_uri}) + "\n")
+    out = os.path.join(tmp, "out.jsonl")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", MODEL, "--input", inp,
+                        "--output", out], capture_output=True, text=True, timeout=300)
+    c.check(p.returncode == 0, f"sluice embed on CLIP: {p.returncode} {p.stderr[-500:]}")
+    if p.returncode == 0:
+        rows = [json.loads(l) for l in open(out)]
+        c.check([r["index"] for r in rows] == [0, 1, 2], "one line per input")
+        c.close(rows[0]["embedding"], norm(EXP["images"][0]["image_embeds"]), 5e-4, "offline image")
+        c.close(rows[1]["embedding"], norm(EXP["texts"][1]["text_embeds"]), 1e-4, "offline text ids")
+        c.close(rows[2]["embedding"], norm(EXP["images"][2]["image_embeds"]), 5e-4, "offline data URI")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", MODEL, "--input", inp,
+                        "--normalize", "off"], capture_output=True, text=True, timeout=300)
+    if p.returncode == 0:
+        row = json.loads(p.stdout.splitlines()[0])
+        c.close(row["embedding"], EXP["images"][0]["image_embeds"], 5e-4, "offline raw projection")
+    with open(inp, "w") as f:
+        for i in range(4):
+            f.write(json.dumps({"query": texts[3], "document": {"image": os.path.join(IMAGES, FILES[i])}}) + "\n")
+    p = subprocess.run([harness.ARGS.sluice, "score", "--model", MODEL, "--input", inp],
+                       capture_output=True, text=True, timeout=300)
+    c.check(p.returncode == 0, f"sluice score on CLIP: {p.returncode} {p.stderr[-500:]}")
+    if p.returncode == 0:
+        rows = [json.loads(l) for l in p.stdout.splitlines()]
+        for i, r in enumerate(rows):
+            c.close(r["score"], cos(EXP["texts"][3]["text_embeds"], EXP["images"][i]["image_embeds"]),
+                    5e-4, f"offline score {i}")
+    # Errors name the line; private URLs refused offline too; classify does not apply.
+    with open(inp, "w") as f:
+        f.write(json.dumps({"image": os.path.join(IMAGES, FILES[0])}) + "\n")
+        f.write(json.dumps({"image": f"{HOST}/{FILES[1]}"}) + "\n")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", MODEL, "--input", inp],
+                       capture_output=True, text=True, timeout=300)
+    c.check(p.returncode != 0 and "in.jsonl:2" in p.stderr, f"offline refused URL names the line: {p.stderr[-300:]}")
+    p = subprocess.run([harness.ARGS.sluice, "classify", "--model", MODEL, "--input", inp],
+                       capture_output=True, text=True, timeout=300)
+    c.check(p.returncode != 0 and "CLIP" in p.stderr, f"classify on CLIP: {p.stderr[-300:]}")
+
 httpd.shutdown()
+httpd2.shutdown()
 c.finish("e2e_clip")

@@ -272,6 +272,12 @@ TEST(Media, FastJpegDecodeShrinksInTheDctDomain) {
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->width, 21);  // 2/8: ceil(81 * 2 / 8), ceil(130 * 2 / 8)
   EXPECT_EQ(small->height, 33);
+  // Only the SIMD scales (1/8, 1/4, 1/2): 3/8 would keep 30 (31 x 49), 4/8 is taken.
+  o.jpeg_min_short_edge = 30;
+  auto half = DecodeImage(jpg, o);
+  ASSERT_TRUE(half.ok());
+  EXPECT_EQ(half->width, 41);
+  EXPECT_EQ(half->height, 65);
   o.jpeg_min_short_edge = 80;
   auto full = DecodeImage(jpg, o);
   ASSERT_TRUE(full.ok());
@@ -280,11 +286,11 @@ TEST(Media, FastJpegDecodeShrinksInTheDctDomain) {
   EXPECT_EQ(full->rgb, exact.rgb);
   // With an EXIF rotation the bound applies to the displayed size.
   DecodeOptions r;
-  r.jpeg_min_width = 10;
+  r.jpeg_min_width = 6;
   auto rot = DecodeImage(ReadFile(kDir + "/exif6_jpg.jpg"), r);  // stored 23 x 14, shown 14 x 23
   ASSERT_TRUE(rot.ok());
-  EXPECT_GE(rot->width, 10);
-  EXPECT_LT(rot->width, 14);
+  EXPECT_EQ(rot->width, 7);  // 4/8 of the shown width (of the stored height)
+  EXPECT_EQ(rot->height, 12);
   // PNG and WebP ignore the bounds.
   auto png = DecodeImage(ReadFile(kDir + "/png_rgb.png"), o);
   ASSERT_TRUE(png.ok());

@@ -1,0 +1,166 @@
+// The CLIP embedding path of server/clip_embedder.h on the golden fixture
+// (tests/fixtures/clip/clip_quickgelu): images of concurrent callers gathered into one vision
+// forward give what each gets alone; the queue of pre-processed images is bounded (a caller
+// waits for room); duplicates across concurrent callers are computed once and identical.
+#include "server/clip_embedder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+namespace sluice::server {
+namespace {
+
+const std::string kModel = std::string(SLUICE_FIXTURES_DIR) + "/clip/clip_quickgelu/model";
+const std::string kImages = std::string(SLUICE_FIXTURES_DIR) + "/images";
+const std::vector<std::string> kFiles = {"jpeg420.jpg",     "jpeg444.jpg",     "png_rgb.png",
+                                         "png_palette.png", "webp_lossy.webp", "exif6_jpg.jpg"};
+
+std::unique_ptr<ClipEmbedder> Make(int batch, int queued, size_t cache_bytes = 0) {
+  ClipEmbedderOptions o;
+  o.dir = kModel;
+  o.fetch.local_root = kImages;
+  o.cache_bytes = cache_bytes;
+  o.decode_threads = 2;
+  o.max_image_batch = batch;
+  o.max_queued_images = queued;
+  auto e = ClipEmbedder::Load(o);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+std::vector<ClipItem> Images(const std::vector<std::string>& files) {
+  std::vector<ClipItem> items;
+  for (size_t i = 0; i < files.size(); ++i) {
+    ClipItem it;
+    it.image = true;
+    it.text = kImages + "/" + files[i];
+    it.path = "input[" + std::to_string(i) + "]";
+    items.push_back(it);
+  }
+  return items;
+}
+
+uint64_t Metric(const ClipEmbedder& e, const std::string& name) {
+  const std::string m = e.RenderMetrics("");
+  const size_t at = m.find("\n" + name + "{} ");
+  if (at == std::string::npos) return UINT64_MAX;
+  return std::stoull(m.substr(at + name.size() + 4));
+}
+
+TEST(ClipEmbedder, ConcurrentCallersShareOneForwardAndGetTheirAloneResults) {
+  // Alone: each caller's images in their own forward.
+  auto ref = Make(64, 0);
+  ASSERT_TRUE(ref);
+  const std::vector<std::vector<std::string>> calls = {
+      {kFiles[0], kFiles[1]}, {kFiles[2], kFiles[3], kFiles[4]}, {kFiles[5]}};
+  std::vector<std::vector<float>> alone(calls.size());
+  for (size_t c = 0; c < calls.size(); ++c) {
+    int64_t tokens = 0;
+    ASSERT_TRUE(ref->Embed(Images(calls[c]), &alone[c], &tokens).ok());
+  }
+  // Together: the engine is held until all six images are queued, then runs them as one.
+  auto e = Make(64, 0);
+  ASSERT_TRUE(e);
+  ASSERT_TRUE(e->WarmUp().ok());
+  e->HoldForTest(true);
+  std::vector<std::vector<float>> got(calls.size());
+  std::vector<Status> st(calls.size());
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    threads.emplace_back([&, c] {
+      int64_t tokens = 0;
+      st[c] = e->Embed(Images(calls[c]), &got[c], &tokens);
+    });
+  }
+  e->WaitForTest(6, 0);
+  e->HoldForTest(false);
+  for (auto& t : threads) t.join();
+  const int P = e->model().projection_dim();
+  for (size_t c = 0; c < calls.size(); ++c) {
+    ASSERT_TRUE(st[c].ok()) << st[c].message();
+    ASSERT_EQ(got[c].size(), calls[c].size() * P);
+    for (size_t i = 0; i < got[c].size(); ++i) EXPECT_NEAR(got[c][i], alone[c][i], 1e-5);
+  }
+  EXPECT_EQ(Metric(*e, "sluice_image_forwards_total"), 1u);
+  EXPECT_EQ(Metric(*e, "sluice_image_forwards_coalesced_total"), 1u);
+  EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 6u);
+}
+
+TEST(ClipEmbedder, BatchesAreCappedAndTheQueueIsBounded) {
+  // Batches of at most 2 images, at most 3 queued: a caller of 3 images queues runs of 2 + 1;
+  // a second caller waits for room.
+  auto e = Make(2, 3);
+  ASSERT_TRUE(e);
+  ASSERT_TRUE(e->WarmUp().ok());
+  e->HoldForTest(true);
+  std::vector<float> a, b;
+  Status sa, sb;
+  std::thread ta([&] {
+    int64_t t = 0;
+    sa = e->Embed(Images({kFiles[0], kFiles[1], kFiles[2]}), &a, &t);
+  });
+  e->WaitForTest(3, 0);
+  std::thread tb([&] {
+    int64_t t = 0;
+    sb = e->Embed(Images({kFiles[3], kFiles[4]}), &b, &t);
+  });
+  e->WaitForTest(3, 1);  // b waits: 3 queued + 2 would exceed the bound
+  e->HoldForTest(false);
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(sa.ok()) << sa.message();
+  ASSERT_TRUE(sb.ok()) << sb.message();
+  // 5 images in batches of at most 2: at least 3 forwards, every image once.
+  EXPECT_GE(Metric(*e, "sluice_image_forwards_total"), 3u);
+  EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 5u);
+}
+
+TEST(ClipEmbedder, DuplicatesAcrossConcurrentCallersAreComputedOnceAndIdentical) {
+  auto e = Make(64, 0);
+  ASSERT_TRUE(e);
+  ASSERT_TRUE(e->WarmUp().ok());
+  e->HoldForTest(true);
+  const int kCallers = 4;
+  std::vector<std::vector<float>> got(kCallers);
+  std::vector<std::thread> threads;
+  // Each caller: the same image three times, and one image of its own.
+  for (int c = 0; c < kCallers; ++c) {
+    threads.emplace_back([&, c] {
+      int64_t t = 0;
+      EXPECT_TRUE(
+          e->Embed(Images({kFiles[0], kFiles[1 + c], kFiles[0], kFiles[0]}), &got[c], &t).ok());
+    });
+  }
+  // kFiles[0] once (by the caller that claimed it) + one own image each.
+  e->WaitForTest(1 + kCallers, 0);
+  e->HoldForTest(false);
+  for (auto& t : threads) t.join();
+  const int P = e->model().projection_dim();
+  for (int c = 0; c < kCallers; ++c) {
+    ASSERT_EQ(got[c].size(), 4u * P);
+    for (int k : {2, 3}) {
+      EXPECT_TRUE(std::equal(got[c].begin(), got[c].begin() + P, got[c].begin() + k * P));
+    }
+    EXPECT_TRUE(std::equal(got[c].begin(), got[c].begin() + P, got[0].begin()));
+  }
+  EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 1u + kCallers);
+}
+
+TEST(ClipEmbedder, ErrorsNameTheInput) {
+  auto e = Make(4, 0);
+  ASSERT_TRUE(e);
+  std::vector<float> out;
+  int64_t t = 0;
+  auto items = Images({kFiles[0], "cases.json"});
+  Status s = e->Embed(items, &out, &t);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("input[1].image"), std::string::npos) << s.message();
+  // The embedder keeps serving after a failed call.
+  s = e->Embed(Images({kFiles[0]}), &out, &t);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+}  // namespace
+}  // namespace sluice::server
