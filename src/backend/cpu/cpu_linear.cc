@@ -71,7 +71,7 @@ struct Primitive {
 
 // Which kernel runs a weight: fixed at Prepare for every M, so that a row's result never
 // depends on the batch it is in.
-enum class Path { kOneDnn, kHwy, kAvx512Bf16, kInt8 };
+enum class Path { kOneDnn, kHwy, kAvx512Bf16, kAvx512Fma, kInt8 };
 
 class CpuLinearWeight final : public LinearWeight {
  public:
@@ -157,6 +157,25 @@ bool OneDnnHasBrgemm(DType dtype) {
   return dtype == DType::kBF16 ? bf16 : f32;
 }
 
+std::string IsaNameImpl() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    default:
+      return "other";
+  }
+}
+
 std::string g_path_override;  // SetPathForTesting
 
 std::string PathMode() {
@@ -182,11 +201,26 @@ StatusOr<Path> ChoosePath(DType dtype) {
     }
     return Path::kAvx512Bf16;
   }
-  if (mode != "auto") {
-    return InvalidArgument("SLUICE_CPU_LINEAR must be auto, onednn, sluice or avx512bf16, not '" +
-                           mode + "'");
+  if (mode == "avx512fma") {
+    if (dtype != DType::kBF16) return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
+    if (!Features().avx512) {
+      return Unsupported(
+          "SLUICE_CPU_LINEAR=avx512fma: this CPU (or SLUICE_CPU_MAX_ISA) has no "
+          "AVX-512");
+    }
+    return Path::kAvx512Fma;
   }
-  if (dtype == DType::kBF16 && Features().avx512_bf16) return Path::kAvx512Bf16;
+  if (mode != "auto") {
+    return InvalidArgument(
+        "SLUICE_CPU_LINEAR must be auto, onednn, sluice, avx512bf16 or avx512fma, not '" + mode +
+        "'");
+  }
+  // bf16 without AMX: sluice's AVX-512 FMA kernel measured 1.3-1.9x oneDNN 2.6's bf16
+  // brgemm at M >= 4 and on par at M = 1 (docs/benchmarks.md, "CPU bf16 kernels"); on
+  // AMX machines oneDNN's AMX kernel stays until sluice's AMX GEMM is measured there.
+  if (dtype == DType::kBF16 && Features().avx512 && IsaNameImpl() != "amx") {
+    return Path::kAvx512Fma;
+  }
   return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
 }
 
@@ -198,6 +232,8 @@ const char* PathName(Path p) {
       return "sluice-gemm";
     case Path::kAvx512Bf16:
       return "sluice-avx512bf16";
+    case Path::kAvx512Fma:
+      return "sluice-avx512fma";
     case Path::kInt8:
       return "sluice-int8";
   }
@@ -286,24 +322,7 @@ struct LinearRunner::Impl {
 
 LinearRunner::LinearRunner() : impl_(std::make_unique<Impl>()) {}
 
-std::string LinearRunner::IsaName() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx:
-      return "amx";
-    case dnnl::cpu_isa::avx512_core_bf16:
-      return "avx512_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni:
-      return "avx512_vnni";
-    case dnnl::cpu_isa::avx512_core:
-      return "avx512";
-    case dnnl::cpu_isa::avx2_vnni:
-      return "avx2_vnni";
-    case dnnl::cpu_isa::avx2:
-      return "avx2";
-    default:
-      return "other";
-  }
-}
+std::string LinearRunner::IsaName() { return IsaNameImpl(); }
 LinearRunner::~LinearRunner() = default;
 
 std::string LinearRunner::DescribePlan(int64_t m) {
@@ -352,10 +371,10 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
   }
 
   w->path = path;
-  if (path == Path::kAvx512Bf16 || path == Path::kInt8) {
+  if (path == Path::kAvx512Bf16 || path == Path::kAvx512Fma || path == Path::kInt8) {
     std::vector<float> wf;
     RETURN_IF_ERROR(HostToF32(weight, &wf));
-    if (path == Path::kAvx512Bf16) {
+    if (path != Path::kInt8) {
       w->x86_bf16.resize(x86::PackedBf16Size(n, k));
       x86::PackBf16(wf.data(), n, k, w->x86_bf16.data());
     } else {
@@ -432,11 +451,18 @@ void LinearRunner::Run(const LinearParams& p) {
     CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
   }
 
-  if (w.path == Path::kAvx512Bf16) {
-    auto* xb = im.ws_src.Get<uint16_t>(m * 2 * x86::KPairs(k));
-    x86::ConvertBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xb);
+  if (w.path == Path::kAvx512Bf16 || w.path == Path::kAvx512Fma) {
     x86::Bf16Args a;
-    a.x = xb;
+    if (w.path == Path::kAvx512Bf16) {
+      auto* xb = im.ws_src.Get<uint16_t>(m * 2 * x86::KPairs(k));
+      x86::ConvertBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xb);
+      a.x = xb;
+    } else {
+      auto* xr = im.ws_src.Get<float>(m * 2 * x86::KPairs(k));
+      x86::RoundBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xr);
+      a.x = xr;
+      a.kernel = x86::Bf16Kernel::kFma;
+    }
     a.m = m;
     a.k = k;
     a.n = n;

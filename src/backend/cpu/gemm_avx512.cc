@@ -52,6 +52,41 @@ void TileBf16(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, float
   }
 }
 
+// The same packed bf16 weights, widened in registers to f32 (even k: lane << 16, odd k:
+// lane & 0xffff0000) and multiplied with f32 FMA by activations already rounded to bf16
+// (x: f32 rows): products exact, one f32 rounding per k, k in order. On CPUs where
+// vdpbf16ps issues at half the rate of f32 FMA (Sapphire/Emerald Rapids without AMX use)
+// this runs at up to 6/7 of the f32 FMA peak. Needs only AVX-512F.
+template <int MR>
+void TileBf16Fma(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, float* acc_out) {
+  __m512 acc[MR][4];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  for (int64_t p = 0; p < kp; ++p) {
+    const uint8_t* wp = w + p * 256;
+    __m512 wf[4];
+    for (int v = 0; v < 4; ++v) {
+      wf[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(wp + 64 * v), 16));
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(*reinterpret_cast<const float*>(x + r * ldx + p * 8));
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(a, wf[v], acc[r][v]);
+    }
+    for (int v = 0; v < 4; ++v) {
+      wf[v] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(wp + 64 * v), hi));
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(*reinterpret_cast<const float*>(x + r * ldx + p * 8 + 4));
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(a, wf[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc_out + r * 64 + v * 16, acc[r][v]);
+  }
+}
+
 template <int MR>
 void TileVnni(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, const int32_t* colsum,
               float* acc_out) {
@@ -102,6 +137,24 @@ void TileBf16Any(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, in
   }
 }
 
+void TileBf16FmaAny(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, int rows,
+                    float* acc) {
+  switch (rows) {
+    case 1:
+      return TileBf16Fma<1>(x, ldx, kp, w, acc);
+    case 2:
+      return TileBf16Fma<2>(x, ldx, kp, w, acc);
+    case 3:
+      return TileBf16Fma<3>(x, ldx, kp, w, acc);
+    case 4:
+      return TileBf16Fma<4>(x, ldx, kp, w, acc);
+    case 5:
+      return TileBf16Fma<5>(x, ldx, kp, w, acc);
+    default:
+      return TileBf16Fma<6>(x, ldx, kp, w, acc);
+  }
+}
+
 void TileVnniAny(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int rows,
                  const int32_t* colsum, float* acc) {
   switch (rows) {
@@ -120,8 +173,8 @@ void TileVnniAny(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, in
   }
 }
 
-// One row: f32 -> bf16 (RNE), odd k padded with a zero.
-void ConvertRowBf16(const float* x, int64_t k, uint16_t* xb) {
+// One row: f32 -> bf16 (RNE), zero padded to ld.
+void ConvertRowBf16(const float* x, int64_t k, int64_t ld, uint16_t* xb) {
   int64_t c = 0;
   for (; c + 16 <= k; c += 16) {
     const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + c));
@@ -132,7 +185,26 @@ void ConvertRowBf16(const float* x, int64_t k, uint16_t* xb) {
     const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + c));
     _mm256_mask_storeu_epi16(xb + c, mask, (__m256i)b);
   }
-  if (k & 1) xb[k] = 0;
+  for (int64_t i = k; i < ld; ++i) xb[i] = 0;
+}
+
+// One row: f32 -> f32 rounded to bf16 (RNE; NaN stays NaN), zero padded to ld. AVX-512F.
+void RoundRowBf16(const float* x, int64_t k, int64_t ld, float* xr) {
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  for (int64_t c = 0; c < k; c += 16) {
+    const __mmask16 mask =
+        k - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - c)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + c);
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), one);
+    __m512i r = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(bias, lsb)), hi);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(b, quiet), hi));
+    _mm512_mask_storeu_ps(xr + c, mask, _mm512_castsi512_ps(r));
+  }
+  for (int64_t i = k; i < ld; ++i) xr[i] = 0.f;
 }
 
 }  // namespace sluice::cpu::x86::avx512

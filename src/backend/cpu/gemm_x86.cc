@@ -91,6 +91,11 @@ void TileBf16(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, int r
   avx512::TileBf16Any(x, ldx, kp, w, rows, acc);
 }
 
+void TileBf16Fma(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, int rows,
+                 const int32_t*, float* acc) {
+  avx512::TileBf16FmaAny(x, ldx, kp, w, rows, acc);
+}
+
 void TileVnni(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int rows,
               const int32_t* colsum, float* acc) {
   avx512::TileVnniAny(x, ldx, kq, w, rows, colsum, acc);
@@ -140,19 +145,26 @@ void ConvertBf16(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
   for (int64_t r = 0; r < m; ++r) {
     if (simd) {
-      avx512::ConvertRowBf16(x + r * ldx, k, xb + r * ld);
+      avx512::ConvertRowBf16(x + r * ldx, k, ld, xb + r * ld);
     } else {
       for (int64_t c = 0; c < k; ++c) xb[r * ld + c] = F32ToBF16(x[r * ldx + c]);
-      if (k & 1) xb[r * ld + k] = 0;
+      for (int64_t c = k; c < ld; ++c) xb[r * ld + c] = 0;
     }
   }
 }
 
+void RoundBf16(const float* x, int64_t ldx, int64_t m, int64_t k, float* xr) {
+  const int64_t ld = 2 * KPairs(k);
+#pragma omp parallel for schedule(static) if (m * k >= 65536)
+  for (int64_t r = 0; r < m; ++r) avx512::RoundRowBf16(x + r * ldx, k, ld, xr + r * ld);
+}
+
 void GemmBf16(const Bf16Args& a) {
   if (a.m <= 0 || a.n <= 0) return;
+  const bool fma = a.kernel == Bf16Kernel::kFma;
   Plan p;
-  p.x = reinterpret_cast<const uint8_t*>(a.x);
-  p.ldx = KPairs(a.k) * 4;
+  p.x = static_cast<const uint8_t*>(a.x);
+  p.ldx = KPairs(a.k) * (fma ? 8 : 4);
   p.groups = KPairs(a.k);
   p.packed = reinterpret_cast<const uint8_t*>(a.packed);
   p.bias = a.bias;
@@ -162,7 +174,7 @@ void GemmBf16(const Bf16Args& a) {
   p.n = a.n;
   p.out = a.out;
   p.ldo = a.ldo;
-  p.tile = &TileBf16;
+  p.tile = fma ? &TileBf16Fma : &TileBf16;
   Drive(p);
 }
 

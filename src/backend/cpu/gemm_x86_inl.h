@@ -10,6 +10,9 @@ namespace avx512 {
 void TileBf16Any(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, int rows, float* acc);
 void TileVnniAny(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int rows,
                  const int32_t* colsum, float* acc);
-void ConvertRowBf16(const float* x, int64_t k, uint16_t* xb);
+void TileBf16FmaAny(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, int rows,
+                    float* acc);
+void RoundRowBf16(const float* x, int64_t k, int64_t ld, float* xr);
+void ConvertRowBf16(const float* x, int64_t k, int64_t ld, uint16_t* xb);
 }  // namespace avx512
 }  // namespace sluice::cpu::x86

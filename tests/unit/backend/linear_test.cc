@@ -66,13 +66,17 @@ void CheckLinear(Backend& be, DType dtype, const LinearCase& c, bool strided) {
 
 // Runs each test with the linear path named by the parameter ("auto": what the machine
 // picks, "sluice": sluice's Highway GEMM forced, "avx512bf16": sluice's vdpbf16ps kernel
-// for bf16 (skipped without AVX512-BF16), "onednn": oneDNN forced (skipped where oneDNN
+// for bf16 (skipped without AVX512-BF16), "avx512fma": sluice's bf16-weight f32-FMA
+// AVX-512 kernel (skipped without AVX-512), "onednn": oneDNN forced (skipped where oneDNN
 // 2.6 has no batch-invariant brgemm kernel, i.e. below AVX-512)).
 class CpuLinear : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "avx512bf16" && !cpu::Features().avx512_bf16) {
       GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+    }
+    if (GetParam() == "avx512fma" && !cpu::Features().avx512) {
+      GTEST_SKIP() << "no AVX-512 on this CPU";
     }
     const std::string isa = cpu::LinearRunner::IsaName();
     if (GetParam() == "onednn" && isa.rfind("avx512", 0) != 0 && isa != "amx") {
@@ -228,7 +232,7 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear,
-                         ::testing::Values("auto", "sluice", "avx512bf16", "onednn"));
+                         ::testing::Values("auto", "sluice", "avx512bf16", "avx512fma", "onednn"));
 
 // The ISA cap (SLUICE_CPU_MAX_ISA / ONEDNN_MAX_CPU_ISA) turns the AVX-512 kernels off, and
 // forcing the AVX512-BF16 path without the ISA is refused, not silently replaced.
