@@ -9,7 +9,7 @@
 //
 // Usage: linear_paths_bench [--threads N] [--reps R] [--m 1,2,4,64,1024] [--set encoder|decode]
 //                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8]
-//                           [--cpu-time]
+//                           [--cpu-time] [--only SHAPE-NAME-PART]
 // Prints a markdown table: median GFLOP/s over R repetitions (after 2 warm-ups), spread
 // (min..max), and for M <= 4 the weight bytes streamed per second (GB/s) next to the
 // machine's measured read bandwidth.
@@ -106,6 +106,7 @@ struct PathSpec {
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 7;
+  std::string only;  // --only: shapes whose name contains this
   std::string ms_arg = "1,2,3,4,16,64,256,1024,4096", set = "encoder";
   std::string paths_arg = "onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8";
   for (int i = 1; i < argc; ++i) {
@@ -120,6 +121,8 @@ int main(int argc, char** argv) {
       ms_arg = argv[++i];
     } else if (!std::strcmp(argv[i], "--set") && has_value) {
       set = argv[++i];
+    } else if (!std::strcmp(argv[i], "--only") && has_value) {
+      only = argv[++i];
     } else if (!std::strcmp(argv[i], "--paths") && has_value) {
       paths_arg = argv[++i];
     } else {
@@ -175,6 +178,7 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   for (const Shape& s : shapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     std::vector<float> w(s.n * s.k), b(s.n), x(max_m * s.k), out(max_m * s.n);
     for (auto& v : w) v = u(g) * 0.05f;
     for (auto& v : b) v = u(g);

@@ -20,6 +20,11 @@
 namespace sluice::cpu::x86::avx512 {
 namespace {
 
+// Few-row tiles stream weights from memory (decode): prefetch kPrefetchBytes ahead.
+// (Reading a little past the weights' end is harmless: prefetches do not fault.)
+constexpr int kPrefetchRows = 4;
+constexpr int64_t kPrefetchBytes = 4096;
+
 inline int32_t Load32(const uint8_t* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
@@ -35,6 +40,10 @@ void TileBf16(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, float
   }
   for (int64_t p = 0; p < kp; ++p) {
     const uint8_t* wp = w + p * 256;
+    if constexpr (MR <= kPrefetchRows) {
+      for (int v = 0; v < 4; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchBytes + 64 * v), _MM_HINT_T0);
+    }
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp);
     const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wp + 64);
     const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 128);
@@ -66,6 +75,10 @@ void TileBf16Fma(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w, fl
   const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
   for (int64_t p = 0; p < kp; ++p) {
     const uint8_t* wp = w + p * 256;
+    if constexpr (MR <= kPrefetchRows) {
+      for (int v = 0; v < 4; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchBytes + 64 * v), _MM_HINT_T0);
+    }
     __m512 wf[4];
     for (int v = 0; v < 4; ++v) {
       wf[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(wp + 64 * v), 16));
@@ -96,6 +109,10 @@ void TileVnni(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, const
   }
   for (int64_t q = 0; q < kq; ++q) {
     const uint8_t* wp = w + q * 256;
+    if constexpr (MR <= kPrefetchRows) {
+      for (int v = 0; v < 4; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchBytes + 64 * v), _MM_HINT_T0);
+    }
     const __m512i w0 = _mm512_loadu_si512(wp);
     const __m512i w1 = _mm512_loadu_si512(wp + 64);
     const __m512i w2 = _mm512_loadu_si512(wp + 128);
