@@ -5,10 +5,11 @@
 #
 #   docker build --target cpu  -t sluice:cpu  .
 #   docker build --target cuda -t sluice:cuda .       # CUDA 12 toolkit from NVIDIA's debian12 repo
-#   docker run -p 8000:8000 sluice:cpu                # the demo models of models/
+#   docker run -p 8000:8000 -p 8001:8001 sluice:cpu   # the demo models of models/ (HTTP, gRPC)
 #   docker run -p 8000:8000 -v /srv/models:/models sluice:cpu --model-repository /models
 #
-# The entrypoint is `sluice serve --host 0.0.0.0 --port 8000`; arguments add flags.
+# The entrypoint is `sluice serve --host 0.0.0.0 --port 8000 --grpc-port 8001` (HTTP and KServe v2
+# over gRPC); arguments add flags.
 
 FROM debian:bookworm AS build-base
 COPY scripts/setup /src/scripts/setup
@@ -41,12 +42,13 @@ FROM debian:bookworm-slim AS runtime-base
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       libdnnl2 libhwy1 libgomp1 libspdlog1.10 libfmt9 libsimdjson14 libutf8proc2 libpcre2-8-0 \
       libjpeg62-turbo libpng16-16 libwebp7 libwebpdemux2 libcurl4 ocl-icd-libopencl1 \
+      libgrpc++1.51 libprotobuf32 \
       ca-certificates \
  && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 sluice
 COPY models /models
-EXPOSE 8000
+EXPOSE 8000 8001
 USER 10001
-ENTRYPOINT ["sluice", "serve", "--host", "0.0.0.0", "--port", "8000"]
+ENTRYPOINT ["sluice", "serve", "--host", "0.0.0.0", "--port", "8000", "--grpc-port", "8001"]
 CMD ["--model-repository", "/models"]
 
 FROM runtime-base AS cuda

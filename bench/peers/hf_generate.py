@@ -304,18 +304,27 @@ def main():
         need_blocks = sum((n + 128 + 15) // 16 for n in lens)
         block_bytes = 2 * 28 * 16 * 8 * 128 * 2
         quarter = need_blocks * block_bytes // 4
-        sl = run_sluice(args.sluice, paths["0.6b"], f"{w}/t.jsonl", f"{w}/q.out",
-                        ["--device", "cuda", "--max-model-len", "2048", "--kv-cache-memory",
-                         str(quarter)])
-        ref = outputs(f"{w}/t.out")
-        got = outputs(f"{w}/q.out")
-        same = sum(a == b for a, b in zip(ref, got))
-        first_diff = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
-                      for a, b in zip(ref, got) if a != b]
-        return {"sluice": sl, "kv_bytes": quarter, "finished": len(got),
-                "identical": same, "of": len(ref),
-                "median_first_difference": sorted(first_diff)[len(first_diff) // 2]
-                if first_diff else None}
+        base = ["--device", "cuda", "--max-model-len", "2048"]
+        res = {"kv_bytes": quarter}
+
+        def compare(ref_path, got_path):
+            ref, got = outputs(ref_path), outputs(got_path)
+            same = sum(a == b for a, b in zip(ref, got))
+            first_diff = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+                          for a, b in zip(ref, got) if a != b]
+            return {"finished": len(got), "identical": same, "of": len(ref),
+                    "median_first_difference": sorted(first_diff)[len(first_diff) // 2]
+                    if first_diff else None}
+
+        # Default kernels, then --batch-invariant (both runs of a pair in the same mode).
+        for mode, extra in (("default", []), ("batch_invariant", ["--batch-invariant"])):
+            full = run_sluice(args.sluice, paths["0.6b"], f"{w}/t.jsonl", f"{w}/f_{mode}.out",
+                              base + extra)
+            q = run_sluice(args.sluice, paths["0.6b"], f"{w}/t.jsonl", f"{w}/q_{mode}.out",
+                           base + extra + ["--kv-cache-memory", str(quarter)])
+            res[mode] = {"unconstrained": full, "quarter_kv": q,
+                         **compare(f"{w}/f_{mode}.out", f"{w}/q_{mode}.out")}
+        return res
 
     section("preempt", preempt)
 

@@ -454,6 +454,13 @@ struct BackendOptions {
   int device_index = 0;
   int num_threads = 0;      // CPU: 0 = all cores available to the process
   bool allow_tf32 = false;  // CUDA: fp32 GEMMs may use TF32 tensor cores (less precise)
+  // CUDA: every row's result is independent of the batch around it (generation: the same
+  // tokens alone, in any batch, under any chunking and after preemption). One cuBLASLt
+  // algorithm per GEMM shape whatever the number of rows (no split-K), no GEMV kernel or
+  // fused decode blocks, and decode attention through the prefill kernel, whose per-row
+  // arithmetic does not depend on the other rows. Slower; the CPU backend is batch
+  // invariant without it.
+  bool batch_invariant = false;
 };
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);

@@ -2,7 +2,8 @@
 // the same routes): C concurrent keep-alive clients send synthetic token-id requests, or
 // the request bodies of a JSONL file (--input, one body per line, sent in file order and
 // cycled), for a number of requests or a duration; prints throughput, latency
-// percentiles and errors.
+// percentiles and errors. --grpc-model NAME sends the same synthetic rerank requests as KServe
+// v2 gRPC ModelInfer calls (query_ids / document_ids INT64) to the gRPC port instead.
 #include <algorithm>
 #include <atomic>
 // GCC 12 at -O2 reports a false -Wmaybe-uninitialized inside Beast's parser (boost::optional).
@@ -13,6 +14,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #pragma GCC diagnostic pop
+#include <grpcpp/grpcpp.h>
 #include <simdjson.h>
 
 #include <limits>
@@ -23,6 +25,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "grpc_service.grpc.pb.h"
 
 namespace sluice::cli {
 namespace {
@@ -50,6 +53,7 @@ struct BenchFlags {
   // request rate (0 = closed loop: each client sends its next request when one finishes).
   std::string prompt_tokens = "128", output_tokens = "128";
   double request_rate = 0;
+  std::string grpc_model;  // KServe v2 gRPC ModelInfer to this model (--port: the gRPC port)
 };
 
 bool IsGeneration(const BenchFlags& f) { return f.endpoint == "/v1/completions"; }
@@ -127,6 +131,19 @@ StatusOr<std::string> MakeBody(const BenchFlags& f, std::mt19937& rng) {
   if (e == "/v1/embeddings" || e == "/pooling" || e == "/classify")
     return R"({"input":)" + docs + "}";
   if (e == "/embed" || e == "/predict") return R"({"inputs":)" + docs + "}";
+  if (e.rfind("/v2/models/", 0) == 0 && e.size() > 17 && e.substr(e.size() - 6) == "/infer") {
+    // KServe v2 over HTTP: the same token ids as INT64 tensors.
+    std::string flat = docs.substr(1, docs.size() - 2);
+    std::string dflat;
+    for (char ch : flat) {
+      if (ch != '[' && ch != ']') dflat += ch;
+    }
+    return R"({"inputs":[{"name":"query_ids","datatype":"INT64","shape":[1,)" +
+           std::to_string(f.query_tokens) + R"(],"data":)" + q +
+           R"(},{"name":"document_ids","datatype":"INT64","shape":[)" +
+           std::to_string(f.documents) + "," + std::to_string(f.doc_tokens) + R"(],"data":[)" +
+           dflat + "]}]}";
+  }
   if (IsGeneration(f)) {
     int plo, phi, olo, ohi;
     if (!ParseRange(f.prompt_tokens, &plo, &phi) || !ParseRange(f.output_tokens, &olo, &ohi)) {
@@ -312,6 +329,55 @@ void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
   }
 }
 
+// --grpc-model: one channel (its own connection) per client, synchronous ModelInfer calls.
+void GrpcClient(const BenchFlags& f, int index, double deadline, Shared* sh) {
+  std::mt19937 rng(f.seed * 7919 + index);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(f.host + ":" + std::to_string(f.port),
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  std::uniform_int_distribution<int> d(5, std::max(6, f.vocab) - 1);
+  auto fail = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(sh->mu);
+    sh->errors[what]++;
+  };
+  for (;;) {
+    if (f.duration_s > 0 ? NowSeconds() >= deadline : sh->issued++ >= f.requests) break;
+    inference::ModelInferRequest req;
+    req.set_model_name(f.grpc_model);
+    auto* di = req.add_inputs();  // documents first: the HTTP bodies' order of draws
+    di->set_name("document_ids");
+    di->set_datatype("INT64");
+    di->add_shape(f.documents);
+    di->add_shape(f.doc_tokens);
+    for (int i = 0; i < f.documents * f.doc_tokens; ++i) {
+      di->mutable_contents()->add_int64_contents(d(rng));
+    }
+    auto* qi = req.add_inputs();
+    qi->set_name("query_ids");
+    qi->set_datatype("INT64");
+    qi->add_shape(1);
+    qi->add_shape(f.query_tokens);
+    for (int i = 0; i < f.query_tokens; ++i) qi->mutable_contents()->add_int64_contents(d(rng));
+    grpc::ClientContext ctx;
+    if (!f.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + f.api_key);
+    inference::ModelInferResponse resp;
+    const double t0 = NowSeconds();
+    const grpc::Status st = stub->ModelInfer(&ctx, req, &resp);
+    const double t1 = NowSeconds();
+    sh->done++;
+    if (!st.ok()) {
+      fail("gRPC " + std::to_string(static_cast<int>(st.error_code())) + ": " + st.error_message());
+      continue;
+    }
+    sh->inputs_ok += f.documents;
+    std::lock_guard<std::mutex> lock(sh->mu);
+    sh->latencies.push_back(t1 - t0);
+  }
+}
+
 double Percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
@@ -333,7 +399,7 @@ int RunBench(const BenchFlags& f) {
     if (!b.ok()) return ReportError(b.status());
     bodies = std::move(b).value();
     sh.bodies = &bodies;
-  } else {
+  } else if (f.grpc_model.empty()) {
     std::mt19937 probe(0);
     if (auto b = MakeBody(f, probe); !b.ok()) return ReportError(b.status());
   }
@@ -342,8 +408,13 @@ int RunBench(const BenchFlags& f) {
   const double deadline = start + f.duration_s;
   sh.next_arrival = start;
   std::vector<std::thread> threads;
-  for (int i = 0; i < f.concurrency; ++i)
-    threads.emplace_back(Client, std::cref(f), i, deadline, &sh);
+  if (!f.grpc_model.empty() && (sh.bodies || IsGeneration(f))) {
+    return ReportError(InvalidArgument("--grpc-model sends synthetic rerank requests only"));
+  }
+  for (int i = 0; i < f.concurrency; ++i) {
+    threads.emplace_back(f.grpc_model.empty() ? Client : GrpcClient, std::cref(f), i, deadline,
+                         &sh);
+  }
   const size_t total = f.duration_s > 0 ? 0 : static_cast<size_t>(f.requests);
   ProgressBar bar("requests", total, "req", /*tokens=*/false);
   std::atomic<bool> running{true};
@@ -384,8 +455,10 @@ int RunBench(const BenchFlags& f) {
     std::printf("%s, concurrency %d, %zu request bodies from %s\n", f.endpoint.c_str(),
                 f.concurrency, bodies.bodies.size(), f.input.c_str());
   } else {
-    std::printf("%s, concurrency %d, %d documents x %d tokens (+ query %d tokens)\n",
-                f.endpoint.c_str(), f.concurrency, f.documents, f.doc_tokens, f.query_tokens);
+    std::printf(
+        "%s, concurrency %d, %d documents x %d tokens (+ query %d tokens)\n",
+        f.grpc_model.empty() ? f.endpoint.c_str() : ("gRPC ModelInfer " + f.grpc_model).c_str(),
+        f.concurrency, f.documents, f.doc_tokens, f.query_tokens);
   }
   if (!IsGeneration(f)) {
     std::printf("requests: %zu ok, %d total in %.2f s: %.1f req/s, %.1f documents/s\n", ok,
@@ -410,7 +483,8 @@ Registrar bench_cmd(Command{
       sub->add_option("--port", f->port)->capture_default_str();
       sub->add_option("--endpoint", f->endpoint,
                       "/v1/rerank, /rerank, /score, /v1/embeddings, /embed, /pooling, /classify, "
-                      "/predict, /v1/completions (streamed: TTFT and inter-token latency)")
+                      "/predict, /v2/models/NAME/infer (KServe, token ids), /v1/completions "
+                      "(streamed: TTFT and inter-token latency)")
           ->capture_default_str();
       sub->add_option("--concurrency", f->concurrency, "concurrent keep-alive clients")
           ->capture_default_str();
@@ -434,6 +508,9 @@ Registrar bench_cmd(Command{
                       "Poisson arrivals at this many requests/s (0 = closed loop at "
                       "--concurrency)")
           ->capture_default_str();
+      sub->add_option("--grpc-model", f->grpc_model,
+                      "send the synthetic rerank requests as KServe v2 gRPC ModelInfer calls "
+                      "to this model (--port: the server's --grpc-port)");
       sub->add_option("--input", f->input,
                       "JSONL file of request bodies for --endpoint (one per line, sent in "
                       "order, cycled) instead of synthetic ones");

@@ -32,6 +32,7 @@ struct GenerateFlags {
   double gpu_memory_utilization = 0.9;
   std::string prefix_caching = "on";
   std::string cuda_graphs = "on";
+  bool batch_invariant = false;
   bool profile = false;
 };
 
@@ -42,6 +43,7 @@ StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
   mf.device = f.device;
   mf.threads = f.threads;
   mf.residual_dtype = f.residual_dtype;
+  mf.batch_invariant = f.batch_invariant;
   ASSIGN_OR_RETURN(EngineOptions eo, ToEngineOptions(mf));
   GenerationOptions o;
   o.dtype = eo.dtype;
@@ -298,6 +300,10 @@ Registrar generate_cmd(Command{
                       "on | off: replay decode steps from CUDA graphs recorded at load (CUDA; "
                       "off is vLLM's --enforce-eager)")
           ->capture_default_str();
+      sub->add_flag("--batch-invariant", f->batch_invariant,
+                    "CUDA: a request's tokens independent of the batch around it (alone, "
+                    "batched, chunked or after preemption); slower. CPU generation is batch "
+                    "invariant without it");
       sub->add_flag("--profile", f->profile, "time every backend op and print a breakdown");
       return std::function<int()>([f] { return RunGenerate(*f); });
     }});

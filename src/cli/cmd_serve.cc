@@ -19,11 +19,13 @@
 #include "core/dtype.h"
 #include "core/log.h"
 #include "engine/engine_loop.h"
+#include "grpc/grpc_server.h"
 #include "io/model_context.h"
 #include "server/clip_served.h"
 #include "server/http_server.h"
 #include "server/model_registry.h"
 #include "server/router.h"
+#include "serving/model_cache.h"
 #include "serving/repository.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/safetensors.h"
@@ -38,8 +40,11 @@ struct ServeFlags {
   std::string model_control = "none";
   std::vector<std::string> load_models;  // --load-model NAME (explicit control; * = all)
   int64_t memory_budget = 0;             // --model-memory-budget BYTES (0 = none)
+  std::string model_cache;               // --model-cache DIR: --model entries naming a source
+  int64_t cache_max_bytes = 0;           // --cache-max-bytes (0 = no limit)
   std::string host = "127.0.0.1";
   int port = 8000;
+  int grpc_port = -1;  // -1: no gRPC server
   std::string served_name;
   std::string api_key;
   int max_queue_depth = 256;
@@ -238,8 +243,20 @@ Status ParseModelEntries(const ServeFlags& f,
     ++plain;
     std::string name = f.served_name;
     if (name.empty()) {
-      name = std::filesystem::path(e).lexically_normal().filename().string();
-      if (name.empty()) name = std::filesystem::path(e).lexically_normal().parent_path().filename();
+      const std::string bare = e.substr(0, e.find("#sha256="));
+      name = std::filesystem::path(bare).lexically_normal().filename().string();
+      if (name.empty()) {
+        name = std::filesystem::path(bare).lexically_normal().parent_path().filename();
+      }
+      if (serving::IsCacheSource(e)) {  // m.tar.gz -> m
+        for (const char* ext : {".tar.gz", ".tgz", ".tar"}) {
+          const std::string x = ext;
+          if (name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0) {
+            name.resize(name.size() - x.size());
+            break;
+          }
+        }
+      }
     }
     out->emplace_back(name, e);
   }
@@ -265,6 +282,9 @@ int RunServe(const ServeFlags& f) {
         "--max-queue-depth, --max-inputs-per-request, --max-body-bytes, --io-threads and "
         "--workers must be positive; --max-tokens-per-input and --shutdown-timeout >= 0"));
   }
+  if (f.grpc_port < -1 || f.grpc_port > 65535) {
+    return ReportError(InvalidArgument("--grpc-port must be a port (0 = any free port) or -1"));
+  }
   if (f.memory_budget < 0) {
     return ReportError(InvalidArgument("--model-memory-budget must be >= 0 (0 = no budget)"));
   }
@@ -288,6 +308,28 @@ int RunServe(const ServeFlags& f) {
   }
   std::vector<std::pair<std::string, std::string>> entries;
   if (Status s = ParseModelEntries(f, &entries); !s.ok()) return ReportError(s);
+  // Entries naming a source (an archive, a URL) are materialised into the model cache first;
+  // the ports open (and readiness can turn 200) only after.
+  std::vector<std::shared_ptr<const void>> cache_holds;  // eviction skips what is served
+  for (auto& [name, path] : entries) {
+    if (!serving::IsCacheSource(path)) continue;
+    if (f.model_cache.empty()) {
+      return ReportError(InvalidArgument("--model " + name + "=" + path +
+                                         ": a URL or archive needs --model-cache DIR"));
+    }
+    serving::CacheOptions co;
+    co.dir = f.model_cache;
+    co.max_bytes = f.cache_max_bytes;
+    auto cache = serving::ModelCache::Open(co);
+    if (!cache.ok()) return ReportError(cache.status());
+    auto pulled = cache->Pull(path);
+    if (!pulled.ok()) return ReportError(pulled.status().WithContext("model " + name));
+    SLUICE_LOG_INFO("model {}: {} {} ({}, {} bytes, sha256 {}) in {:.2f} s", name,
+                    pulled->hit ? "cached" : "pulled", path, pulled->hit ? "hit" : "miss",
+                    pulled->bytes, pulled->sha256.substr(0, 12), pulled->seconds);
+    path = pulled->path;
+    cache_holds.push_back(pulled->in_use);
+  }
   auto repo = serving::Repository::Open(f.repository, entries);
   if (!repo.ok()) return ReportError(repo.status());
 
@@ -324,8 +366,9 @@ int RunServe(const ServeFlags& f) {
   ro.metrics_require_key = f.metrics_require_key;
   ro.explicit_control = explicit_control;
   ro.server_version = SLUICE_VERSION;
-  // Declared before the router so that it is destroyed after it.
+  // Declared before the router so that they are destroyed after it.
   std::optional<server::HttpServer> http;
+  std::optional<grpcfe::GrpcServer> grpc;
   server::Router router(ro, &registry);
 
   server::HttpServerOptions ho;
@@ -338,6 +381,18 @@ int RunServe(const ServeFlags& f) {
     router.Handle(std::move(r), std::move(ex));
   });
   if (Status s = http->Start(); !s.ok()) return ReportError(s);
+  if (f.grpc_port >= 0) {
+    grpcfe::GrpcServerOptions go;
+    go.host = f.host;
+    go.port = f.grpc_port;
+    go.max_message_bytes = f.max_body_bytes;
+    grpc.emplace(go, &router);
+    if (Status s = grpc->Start(); !s.ok()) {
+      http->Stop();
+      return ReportError(s);
+    }
+    SLUICE_LOG_INFO("gRPC (KServe v2): listening on {}:{}", f.host, grpc->port());
+  }
   SLUICE_LOG_INFO(
       "server limits: max_inputs_per_request {}, max_tokens_per_input {}{}, max_body_bytes {}, "
       "max_queue_depth {}, max_connections {}, shutdown_timeout {} s, batch coalescing {}{}",
@@ -354,6 +409,7 @@ int RunServe(const ServeFlags& f) {
   const double t0 = NowSeconds();
   for (const std::string& name : startup) {
     if (Status s = registry.Load(name); !s.ok()) {
+      if (grpc) grpc->Stop();
       http->Stop();
       return ReportError(s);
     }
@@ -374,13 +430,15 @@ int RunServe(const ServeFlags& f) {
   const int left = router.in_flight();
   if (left > 0) SLUICE_LOG_WARN("shutdown timeout: {} requests still in flight", left);
   registry.UnloadAll(0);  // fails whatever is still queued (503), lets those answers out
+  if (grpc) grpc->Stop(1);
   http->Stop();
   SLUICE_LOG_INFO("stopped");
   return 0;
 }
 
 Registrar serve_cmd(Command{
-    "serve", "Serve a model over HTTP (OpenAI/Cohere/TEI/vLLM/KServe-style routes)",
+    "serve",
+    "Serve models over HTTP (OpenAI/Cohere/TEI/vLLM/KServe-style routes) and gRPC (KServe v2)",
     [](CLI::App* sub) {
       auto f = std::make_shared<ServeFlags>();
       sub->add_option("--model", f->models,
@@ -400,11 +458,23 @@ Registrar serve_cmd(Command{
                       "serving dtype plus KV caches, estimated before a load; 0 = no budget): "
                       "a load that does not fit is refused with the numbers")
           ->capture_default_str();
+      sub->add_option("--model-cache", f->model_cache,
+                      "cache directory for --model entries that name a source (a .tar/.tar.gz "
+                      "archive or an http(s)/file URL of one, SOURCE#sha256=HEX to check it): "
+                      "materialised before the server starts (docs/model-ops.md)");
+      sub->add_option("--cache-max-bytes", f->cache_max_bytes,
+                      "bytes the model cache may hold (0 = no limit; least recently used "
+                      "entries not in use are evicted)")
+          ->capture_default_str();
       sub->add_option("--load-model", f->load_models,
                       "explicit control: a repository model to load at start (* = all); "
                       "repeatable");
       sub->add_option("--host", f->host, "address to listen on")->capture_default_str();
       sub->add_option("--port", f->port, "port (0 = any free port, logged)")->capture_default_str();
+      sub->add_option("--grpc-port", f->grpc_port,
+                      "serve KServe v2 over gRPC on this port too (0 = any free port, logged; "
+                      "-1 = no gRPC)")
+          ->capture_default_str();
       sub->add_option("--served-model-name", f->served_name,
                       "the name of the one --model DIR in the API (default: the directory "
                       "name)");

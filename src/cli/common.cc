@@ -44,6 +44,10 @@ void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option) {
                   "in the activation dtype (bf16/f16 on CUDA, as transformers and vLLM keep it; "
                   "a few percent faster, slightly less accurate)")
       ->capture_default_str();
+  app->add_flag("--batch-invariant", f->batch_invariant,
+                "CUDA: results of a sequence independent of the batch around it (generation: the "
+                "same tokens alone, batched, chunked or after preemption); slower. CPU results "
+                "are batch invariant without it");
   app->add_flag("--profile", f->profile,
                 "time every backend op (synchronising) and print a breakdown at the end");
 }
@@ -113,6 +117,11 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
         "--cuda-graphs on and --profile exclude each other (profiling "
         "synchronises after every op)");
   }
+  if (f.batch_invariant && !gpu) {
+    return InvalidArgument(
+        "--batch-invariant needs --device cuda (CPU results are batch invariant already)");
+  }
+  o.backend.batch_invariant = f.batch_invariant;
   if (f.cuda_graph_max_tokens < 0) return InvalidArgument("--cuda-graph-max-tokens must be >= 0");
   if (f.residual_dtype != "f32" && f.residual_dtype != "activation") {
     return InvalidArgument("--residual-dtype: expected f32 or activation, got \"" +

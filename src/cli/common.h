@@ -24,6 +24,7 @@ struct ModelFlags {
   std::string cuda_graphs = "auto";
   int64_t cuda_graph_max_tokens = kDefaultCudaGraphMaxTokens;
   std::string residual_dtype = "f32";
+  bool batch_invariant = false;
 };
 
 // model_option: register --model (required) too; `serve` registers its own.

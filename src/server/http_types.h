@@ -57,6 +57,10 @@ class Exchange {
       : send_(std::move(send)), stream_(std::move(stream)) {}
 
   const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  // The route label the router's metrics count this exchange under, when the transport
+  // names it (the gRPC front end: "grpc/ModelInfer", ...); empty = the HTTP route's. Set
+  // before the exchange is handed to the router.
+  std::string metrics_route;
 
   // Headers added to the response (or the stream's head) whoever sends it: the model
   // router names the model and version that answered. Before Respond/BeginStream only.

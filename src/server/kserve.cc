@@ -437,7 +437,7 @@ void KServeInfer(ServedModel& model, const std::string& name, int64_t version, H
   HttpRequest native;
   native.method = "POST";
   native.path = p->route;
-  native.metrics_route = "/v2/models/{name}/infer";
+  native.metrics_route = ex->metrics_route.empty() ? "/v2/models/{name}/infer" : ex->metrics_route;
   native.body = std::move(p->body);
   native.authorization = req.authorization;
   auto inner = std::make_shared<Exchange>([ex, p, name, version](HttpResponse&& r) {

@@ -127,7 +127,8 @@ Router::~Router() { control_.reset(); }
 void Router::Respond(const std::string& route, const std::shared_ptr<Exchange>& ex,
                      HttpResponse r) {
   const int status = ex->disconnected() ? 499 : r.status;
-  metrics_.RecordResponse(route, status, Seconds(ex->start, SteadyClock::now()));
+  metrics_.RecordResponse(ex->metrics_route.empty() ? route : ex->metrics_route, status,
+                          Seconds(ex->start, SteadyClock::now()));
   ex->Respond(std::move(r));
 }
 

@@ -43,6 +43,10 @@ class Router {
   // Ready once the start-up models are loaded; draining: readiness 503, new work 503.
   void SetReady(bool ready) { ready_ = ready; }
   void BeginDrain() { draining_ = true; }
+  // Counts a response the router did not see (a front end's own refusal) in its metrics.
+  void RecordResponse(const std::string& route, int status, double seconds) {
+    metrics_.RecordResponse(route, status, seconds);
+  }
   // Requests in flight on every version, plus control operations running.
   int in_flight() const { return registry_->active() + control_running_.load(); }
 

@@ -53,6 +53,9 @@ expose = int(re.search(r"^EXPOSE\s+(\d+)", docker, re.M).group(1))
 c.check(entry[:2] == ["sluice", "serve"], f"entrypoint {entry}")
 check_flags(entry + cmd, "Dockerfile")
 c.check(int(arg_value(entry, "--port")) == expose, f"EXPOSE {expose} vs entrypoint {entry}")
+exposed_ports = [int(x) for x in re.search(r"^EXPOSE\s+([\d ]+)$", docker, re.M).group(1).split()]
+c.check(int(arg_value(entry, "--grpc-port")) in exposed_ports,
+        f"EXPOSE {exposed_ports} vs the entrypoint's --grpc-port {entry}")
 for src in re.findall(r"^COPY\s+(?!--from)(\S+)\s", docker, re.M):
     c.check(os.path.exists(os.path.join(ROOT, src)), f"COPY {src}: not in the repository")
 c.check("scripts/setup" in docker, "build stages install with scripts/setup")
@@ -68,6 +71,8 @@ dep_args = ctr["args"]
 check_flags(dep_args, "Deployment")
 ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
 c.check(ports.get("http") == expose, f"containerPort {ports} vs EXPOSE {expose}")
+c.check(ports.get("grpc") == int(arg_value(entry, "--grpc-port")),
+        f"containerPort grpc {ports} vs the entrypoint's --grpc-port")
 c.check(pod["metadata"]["annotations"]["prometheus.io/port"] == str(expose), "scrape port")
 c.check(dep["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(),
         "selector matches the pod")
@@ -107,7 +112,7 @@ def serve_like(args, where):
     i = 0
     while i < len(args):
         a = args[i]
-        if a in ("--port", "--host"):
+        if a in ("--port", "--host", "--grpc-port"):
             i += 2
             continue
         if a in ("/models", "/mnt/models"):

@@ -133,7 +133,8 @@ class CudaRecording final : public Recording {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {
+  CudaBackend(int device, bool tf32, bool batch_invariant)
+      : device_(device), tf32_(tf32), invariant_(batch_invariant) {
     CUDA_OK(cudaSetDevice(device_));
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     BLAS_OK(cublasLtCreate(&lt_));
@@ -141,13 +142,15 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaGetDeviceProperties(&prop, device_));
     describe_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ", sm_" +
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
-                std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") + ")";
+                std::to_string(prop.totalGlobalMem >> 30) + " GiB" + (tf32_ ? ", tf32" : "") +
+                (invariant_ ? ", batch invariant" : "") + ")";
     num_sms_ = prop.multiProcessorCount;
     // SLUICE_CUDA_GEMV=0: decode-sized GEMMs on cuBLASLt too (A/B measurements).
     const char* gv = std::getenv("SLUICE_CUDA_GEMV");
-    gemv_ = !(gv && std::string(gv) == "0");
+    // Batch invariant: no GEMV (its K order differs from the GEMMs') and so no fused blocks.
+    gemv_ = !(gv && std::string(gv) == "0") && !invariant_;
     gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
-    gemm_ = std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_);
+    gemm_ = std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_, invariant_);
   }
 
   ~CudaBackend() override {
@@ -462,7 +465,9 @@ class CudaBackend final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     Device();
-    if (cuda::DecodeAttentionEligible(p)) {  // one query per sequence: split over the keys
+    // One query per sequence: split over the keys (batch invariant: the prefill kernel, whose
+    // key order per row is the same whether the row is decoded or recomputed in a chunk).
+    if (!invariant_ && cuda::DecodeAttentionEligible(p)) {
       const int splits = cuda::DecodeAttentionSplits(p, num_sms_);
       const size_t bytes = cuda::DecodeAttentionScratch(p, splits);
       if (recording_ && !p.fixed_shape) {
@@ -710,7 +715,8 @@ class CudaBackend final : public Backend {
   void* counters_ptr_ = nullptr;
   size_t counters_zeroed_ = 0;
   int num_sms_ = 0;
-  bool gemv_ = true;  // skinny GEMMs (M <= kGemvMaxRows) on the GEMV kernel
+  bool invariant_ = false;  // BackendOptions::batch_invariant
+  bool gemv_ = true;        // skinny GEMMs (M <= kGemvMaxRows) on the GEMV kernel
   // Recording state. kept_: a recording exists (or existed), so outgrown internal buffers are
   // kept alive (retired) rather than freed.
   bool recording_ = false, kept_ = false;
@@ -743,8 +749,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const BackendOptions& optio
     return InvalidArgument("CUDA device " + std::to_string(options.device_index) +
                            " does not exist (" + std::to_string(n) + " visible)");
   }
-  return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(options.device_index, options.allow_tf32));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
+      options.device_index, options.allow_tf32, options.batch_invariant));
 }
 
 }  // namespace sluice

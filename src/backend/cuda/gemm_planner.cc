@@ -1,6 +1,8 @@
 // cuBLASLt GEMM plans of the CUDA backend (see gemm_planner.h).
 #include "backend/cuda/gemm_planner.h"
 
+#include <cstdio>
+
 namespace sluice::cuda {
 
 GemmPlanner::~GemmPlanner() {
@@ -73,6 +75,11 @@ std::vector<cublasLtMatmulAlgo_t> GemmPlanner::Candidates(const GemmKey& key, co
                                                &al[2], sizeof(uint32_t)));
   BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                &al[3], sizeof(uint32_t)));
+  if (invariant_) {  // no split-K reductions of any scheme: K summed in one pass, in order
+    const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+    BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &none, sizeof(none)));
+  }
   constexpr int kWant = 8;
   cublasLtMatmulHeuristicResult_t res[kWant];
   int found = 0;
@@ -188,6 +195,32 @@ const GemmPlan* GemmPlanner::Plan(const GemmKey& key, const void* bias, const Ge
                CUBLAS_STATUS_SUCCESS &&
            chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= kWorkspaceBytes;
   };
+  if (invariant_) {
+    GemmKey ik = key;
+    ik.m = kInvariantM;
+    auto ait = bucket_algos_.find(ik);
+    if (ait == bucket_algos_.end()) {
+      GemmPlan tmp;
+      CreatePlan(ik, bias, tmp);
+      Heuristic(ik, tmp);
+      ait = bucket_algos_.emplace(ik, std::make_pair(tmp.algo, tmp.ok)).first;
+      DestroyPlan(tmp);
+    }
+    if (ait->second.second && fits(ait->second.first)) {
+      p.algo = ait->second.first;
+      p.ok = true;
+      return &p;
+    }
+    if (invariance_misses_++ == 0) {
+      std::fprintf(stderr,
+                   "sluice cuda: warning: batch invariance not kept for a %lld x %lld x %lld GEMM "
+                   "(its algorithm does not fit %lld rows)\n",
+                   static_cast<long long>(key.m), static_cast<long long>(key.n),
+                   static_cast<long long>(key.k), static_cast<long long>(key.m));
+    }
+    Heuristic(key, p);
+    return &p;
+  }
   if (key.m >= kTuneMinM) {
     GemmKey ck = key;
     ck.m = TuneClassM(key.m);

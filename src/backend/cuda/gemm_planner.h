@@ -3,6 +3,9 @@
 // power-of-two class of M on the call's own operands and keep the fastest; smaller ones take
 // the heuristic's first choice per M bucket. Split-K is avoided (fixed reduction order
 // along K), and every batch of a class (bucket) computes its rows with one algorithm.
+// Batch invariant (BackendOptions::batch_invariant): one algorithm per GEMM whatever M (the
+// heuristic's first choice without split-K or another reduction scheme at kInvariantM
+// rows), so a row's result never depends on the rows around it.
 #pragma once
 
 #include <cublasLt.h>
@@ -52,8 +55,9 @@ class GemmPlanner {
  public:
   static constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt workspace per GEMM
   // `workspace` (kWorkspaceBytes, device) and the handle/stream stay owned by the caller.
-  GemmPlanner(cublasLtHandle_t lt, cudaStream_t stream, bool tf32, void* workspace)
-      : lt_(lt), stream_(stream), tf32_(tf32), ws_(workspace) {}
+  GemmPlanner(cublasLtHandle_t lt, cudaStream_t stream, bool tf32, void* workspace,
+              bool batch_invariant = false)
+      : lt_(lt), stream_(stream), tf32_(tf32), invariant_(batch_invariant), ws_(workspace) {}
   ~GemmPlanner();
   GemmPlanner(const GemmPlanner&) = delete;
   GemmPlanner& operator=(const GemmPlanner&) = delete;
@@ -63,9 +67,13 @@ class GemmPlanner {
   // aborts (timing synchronises; the engine's eager warm-up prepares every plan first).
   const GemmPlan* Plan(const GemmKey& key, const void* bias, const GemmOperands& ops,
                        bool may_time);
+  // Batch-invariant GEMMs whose one algorithm did not fit an exact shape (a warning is
+  // logged once; tests expect 0).
+  int invariance_misses() const { return invariance_misses_; }
 
  private:
   static constexpr int64_t kTuneMinM = 1024;
+  static constexpr int64_t kInvariantM = 1024;
   static constexpr size_t kMaxPlans = 4096;
   // Rows M of a GEMM -> the M whose heuristic algorithm it uses (M < kTuneMinM).
   static int64_t BucketM(int64_t m);
@@ -79,6 +87,8 @@ class GemmPlanner {
   cublasLtHandle_t lt_;
   cudaStream_t stream_;
   bool tf32_;
+  bool invariant_;
+  int invariance_misses_ = 0;
   void* ws_;
   std::map<GemmKey, GemmPlan> plans_;
   std::map<GemmKey, std::pair<cublasLtMatmulAlgo_t, bool>> bucket_algos_;

@@ -437,6 +437,26 @@ TEST(Cli, PrefixReuseGroupsQueries) {
   EXPECT_EQ(a, b);
 }
 
+// --batch-invariant is a CUDA option: on the CPU (batch invariant as built) it is refused,
+// for scoring and generation alike, naming the flag.
+TEST(Cli, BatchInvariantNeedsCuda) {
+  const std::string in = TempPath("inv.jsonl");
+  WriteInputs("qwen3_reranker", in);
+  auto r = RunSluice("score --model " + kFixtures + "/models/qwen3_reranker --input " + in +
+                     " --output /dev/null --batch-invariant");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--batch-invariant needs --device cuda"), std::string::npos) << r.out;
+  const std::string gin = TempPath("inv_gen.jsonl");
+  {
+    std::ofstream f(gin);
+    f << "{\"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 2}\n";
+  }
+  auto g = RunSluice("generate --model " + kFixtures + "/generation/qwen3/model --input " + gin +
+                     " --output /dev/null --batch-invariant");
+  EXPECT_EQ(g.exit_code, 2) << g.out;
+  EXPECT_NE(g.out.find("--batch-invariant needs --device cuda"), std::string::npos) << g.out;
+}
+
 // --cuda-graphs: off on the CPU (logged), `on` needs --device cuda, bad values name the flag.
 TEST(Cli, CudaGraphsFlag) {
   const std::string in = TempPath("graphs.jsonl");

@@ -112,6 +112,7 @@ struct GenSetup {
   bool prefix_caching = true;
   int max_model_len = 0;
   std::optional<DType> dtype;
+  bool batch_invariant = false;  // BackendOptions::batch_invariant (CUDA)
 };
 
 inline std::unique_ptr<Generator> LoadGenerator(const std::string& dir, const GenSetup& s = {}) {
@@ -121,6 +122,7 @@ inline std::unique_ptr<Generator> LoadGenerator(const std::string& dir, const Ge
   GenerationOptions o;
   o.backend.device = TestDevice();
   o.backend.num_threads = 2;
+  o.backend.batch_invariant = s.batch_invariant;
   o.max_num_batched_tokens = s.max_num_batched_tokens;
   o.max_num_seqs = s.max_num_seqs;
   o.kv_cache_memory = s.kv_cache_memory;

@@ -1,8 +1,8 @@
 // Batch invariance of generation: a prompt's greedy continuation alone equals its
 // continuation in a mixed batch of 64 requests with duplicates, under chunked prefill of
 // varied step sizes, with prefix-cache hits, and after forced preemptions (a KV cache far
-// too small for the load). CPU fp32: identical tokens. Seeded sampling: the same seed gives
-// the same tokens alone and in a batch, and after preemption.
+// too small for the load). CPU fp32, and CUDA with --batch-invariant: identical tokens. Seeded
+// sampling: the same seed gives the same tokens alone and in a batch, and after preemption.
 #include <random>
 
 #include "gen_util.h"
@@ -55,19 +55,25 @@ struct Variant {
   bool prefix_caching;
 };
 
-TEST(BatchInvariance, GreedyAloneEqualsMixedBatches) {
-  if (testing::OnCuda()) GTEST_SKIP() << "bf16 GEMMs depend on the batch shape on CUDA";
-  const testing::GenCase c = testing::LoadGenCase("llama3_scaled");
+// CPU fp32: batch invariant as built. CUDA: with BackendOptions::batch_invariant, for an
+// fp32 and a bf16 checkpoint (without it bf16 rounding differs between GEMM shapes and
+// between the decode and prefill attention kernels).
+void GreedyAloneEqualsMixedBatches(const std::string& fixture, DType kv_dtype) {
+  const testing::GenCase c = testing::LoadGenCase(fixture);
   const auto prompts = MixedPrompts(c);
   const SamplingParams p = testing::Greedy(24);
+  const bool invariant = testing::OnCuda();
   // Reference: each prompt alone.
   std::vector<std::vector<int32_t>> alone;
   {
-    auto g = testing::LoadGenerator(c.model_dir());
+    testing::GenSetup s;
+    s.batch_invariant = invariant;
+    auto g = testing::LoadGenerator(c.model_dir(), s);
+    ASSERT_NE(g, nullptr);
     for (const auto& pr : prompts) alone.push_back(Generate(*g, {pr}, p)[0]);
   }
   // One block of the smallest cache holds 16 tokens; 64 KiB = 4 blocks per layer pair here.
-  const int64_t block = KvCache::BlockBytes(2, 64, DType::kF32);
+  const int64_t block = KvCache::BlockBytes(2, 64, kv_dtype);
   const Variant variants[] = {
       {"one batch", 4096, 64 << 20, true},
       {"chunked prefill, 7-token steps", 7, 64 << 20, true},
@@ -81,14 +87,15 @@ TEST(BatchInvariance, GreedyAloneEqualsMixedBatches) {
     s.kv_cache_memory = v.kv_bytes;
     s.prefix_caching = v.prefix_caching;
     s.max_model_len = 12 * 16;
+    s.batch_invariant = invariant;
     auto g = testing::LoadGenerator(c.model_dir(), s);
     ASSERT_NE(g, nullptr);
     const auto got = Generate(*g, prompts, p);
     for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(got[i], alone[i]) << v.name << ": prompt " << i;
+      EXPECT_EQ(got[i], alone[i]) << fixture << ", " << v.name << ": prompt " << i;
     }
-    std::printf("[ invariance ] %-36s steps %lld preemptions %lld prefix hits %lld/%lld\n", v.name,
-                static_cast<long long>(g->stats().steps),
+    std::printf("[ invariance ] %s %-36s steps %lld preemptions %lld prefix hits %lld/%lld\n",
+                fixture.c_str(), v.name, static_cast<long long>(g->stats().steps),
                 static_cast<long long>(g->stats().preemptions),
                 static_cast<long long>(g->blocks().stats().hits),
                 static_cast<long long>(g->blocks().stats().queries));
@@ -103,6 +110,15 @@ TEST(BatchInvariance, GreedyAloneEqualsMixedBatches) {
   }
 }
 
+TEST(BatchInvariance, GreedyAloneEqualsMixedBatches) {
+  GreedyAloneEqualsMixedBatches("llama3_scaled", DType::kF32);
+}
+
+TEST(BatchInvariance, GreedyAloneEqualsMixedBatchesBf16OnCuda) {
+  if (!testing::OnCuda()) GTEST_SKIP() << "CUDA only (bf16 activations; CPU runs fp32 above)";
+  GreedyAloneEqualsMixedBatches("qwen3_tied_bf16", DType::kBF16);
+}
+
 TEST(BatchInvariance, SeededSamplingAloneEqualsBatchedAndPreempted) {
   const testing::GenCase c = testing::LoadGenCase("qwen2");
   SamplingParams p;
@@ -114,18 +130,17 @@ TEST(BatchInvariance, SeededSamplingAloneEqualsBatchedAndPreempted) {
   p.seed = 1234;
   const auto prompts = MixedPrompts(c);
   std::vector<std::vector<int32_t>> alone;
+  testing::GenSetup one;
+  one.batch_invariant = testing::OnCuda();
   {
-    auto g = testing::LoadGenerator(c.model_dir());
+    auto g = testing::LoadGenerator(c.model_dir(), one);
     for (size_t i = 0; i < 8; ++i) alone.push_back(Generate(*g, {prompts[i]}, p)[0]);
   }
   testing::GenSetup s;
   s.max_num_batched_tokens = 19;
   s.kv_cache_memory = 13 * KvCache::BlockBytes(2, 32, DType::kF32);  // 12 + the padding sink
   s.max_model_len = 12 * 16;
-  if (testing::OnCuda()) {
-    // bf16-free fp32 model on CUDA: one batch only (GEMM shapes change results slightly).
-    s = testing::GenSetup{};
-  }
+  s.batch_invariant = testing::OnCuda();  // CUDA: GEMM shapes change results otherwise
   auto g = testing::LoadGenerator(c.model_dir(), s);
   ASSERT_NE(g, nullptr);
   const auto got = Generate(*g, prompts, p);
@@ -134,7 +149,7 @@ TEST(BatchInvariance, SeededSamplingAloneEqualsBatchedAndPreempted) {
   EXPECT_EQ(got[0], got[45]);
   SamplingParams q = p;
   q.seed = 99;
-  auto g2 = testing::LoadGenerator(c.model_dir());
+  auto g2 = testing::LoadGenerator(c.model_dir(), one);
   EXPECT_NE(Generate(*g2, {prompts[0]}, q)[0], alone[0]);
 }
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Model operations figures of docs/benchmarks.md ("Model operations"), on the demo reranker:
+
+  switch   p99 latency of /v1/rerank at concurrency 16 while the default version switches
+           every --every seconds, against the same run with no switch: (a) default switches
+           between two loaded versions (version policy all: the switch alone), (b) red-black
+           loads (latest 1: each switch loads and warms the other version, then the old one
+           drains and unloads, on the same cores as the traffic)
+  protocol throughput of the same synthetic rerank workload (token ids) through /v1/rerank,
+           KServe v2 HTTP /v2/models/rr/infer and KServe v2 gRPC ModelInfer
+
+The server runs with --threads 1 (tests/e2e/harness.py). Each figure is one `sluice bench` run (C++ load generator, keep-alive HTTP or one gRPC channel
+per client); runs alternate to spread the noise of a shared machine.
+
+  python3 bench/modelops_bench.py --sluice build/release/sluice [--duration 15] [--reps 2]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import harness  # noqa: E402
+
+RERANKER = os.path.join(ROOT, "models", "demo-reranker")
+
+
+def bench(sluice, port, duration, conc, extra):
+    cmd = [sluice, "bench", "--port", str(port), "--duration", str(duration), "--concurrency",
+           str(conc), "--documents", "8", "--doc-tokens", "24", "--query-tokens", "8",
+           "--vocab", "400"] + extra
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    out = p.stdout
+    m = re.search(r"requests: (\d+) ok, (\d+) total in ([\d.]+) s: ([\d.]+) req/s", out)
+    lat = re.search(r"latency: p50 ([\d.]+) ms, p95 ([\d.]+) ms, p99 ([\d.]+) ms", out)
+    errs = re.search(r"errors: (.*)", out)
+    return {"cmd": " ".join(cmd), "req_s": float(m.group(4)) if m else None,
+            "p50": float(lat.group(1)) if lat else None, "p99": float(lat.group(3)) if lat else None,
+            "errors": errs.group(1) if errs else out + p.stderr}
+
+
+def post(s, path, body):
+    st, _, r = s.post(path, body)
+    return st
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sluice", default=os.path.join(ROOT, "build", "release", "sluice"))
+    p.add_argument("--duration", type=float, default=15)
+    p.add_argument("--every", type=float, default=1.0)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--concurrency", type=int, default=16)
+    a = p.parse_args()
+    harness.ARGS = argparse.Namespace(sluice=a.sluice, fixtures=os.path.join(ROOT, "tests",
+                                                                            "fixtures"))
+    results = {}
+    for policy in ("all", "latest"):
+        repo = tempfile.mkdtemp(prefix="sluice-bench-")
+        try:
+            os.makedirs(os.path.join(repo, "rr"))
+            for v in (1, 2):
+                shutil.copytree(RERANKER, os.path.join(repo, "rr", str(v)))
+            vp = {"all": {}} if policy == "all" else {"latest": {"num_versions": 1}}
+            with open(os.path.join(repo, "rr", "model.json"), "w") as f:
+                json.dump({"version_policy": vp}, f)
+            with harness.Server(None, "--model-repository", repo, "--model-control", "explicit",
+                                "--load-model", "rr", "--grpc-port", "0") as s:
+                gport = next(int(l.rsplit(":", 1)[1]) for l in s.log if "gRPC (KServe v2)" in l)
+                bench(a.sluice, s.port, 2, a.concurrency, ["--endpoint", "/v1/rerank"])  # warm
+                for rep in range(a.reps):
+                    r = bench(a.sluice, s.port, a.duration, a.concurrency,
+                              ["--endpoint", "/v1/rerank"])
+                    results.setdefault(f"{policy}: steady", []).append(r)
+                    stop = threading.Event()
+                    switches = []
+
+                    def switcher():
+                        v = 1
+                        while not stop.wait(a.every):
+                            v = 3 - v
+                            t0 = time.time()
+                            st = post(s, "/v2/repository/models/rr/default", {"version": v})
+                            switches.append((st, time.time() - t0))
+
+                    t = threading.Thread(target=switcher)
+                    t.start()
+                    r = bench(a.sluice, s.port, a.duration, a.concurrency,
+                              ["--endpoint", "/v1/rerank"])
+                    stop.set()
+                    t.join()
+                    r["switches"] = len(switches)
+                    r["switch_failures"] = sum(st != 200 for st, _ in switches)
+                    r["switch_seconds_mean"] = (sum(d for _, d in switches) / len(switches)
+                                                if switches else None)
+                    results.setdefault(f"{policy}: switching", []).append(r)
+                    post(s, "/v2/repository/models/rr/load", {})
+                    if policy == "latest":
+                        for proto, extra in (("/v1/rerank", ["--endpoint", "/v1/rerank"]),
+                                             ("KServe HTTP", ["--endpoint",
+                                                              "/v2/models/rr/infer"]),
+                                             ("KServe gRPC", None)):
+                            if extra is None:
+                                r = bench(a.sluice, gport, a.duration, a.concurrency,
+                                          ["--grpc-model", "rr"])
+                            else:
+                                r = bench(a.sluice, s.port, a.duration, a.concurrency, extra)
+                            results.setdefault("protocol: " + proto, []).append(r)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+    print(json.dumps(results, indent=1))
+    print()
+    for k, runs in results.items():
+        rs = [r["req_s"] for r in runs]
+        p99 = [r["p99"] for r in runs]
+        extra = ""
+        if "switches" in runs[0]:
+            extra = (f", {sum(r['switches'] for r in runs)} switches "
+                     f"({sum(r['switch_failures'] for r in runs)} failed, mean "
+                     f"{sum(r['switch_seconds_mean'] or 0 for r in runs) / len(runs):.3f} s)")
+        print(f"{k:28s} req/s {rs}  p50 {[r['p50'] for r in runs]} ms  p99 {p99} ms  "
+              f"errors {[r['errors'] for r in runs]}{extra}")
+
+
+if __name__ == "__main__":
+    main()
