@@ -14,6 +14,8 @@ size_t DTypeSize(DType t) {
       return 4;
     case DType::kI64:
       return 8;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
@@ -30,6 +32,8 @@ const char* DTypeName(DType t) {
       return "i32";
     case DType::kI64:
       return "i64";
+    case DType::kI8:
+      return "int8";
   }
   return "?";
 }

@@ -9,11 +9,12 @@
 
 namespace sluice {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64 };
+// kI8: int8 weights with per-channel scales (a Linear compute dtype on CPU, `--dtype int8`).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kI8 };
 
 size_t DTypeSize(DType t);
-const char* DTypeName(DType t);  // "f32", "f16", "bf16", "i32", "i64"
-// Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16"; false if unknown.
+const char* DTypeName(DType t);  // "f32", "f16", "bf16", "i32", "i64", "int8"
+// Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16", "int8"; false if unknown.
 bool ParseDType(std::string_view name, DType* out);
 
 inline float BF16ToF32(uint16_t v) {

@@ -10,7 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_x86.h"
 #include "backend/host_convert.h"
 #include "core/log.h"
 
@@ -67,8 +69,18 @@ struct Primitive {
   dnnl::memory src, dst;
 };
 
+// Which kernel runs a weight: fixed at Prepare for every M, so that a row's result never
+// depends on the batch it is in.
+enum class Path { kOneDnn, kHwy, kAvx512Bf16, kAvx512Fma, kInt8 };
+
 class CpuLinearWeight final : public LinearWeight {
  public:
+  Path path = Path::kOneDnn;
+  // gemm_x86.h: AVX512-BF16 blocks, or int8 blocks with per-channel scales and sums.
+  std::vector<uint16_t> x86_bf16;
+  std::vector<int8_t> i8;
+  std::vector<float> i8_scale;
+  std::vector<int32_t> i8_colsum;
   // sluice's GEMM (gemm.h) instead of oneDNN: packed panels and a zero-padded bias.
   bool own_gemm = false;
   std::vector<float> own_f32;
@@ -145,17 +157,87 @@ bool OneDnnHasBrgemm(DType dtype) {
   return dtype == DType::kBF16 ? bf16 : f32;
 }
 
+std::string IsaNameImpl() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    default:
+      return "other";
+  }
+}
+
 std::string g_path_override;  // SetPathForTesting
 
-bool UseOwnGemm(DType dtype) {
-  std::string mode = g_path_override;
-  if (mode.empty()) {
-    const char* env = std::getenv("SLUICE_CPU_LINEAR");
-    mode = env ? env : "auto";
+std::string PathMode() {
+  if (!g_path_override.empty()) return g_path_override;
+  const char* env = std::getenv("SLUICE_CPU_LINEAR");
+  return env ? env : "auto";
+}
+
+// int8 always runs gemm_x86.h's kernels. Otherwise SLUICE_CPU_LINEAR=onednn|sluice|
+// avx512bf16 forces a path (avx512bf16: bf16 only, and only where the CPU has it); auto
+// picks, per compute dtype, what docs/benchmarks.md measured fastest at the models' shapes.
+StatusOr<Path> ChoosePath(DType dtype) {
+  if (dtype == DType::kI8) return Path::kInt8;
+  const std::string mode = PathMode();
+  if (mode == "sluice") return Path::kHwy;
+  if (mode == "onednn") return Path::kOneDnn;
+  if (mode == "avx512bf16") {
+    if (dtype != DType::kBF16) return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
+    if (!Features().avx512_bf16) {
+      return Unsupported(
+          "SLUICE_CPU_LINEAR=avx512bf16: this CPU (or SLUICE_CPU_MAX_ISA) has no "
+          "AVX512-BF16");
+    }
+    return Path::kAvx512Bf16;
   }
-  if (mode == "sluice") return true;
-  if (mode == "onednn") return false;
-  return !OneDnnHasBrgemm(dtype);
+  if (mode == "avx512fma") {
+    if (dtype != DType::kBF16) return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
+    if (!Features().avx512) {
+      return Unsupported(
+          "SLUICE_CPU_LINEAR=avx512fma: this CPU (or SLUICE_CPU_MAX_ISA) has no "
+          "AVX-512");
+    }
+    return Path::kAvx512Fma;
+  }
+  if (mode != "auto") {
+    return InvalidArgument(
+        "SLUICE_CPU_LINEAR must be auto, onednn, sluice, avx512bf16 or avx512fma, not '" + mode +
+        "'");
+  }
+  // bf16 without AMX: sluice's AVX-512 FMA kernel measured 1.3-1.9x oneDNN 2.6's bf16
+  // brgemm at M >= 4 and on par at M = 1 (docs/benchmarks.md, "CPU bf16 kernels"); on
+  // AMX machines oneDNN's AMX kernel stays until sluice's AMX GEMM is measured there.
+  if (dtype == DType::kBF16 && Features().avx512 && IsaNameImpl() != "amx") {
+    return Path::kAvx512Fma;
+  }
+  return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
+}
+
+const char* PathName(Path p) {
+  switch (p) {
+    case Path::kOneDnn:
+      return "oneDNN-brgemm";
+    case Path::kHwy:
+      return "sluice-gemm";
+    case Path::kAvx512Bf16:
+      return "sluice-avx512bf16";
+    case Path::kAvx512Fma:
+      return "sluice-avx512fma";
+    case Path::kInt8:
+      return "sluice-int8";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -164,17 +246,23 @@ void LinearRunner::SetPathForTesting(const std::string& mode) { g_path_override 
 
 std::string LinearRunner::Describe() {
   auto one = [](DType t) {
-    return std::string(DTypeName(t)) + " " +
-           (UseOwnGemm(t) ? "sluice-gemm" : "oneDNN-brgemm(" + IsaName() + ")");
+    auto p = ChoosePath(t);
+    std::string s = std::string(DTypeName(t)) + " ";
+    if (!p.ok()) return s + "unavailable";
+    s += PathName(*p);
+    if (*p == Path::kOneDnn) s += "(" + IsaName() + ")";
+    if (*p == Path::kInt8) s += std::string("(") + x86::I8KernelName() + ")";
+    return s;
   };
-  return one(DType::kF32) + ", " + one(DType::kBF16);
+  return one(DType::kF32) + ", " + one(DType::kBF16) + ", " + one(DType::kI8);
 }
 
 struct LinearRunner::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  Workspace ws_src;  // bf16 activations / padded f32 tail
-  Workspace ws_dst;  // padded output tail
+  Workspace ws_src;    // bf16 activations / padded f32 tail
+  Workspace ws_dst;    // padded output tail
+  Workspace ws_scale;  // int8: per-row activation scales
   std::vector<Step> plan;
   bool warned = false;
 
@@ -234,24 +322,7 @@ struct LinearRunner::Impl {
 
 LinearRunner::LinearRunner() : impl_(std::make_unique<Impl>()) {}
 
-std::string LinearRunner::IsaName() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx:
-      return "amx";
-    case dnnl::cpu_isa::avx512_core_bf16:
-      return "avx512_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni:
-      return "avx512_vnni";
-    case dnnl::cpu_isa::avx512_core:
-      return "avx512";
-    case dnnl::cpu_isa::avx2_vnni:
-      return "avx2_vnni";
-    case dnnl::cpu_isa::avx2:
-      return "avx2";
-    default:
-      return "other";
-  }
-}
+std::string LinearRunner::IsaName() { return IsaNameImpl(); }
 LinearRunner::~LinearRunner() = default;
 
 std::string LinearRunner::DescribePlan(int64_t m) {
@@ -280,10 +351,11 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
   if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
     return InvalidArgument("linear weight '" + weight.name + "' must be 2-D [out, in]");
   }
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return Unsupported(std::string("CPU linear compute dtype must be f32 or bf16, not ") +
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kI8) {
+    return Unsupported(std::string("CPU linear compute dtype must be f32, bf16 or int8, not ") +
                        DTypeName(dtype));
   }
+  ASSIGN_OR_RETURN(const Path path, ChoosePath(dtype));
   auto w = std::make_unique<CpuLinearWeight>();
   const int64_t n = weight.shape[0], k = weight.shape[1];
   w->out_features = n;
@@ -298,7 +370,22 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
     RETURN_IF_ERROR(HostToF32(*bias, &w->bias));
   }
 
-  if (UseOwnGemm(dtype)) {
+  w->path = path;
+  if (path == Path::kAvx512Bf16 || path == Path::kAvx512Fma || path == Path::kInt8) {
+    std::vector<float> wf;
+    RETURN_IF_ERROR(HostToF32(weight, &wf));
+    if (path != Path::kInt8) {
+      w->x86_bf16.resize(x86::PackedBf16Size(n, k));
+      x86::PackBf16(wf.data(), n, k, w->x86_bf16.data());
+    } else {
+      w->i8.resize(x86::PackedI8Size(n, k));
+      w->i8_scale.resize(x86::Blocks(n) * x86::kBlockN);
+      w->i8_colsum.resize(x86::Blocks(n) * x86::kBlockN);
+      x86::PackI8(wf.data(), n, k, w->i8.data(), w->i8_scale.data(), w->i8_colsum.data());
+    }
+    return std::unique_ptr<LinearWeight>(std::move(w));
+  }
+  if (path == Path::kHwy) {
     std::vector<float> wf;
     RETURN_IF_ERROR(HostToF32(weight, &wf));
     w->own_gemm = true;
@@ -364,6 +451,51 @@ void LinearRunner::Run(const LinearParams& p) {
     CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
   }
 
+  if (w.path == Path::kAvx512Bf16 || w.path == Path::kAvx512Fma) {
+    x86::Bf16Args a;
+    if (w.path == Path::kAvx512Bf16) {
+      auto* xb = im.ws_src.Get<uint16_t>(m * 2 * x86::KPairs(k));
+      x86::ConvertBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xb);
+      a.x = xb;
+    } else {
+      auto* xr = im.ws_src.Get<float>(m * 2 * x86::KPairs(k));
+      x86::RoundBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xr);
+      a.x = xr;
+      a.kernel = x86::Bf16Kernel::kFma;
+    }
+    a.m = m;
+    a.k = k;
+    a.n = n;
+    a.packed = w.x86_bf16.data();
+    a.bias = w.has_bias ? w.bias.data() : nullptr;
+    a.act = p.act;
+    a.sum = sum;
+    a.out = out;
+    a.ldo = ldo;
+    x86::GemmBf16(a);
+    return;
+  }
+  if (w.path == Path::kInt8) {
+    auto* xq = im.ws_src.Get<uint8_t>(m * 4 * x86::KQuads(k));
+    float* xs = im.ws_scale.Get<float>(m);
+    x86::QuantizeI8(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
+    x86::I8Args a;
+    a.x = xq;
+    a.x_scale = xs;
+    a.m = m;
+    a.k = k;
+    a.n = n;
+    a.packed = w.i8.data();
+    a.w_scale = w.i8_scale.data();
+    a.colsum = w.i8_colsum.data();
+    a.bias = w.has_bias ? w.bias.data() : nullptr;
+    a.act = p.act;
+    a.sum = sum;
+    a.out = out;
+    a.ldo = ldo;
+    x86::GemmI8(a);
+    return;
+  }
   if (w.own_gemm) {
     gemm::Args a;
     a.x = p.x.ptr<float>();

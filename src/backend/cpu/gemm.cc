@@ -128,6 +128,34 @@ void RunImpl(const Args& a) {
 
 int RowsPerTileImpl() { return kRows; }
 
+void EpilogueImpl(const EpilogueArgs& e) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < e.rows; ++r) {
+    const float* a = e.acc + r * e.ldacc;
+    float* o = e.out + r * e.ldo;
+    const V rs = hn::Set(d, e.row_scale ? e.row_scale[r] : 1.f);
+    for (int64_t c = 0; c < e.cols; c += lanes) {
+      const int64_t valid = std::min(lanes, e.cols - c);
+      const bool full = valid == lanes;
+      auto load = [&](const float* p) {
+        return full ? hn::LoadU(d, p) : sluice::cpu::HWY_NAMESPACE::LoadTail(d, p, valid);
+      };
+      V y = load(a + c);
+      if (e.col_scale) y = hn::Mul(y, hn::Mul(rs, load(e.col_scale + c)));
+      if (e.bias) y = hn::Add(y, load(e.bias + c));
+      y = sluice::cpu::HWY_NAMESPACE::Act(d, y, e.act);
+      if (e.sum) y = hn::Add(y, load(o + c));
+      if (full) {
+        hn::StoreU(y, d, o + c);
+      } else {
+        sluice::cpu::HWY_NAMESPACE::StoreTail(y, d, o + c, valid);
+      }
+    }
+  }
+}
+
 }  // namespace sluice::cpu::gemm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -136,6 +164,9 @@ namespace sluice::cpu::gemm {
 
 HWY_EXPORT(RunImpl);
 HWY_EXPORT(RowsPerTileImpl);
+HWY_EXPORT(EpilogueImpl);
+
+void Epilogue(const EpilogueArgs& e) { HWY_DYNAMIC_DISPATCH(EpilogueImpl)(e); }
 
 void Run(const Args& a) {
   if (a.m <= 0 || a.n <= 0) return;

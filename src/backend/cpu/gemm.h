@@ -52,4 +52,23 @@ void Run(const Args& a);
 // Rows per micro-tile on the Highway target chosen at run time (for benchmarks).
 int RowsPerTile();
 
+// The epilogue shared by sluice's GEMM kernels (this one and gemm_x86.h's), so that every
+// kernel applies bias, activation and residual with the same arithmetic:
+// out[r, c] = act(acc[r, c] * (scale ? scale[r] * col_scale[c] : 1) + bias[c])
+//             (+ out[r, c] when `sum`), for r < rows, c < cols. bias/col_scale/scale may be
+// null (no bias; no scaling). Reads exactly `cols` elements of bias/col_scale/each row.
+struct EpilogueArgs {
+  const float* acc = nullptr;  // [rows, cols], row stride ldacc
+  int64_t ldacc = 0;
+  int64_t rows = 0, cols = 0;
+  const float* row_scale = nullptr;  // [rows] (int8: activation scales) or null
+  const float* col_scale = nullptr;  // [cols] (int8: weight scales) or null
+  const float* bias = nullptr;       // [cols] or null
+  Activation act = Activation::kNone;
+  bool sum = false;
+  float* out = nullptr;
+  int64_t ldo = 0;
+};
+void Epilogue(const EpilogueArgs& e);
+
 }  // namespace sluice::cpu::gemm

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_linear.h"
 #include "backend/cpu/reference.h"
 #include "test_util.h"
@@ -64,10 +65,25 @@ void CheckLinear(Backend& be, DType dtype, const LinearCase& c, bool strided) {
 }
 
 // Runs each test with the linear path named by the parameter ("auto": what the machine
-// picks, "sluice": sluice's GEMM forced).
+// picks, "sluice": sluice's Highway GEMM forced, "avx512bf16": sluice's vdpbf16ps kernel
+// for bf16 (skipped without AVX512-BF16), "avx512fma": sluice's bf16-weight f32-FMA
+// AVX-512 kernel (skipped without AVX-512), "onednn": oneDNN forced (skipped where oneDNN
+// 2.6 has no batch-invariant brgemm kernel, i.e. below AVX-512)).
 class CpuLinear : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { cpu::LinearRunner::SetPathForTesting(GetParam()); }
+  void SetUp() override {
+    if (GetParam() == "avx512bf16" && !cpu::Features().avx512_bf16) {
+      GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+    }
+    if (GetParam() == "avx512fma" && !cpu::Features().avx512) {
+      GTEST_SKIP() << "no AVX-512 on this CPU";
+    }
+    const std::string isa = cpu::LinearRunner::IsaName();
+    if (GetParam() == "onednn" && isa.rfind("avx512", 0) != 0 && isa != "amx") {
+      GTEST_SKIP() << "oneDNN has no brgemm kernel at ISA " << isa;
+    }
+    cpu::LinearRunner::SetPathForTesting(GetParam());
+  }
   void TearDown() override { cpu::LinearRunner::SetPathForTesting(""); }
 };
 
@@ -215,7 +231,30 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear, ::testing::Values("auto", "sluice"));
+INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear,
+                         ::testing::Values("auto", "sluice", "avx512bf16", "avx512fma", "onednn"));
+
+// The ISA cap (SLUICE_CPU_MAX_ISA / ONEDNN_MAX_CPU_ISA) turns the AVX-512 kernels off, and
+// forcing the AVX512-BF16 path without the ISA is refused, not silently replaced.
+TEST(CpuLinearIsa, CapDisablesAvx512Paths) {
+  cpu::SetMaxIsaForTesting("avx2");
+  EXPECT_FALSE(cpu::Features().avx512);
+  EXPECT_FALSE(cpu::Features().avx512_bf16);
+  EXPECT_FALSE(cpu::Features().avx512_vnni);
+  EXPECT_FALSE(cpu::Features().amx_tile);
+  auto be = MakeCpu();
+  auto w = Random(32 * 16, 1);
+  HostTensor hw{w.data(), DType::kF32, {32, 16}, "w"};
+  cpu::LinearRunner::SetPathForTesting("avx512bf16");
+  auto lw = be->PrepareLinear(hw, nullptr, DType::kBF16);
+  EXPECT_FALSE(lw.ok());
+  EXPECT_NE(lw.status().message().find("AVX512-BF16"), std::string::npos) << lw.status().ToString();
+  cpu::LinearRunner::SetPathForTesting("bogus");
+  EXPECT_FALSE(be->PrepareLinear(hw, nullptr, DType::kF32).ok());
+  cpu::LinearRunner::SetPathForTesting("");
+  cpu::SetMaxIsaForTesting("");
+  EXPECT_EQ(cpu::Features().avx512_bf16, cpu::RawFeatures().avx512_bf16);
+}
 
 // sluice's GEMM on every SIMD target this machine supports (AVX2 where AVX-512 is the
 // default, and so on): matches the reference and is batch invariant on each.

@@ -1,0 +1,77 @@
+#include "backend/cpu/amx.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/cpu_features.h"
+
+namespace sluice::cpu::amx {
+
+bool Available() { return Features().amx_tile && RequestAmxPermission(); }
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,amx-int8")
+namespace {
+
+// The 64-byte tile configuration of ldtilecfg (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0..7: 16 rows x 64 bytes each.
+void ConfigureSquare() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+template <bool kInt8>
+double PeakLoop(int64_t iters) {
+  alignas(64) uint8_t buf[16 * 64];
+  std::memset(buf, 0, sizeof(buf));
+  alignas(64) float out[16 * 16];
+  ConfigureSquare();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, buf, 64);
+  _tile_loadd(5, buf, 64);
+  _tile_loadd(6, buf, 64);
+  _tile_loadd(7, buf, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    if constexpr (kInt8) {
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 4, 7);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  __asm__ volatile("" ::"r"(out[0]) : "memory");
+  // Per instruction: 16 x 16 outputs x 32 (bf16) or 64 (int8) products, 2 ops each.
+  return 4.0 * 16 * 16 * (kInt8 ? 64 : 32) * 2 * iters;
+}
+
+}  // namespace
+
+double PeakLoopBf16(int64_t iters) { return PeakLoop<false>(iters); }
+double PeakLoopInt8(int64_t iters) { return PeakLoop<true>(iters); }
+#pragma GCC pop_options
+
+}  // namespace sluice::cpu::amx

@@ -1,0 +1,20 @@
+// Intel AMX (tiles, tdpbf16ps / tdpbusd) for the CPU backend: availability (CPU + Linux
+// permission, cpu_features.h), and the peak-throughput loops of bench/isa_peak_bench.
+// Nothing here executes an AMX instruction unless Available() returned true.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice::cpu::amx {
+
+// CPU has AMX-TILE (after the ISA cap), the OS saves tile state, and Linux granted this
+// process XTILEDATA (arch_prctl ARCH_REQ_XCOMP_PERM, requested once here).
+bool Available();
+
+// Peak loops: 4 accumulator tiles, 4 operand tiles loaded once, `iters` x 4 tile
+// multiply-adds (16 x 16 x 32 bf16 or 16 x 16 x 64 int8 each). Returns the flops (ops) done.
+// Call only when Available() (and amx_bf16 / amx_int8).
+double PeakLoopBf16(int64_t iters);
+double PeakLoopInt8(int64_t iters);
+
+}  // namespace sluice::cpu::amx

@@ -1,0 +1,98 @@
+// sluice's hand-written x86 GEMM kernels for Linear layers: AVX512-BF16 (vdpbf16ps) and
+// int8 (AVX512-VNNI vpdpbusd, with a portable fallback that gives the same integers).
+// Chosen at run time from Features() (cpu_features.h); nothing here requires AVX-512 to
+// be present unless a *Avx512* entry point is called.
+//
+// out[m, n] = act(sum_k x[m, k] * w[n, k] (* scales) + bias[n]) (+ out[m, n] when `sum`),
+// with the epilogue of gemm.h (gemm::Epilogue) applied per micro-tile.
+//
+// Batch invariance (DESIGN.md principle 3): each output element is one accumulator lane
+// that runs over K in a fixed order (k pairs for bf16: vdpbf16ps adds the odd then the
+// even product, each exact in f32; k quads for int8: exact integer sums), whatever M, the
+// row's tile or the thread count. K is never split. So a row's result never depends on M.
+//
+// Weights are packed once, at load, into blocks of kBlockN = 64 output columns:
+//   bf16: block b, k pair p: 64 columns x 2 bf16 (w[c, 2p], w[c, 2p + 1]) = one 64-byte
+//         row per 16 columns, i.e. 4 zmm per k pair; K padded with zeros (KPairs).
+//   int8: block b, k quad q: 64 columns x 4 int8 (w[c, 4q .. 4q + 3]); K padded to a
+//         multiple of 64 (KQuads). Per-channel symmetric scales (max |w[c, :]| / 127).
+// Activations are converted per call: bf16 (RNE) rows of 2 * KPairs(k) elements, or
+// int8 per-token symmetric (scale max |x[m, :]| / 127, round to nearest even), stored as
+// unsigned q + 128 (vpdpbusd multiplies unsigned by signed bytes; the 128 * column sum
+// is subtracted in the epilogue, exactly).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace sluice::cpu::x86 {
+
+constexpr int64_t kBlockN = 64;
+inline int64_t Blocks(int64_t n) { return (n + kBlockN - 1) / kBlockN; }
+// K is padded with zeros to a multiple of 32 (bf16) or 64 (int8): one AMX tile row, so
+// that the AMX kernels can read the same packed weights (zero terms add exactly 0).
+inline int64_t KPairs(int64_t k) { return (k + 31) / 32 * 16; }
+inline int64_t KQuads(int64_t k) { return (k + 63) / 64 * 16; }
+
+// ---- bf16 (requires Features().avx512_bf16 for GemmBf16) ----
+// uint16_t elements of a packed bf16 weight.
+inline int64_t PackedBf16Size(int64_t n, int64_t k) { return Blocks(n) * KPairs(k) * kBlockN * 2; }
+// w: [n, k] row-major f32 (torch's Linear layout).
+void PackBf16(const float* w, int64_t n, int64_t k, uint16_t* packed);
+// x [m, k] (row stride ldx) -> xb [m, 2 * KPairs(k)] bf16 (RNE), zero padded.
+void ConvertBf16(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb);
+
+// x [m, k] -> xr [m, 2 * KPairs(k)] f32 holding bf16-rounded values (RNE), zero padded:
+// the activations of the FMA kernel. Requires Features().avx512.
+void RoundBf16(const float* x, int64_t ldx, int64_t m, int64_t k, float* xr);
+
+// Two micro-kernels read the same packed weights:
+//   kDpbf16: vdpbf16ps on bf16 activations (ConvertBf16). Requires avx512_bf16.
+//   kFma: weights widened to f32 in registers, f32 FMA on bf16-rounded f32 activations
+//         (RoundBf16). Requires avx512. Faster where vdpbf16ps issues at half the FMA rate.
+// Both: products exact, f32 accumulation over k in order (their roundings differ).
+enum class Bf16Kernel { kDpbf16, kFma };
+
+struct Bf16Args {
+  Bf16Kernel kernel = Bf16Kernel::kDpbf16;
+  const void* x = nullptr;  // ConvertBf16 (uint16_t) or RoundBf16 (float); 2 * KPairs(k) a row
+  int64_t m = 0, k = 0, n = 0;
+  const uint16_t* packed = nullptr;  // from PackBf16
+  const float* bias = nullptr;       // [n] or null
+  Activation act = Activation::kNone;
+  bool sum = false;
+  float* out = nullptr;
+  int64_t ldo = 0;
+};
+// Runs on the calling thread's OpenMP team.
+void GemmBf16(const Bf16Args& a);
+
+// ---- int8 ----
+inline int64_t PackedI8Size(int64_t n, int64_t k) { return Blocks(n) * KQuads(k) * kBlockN * 4; }
+// scale, colsum [Blocks(n) * 64]: per-channel weight scales and sums of the int8 weights
+// (padded columns 0).
+void PackI8(const float* w, int64_t n, int64_t k, int8_t* packed, float* scale, int32_t* colsum);
+// x [m, k] -> xq [m, 4 * KQuads(k)] (q + 128 as uint8, zero padded as 128), scale[m].
+void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale);
+
+struct I8Args {
+  const uint8_t* x = nullptr;  // from QuantizeI8; row stride 4 * KQuads(k)
+  const float* x_scale = nullptr;
+  int64_t m = 0, k = 0, n = 0;
+  const int8_t* packed = nullptr;
+  const float* w_scale = nullptr;
+  const int32_t* colsum = nullptr;
+  const float* bias = nullptr;
+  Activation act = Activation::kNone;
+  bool sum = false;
+  float* out = nullptr;
+  int64_t ldo = 0;
+};
+// VNNI where Features().avx512_vnni, else portable code: the same integer sums, so the
+// same output bits on every machine (up to the epilogue's SIMD target).
+void GemmI8(const I8Args& a);
+// Which int8 kernel GemmI8 runs: "avx512_vnni" or "portable".
+const char* I8KernelName();
+
+}  // namespace sluice::cpu::x86
