@@ -173,6 +173,21 @@ int64_t GemmPlanner::TuneClassM(int64_t m) {
   return b;
 }
 
+// The heuristic's algorithm for a representative shape (an M bucket, or kInvariantM),
+// queried once and shared by every exact shape that maps to it; second: found.
+const std::pair<cublasLtMatmulAlgo_t, bool>& GemmPlanner::SharedAlgo(const GemmKey& key,
+                                                                     const void* bias) {
+  auto it = bucket_algos_.find(key);
+  if (it == bucket_algos_.end()) {
+    GemmPlan tmp;
+    CreatePlan(key, bias, tmp);
+    Heuristic(key, tmp);
+    it = bucket_algos_.emplace(key, std::make_pair(tmp.algo, tmp.ok)).first;
+    DestroyPlan(tmp);
+  }
+  return it->second;
+}
+
 // The plan (descriptor, layouts, algorithm) of one exact GEMM. Large GEMMs (M >=
 // kTuneMinM) use the algorithm timed fastest for their class of M; smaller ones the
 // heuristic's choice for their M bucket. Either is checked against the exact shape with
@@ -198,16 +213,9 @@ const GemmPlan* GemmPlanner::Plan(const GemmKey& key, const void* bias, const Ge
   if (invariant_) {
     GemmKey ik = key;
     ik.m = kInvariantM;
-    auto ait = bucket_algos_.find(ik);
-    if (ait == bucket_algos_.end()) {
-      GemmPlan tmp;
-      CreatePlan(ik, bias, tmp);
-      Heuristic(ik, tmp);
-      ait = bucket_algos_.emplace(ik, std::make_pair(tmp.algo, tmp.ok)).first;
-      DestroyPlan(tmp);
-    }
-    if (ait->second.second && fits(ait->second.first)) {
-      p.algo = ait->second.first;
+    const auto& algo = SharedAlgo(ik, bias);
+    if (algo.second && fits(algo.first)) {
+      p.algo = algo.first;
       p.ok = true;
       return &p;
     }
@@ -236,16 +244,9 @@ const GemmPlan* GemmPlanner::Plan(const GemmKey& key, const void* bias, const Ge
   }
   GemmKey bk = key;
   bk.m = BucketM(key.m);
-  auto ait = bucket_algos_.find(bk);
-  if (ait == bucket_algos_.end()) {
-    GemmPlan tmp;
-    CreatePlan(bk, bias, tmp);
-    Heuristic(bk, tmp);
-    ait = bucket_algos_.emplace(bk, std::make_pair(tmp.algo, tmp.ok)).first;
-    DestroyPlan(tmp);
-  }
-  if (ait->second.second && fits(ait->second.first)) {
-    p.algo = ait->second.first;
+  const auto& algo = SharedAlgo(bk, bias);
+  if (algo.second && fits(algo.first)) {
+    p.algo = algo.first;
     p.ok = true;
     return &p;
   }

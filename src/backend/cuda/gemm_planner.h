@@ -82,6 +82,7 @@ class GemmPlanner {
   static void DestroyPlan(GemmPlan& p);
   std::vector<cublasLtMatmulAlgo_t> Candidates(const GemmKey& key, const GemmPlan& p);
   void Heuristic(const GemmKey& key, GemmPlan& p);
+  const std::pair<cublasLtMatmulAlgo_t, bool>& SharedAlgo(const GemmKey& key, const void* bias);
   void Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time);
 
   cublasLtHandle_t lt_;
