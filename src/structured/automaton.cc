@@ -1,12 +1,17 @@
 #include "structured/automaton.h"
 
 #include <algorithm>
+#include <map>
 
 namespace sluice::structured {
 
 namespace {
 
-ExprP Make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+ExprP Make(Expr e) {
+  for (const ExprP& k : e.kids) e.has_ref |= k->has_ref;
+  if (e.extra) e.has_ref |= e.extra->has_ref;
+  return std::make_shared<const Expr>(std::move(e));
+}
 
 // UTF-8 byte-range sequences of the scalar values in [lo, hi] (the utf8-ranges algorithm:
 // split until every byte position of a piece is one range).
@@ -57,8 +62,22 @@ void Utf8Split(uint32_t lo, uint32_t hi,
 
 class Emitter {
  public:
-  Emitter(Nfa* nfa, size_t limit) : nfa_(nfa), limit_(limit) {}
+  Emitter(Nfa* nfa, size_t limit, bool pushdown) : nfa_(nfa), limit_(limit), pushdown_(pushdown) {}
   bool overflow() const { return overflow_; }
+  const std::string& error() const { return error_; }
+
+  // Pushdown: emits the bodies of the rules the calls reach (each once).
+  void EmitRules() {
+    for (size_t i = 0; i < pending_.size() && !overflow_; ++i) {
+      const auto [body, slot] = pending_[i];  // a copy: Emit may add rules
+      if (!body) {
+        Fail("a recursive rule has no body");
+        return;
+      }
+      Emit(*body, nfa_->rule_start[static_cast<size_t>(slot)],
+           nfa_->rule_accept[static_cast<size_t>(slot)]);
+    }
+  }
 
   int32_t New() {
     if (nfa_->num_states() >= limit_) {
@@ -194,12 +213,77 @@ class Emitter {
         return;
       case Expr::Kind::kAnd:
       case Expr::Kind::kAndNot:
+        if ((pushdown_ && (e.kids[0]->has_ref || e.kids[1]->has_ref)) ||
+            (e.kind == Expr::Kind::kAndNot && e.kids[1]->has_ref)) {
+          Fail(
+              "a recursive reference inside an intersection (pattern, oneOf proof) is not "
+              "supported");
+          return;
+        }
         EmitAnd(e, from, to);
+        return;
+      case Expr::Kind::kRules:
+        Emit(*e.kids[0], from, to);
+        return;
+      case Expr::Kind::kRef:
+        EmitRef(e, from, to);
         return;
     }
   }
 
  private:
+  void Fail(std::string what) {
+    if (!overflow_) error_ = std::move(what);
+    overflow_ = true;
+  }
+
+  void EmitRef(const Expr& e, int32_t from, int32_t to) {
+    const std::shared_ptr<RuleSet> rules = e.ref_rules.lock();
+    ExprP body;
+    std::string name;
+    if (rules && e.min >= 0 && static_cast<size_t>(e.min) < rules->bodies.size()) {
+      body = rules->bodies[static_cast<size_t>(e.min)];
+      name = rules->names[static_cast<size_t>(e.min)];
+    }
+    if (!pushdown_) {
+      // A superset: the body one level deep, any bytes below (or when it is not known yet).
+      if (body && flat_budget_ > 0) {
+        --flat_budget_;
+        Emit(*body, from, to);
+        ++flat_budget_;
+        return;
+      }
+      if (!e.kids.empty()) {
+        Emit(*e.kids[0], from, to);
+        return;
+      }
+      const int32_t loop = New();
+      Eps(from, loop);
+      Edge(loop, 0, 255, loop);
+      Eps(loop, to);
+      return;
+    }
+    if (!rules) {
+      Fail("a recursive reference outlived its rules");
+      return;
+    }
+    const auto key = std::make_pair(rules.get(), e.min);
+    auto it = slots_.find(key);
+    int32_t slot;
+    if (it != slots_.end()) {
+      slot = it->second;
+    } else {
+      slot = static_cast<int32_t>(nfa_->rule_start.size());
+      nfa_->rule_start.push_back(New());
+      nfa_->rule_accept.push_back(New());
+      nfa_->rule_names.push_back(name);
+      slots_.emplace(key, slot);
+      pending_.emplace_back(body, slot);
+      keep_.push_back(rules);
+    }
+    if (!overflow_) nfa_->calls.push_back({from, slot, to});
+  }
+
   // State (i, c): before declared member i with c members so far (c saturates at the cap when
   // there is no maximum).
   void EmitObject(const Expr& e, int32_t from, int32_t to) {
@@ -305,7 +389,13 @@ class Emitter {
 
   Nfa* nfa_;
   size_t limit_;
+  bool pushdown_;
   bool overflow_ = false;
+  std::string error_;
+  int flat_budget_ = 1;
+  std::map<std::pair<const RuleSet*, int>, int32_t> slots_;
+  std::vector<std::pair<ExprP, int32_t>> pending_;
+  std::vector<std::shared_ptr<RuleSet>> keep_;
 };
 
 }  // namespace
@@ -479,18 +569,58 @@ ExprP Object(ExprP open, ExprP sep, ExprP close, std::vector<ObjectMember> membe
   return Make(std::move(e));
 }
 
-StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits) {
+ExprP Ref(const std::shared_ptr<RuleSet>& rules, int index, ExprP approx) {
+  Expr e;
+  e.kind = Expr::Kind::kRef;
+  if (approx) e.kids = {std::move(approx)};
+  e.ref_rules = rules;
+  e.min = index;
+  e.has_ref = true;
+  return Make(std::move(e));
+}
+
+ExprP WithRules(ExprP main, std::shared_ptr<RuleSet> rules) {
+  if (!main->has_ref) return main;
+  Expr e;
+  e.kind = Expr::Kind::kRules;
+  e.kids = {std::move(main)};
+  e.rules = std::move(rules);
+  return Make(std::move(e));
+}
+
+StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits,
+                                              bool pushdown) {
   auto nfa = std::make_shared<Nfa>();
-  Emitter em(nfa.get(), limits.max_nfa_states);
+  Emitter em(nfa.get(), limits.max_nfa_states, pushdown);
   nfa->start = em.New();
   nfa->accept = em.New();
   em.Emit(*e, nfa->start, nfa->accept);
+  em.EmitRules();
+  if (!em.error().empty()) return InvalidArgument(em.error());
   if (em.overflow()) {
     return Status(StatusCode::kResourceExhausted,
                   "the constraint is too large: its automaton would exceed " +
                       std::to_string(limits.max_nfa_states) + " states");
   }
   return std::shared_ptr<const Nfa>(std::move(nfa));
+}
+
+int ByteClasses(const Nfa& nfa, uint8_t* cls, std::vector<uint8_t>* reps) {
+  bool boundary[257] = {};
+  for (const auto& es : nfa.edges) {
+    for (const Nfa::Edge& ed : es) {
+      boundary[ed.lo] = true;
+      boundary[ed.hi + 1] = true;
+    }
+  }
+  int c = 0;
+  reps->clear();
+  for (int b = 0; b < 256; ++b) {
+    if (b > 0 && boundary[b]) ++c;
+    cls[b] = static_cast<uint8_t>(c);
+    if (static_cast<int>(reps->size()) == c) reps->push_back(static_cast<uint8_t>(b));
+  }
+  return c + 1;
 }
 
 size_t Dfa::SetHash::operator()(const std::vector<int32_t>& v) const {
@@ -501,21 +631,7 @@ size_t Dfa::SetHash::operator()(const std::vector<int32_t>& v) const {
 
 Dfa::Dfa(std::shared_ptr<const Nfa> nfa, size_t max_states)
     : nfa_(std::move(nfa)), max_states_(max_states) {
-  // Byte classes: bytes no edge tells apart share a class.
-  bool boundary[257] = {};
-  for (const auto& es : nfa_->edges) {
-    for (const Nfa::Edge& ed : es) {
-      boundary[ed.lo] = true;
-      boundary[ed.hi + 1] = true;
-    }
-  }
-  int cls = 0;
-  for (int b = 0; b < 256; ++b) {
-    if (b > 0 && boundary[b]) ++cls;
-    byte_class_[b] = static_cast<uint8_t>(cls);
-    if (static_cast<int>(class_rep_.size()) == cls) class_rep_.push_back(static_cast<uint8_t>(b));
-  }
-  num_classes_ = cls + 1;
+  num_classes_ = ByteClasses(*nfa_, byte_class_, &class_rep_);
   mark_.assign(nfa_->num_states(), 0);
   std::vector<int32_t> s = {nfa_->start};
   Closure(&s);

@@ -23,6 +23,19 @@ namespace sluice::structured {
 struct Expr;
 using ExprP = std::shared_ptr<const Expr>;
 
+// The rules a recursive constraint calls (a $ref cycle, a recursive grammar rule, a free JSON
+// value's nested containers): bodies[i] is rule i, filled in while compiling (a kRef names its
+// rule by index, so rules may refer to each other and to themselves without owning cycles).
+struct RuleSet {
+  std::vector<ExprP> bodies;
+  std::vector<std::string> names;  // for errors
+  int Add(std::string name) {
+    bodies.emplace_back();
+    names.push_back(std::move(name));
+    return static_cast<int>(bodies.size() - 1);
+  }
+};
+
 // Closed ranges [lo, hi] of bytes (kBytes) or Unicode scalar values (kCodepoints).
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
@@ -39,6 +52,8 @@ struct Expr {
     kObject,      // JSON object members in a fixed order (ObjectSpec)
     kAnd,         // strings both kids match (emitted as the product of their DFAs)
     kAndNot,      // strings kids[0] matches and kids[1] does not (the same product)
+    kRef,         // rule `min` of `ref_rules`: a call into a sub-automaton (pushdown)
+    kRules,       // kids[0], owning the rules its kRef nodes call (`rules`)
   };
   Kind kind = Kind::kEmpty;
   Ranges ranges;
@@ -49,6 +64,9 @@ struct Expr {
   // min/max bound the number of members (-1: none).
   std::vector<bool> required;
   ExprP extra;
+  std::weak_ptr<RuleSet> ref_rules;  // kRef
+  std::shared_ptr<RuleSet> rules;    // kRules
+  bool has_ref = false;              // a kRef somewhere below (or here)
 };
 
 // Constructors (simplifying where trivial).
@@ -70,6 +88,12 @@ struct ObjectMember {
   ExprP expr;  // the whole member: key, colon, value
   bool required = false;
 };
+// A call of rule `index` (recursion: the automaton pushes the return state on a stack).
+// `approx` (may be null: any bytes): a finite superset of the rule's language, emitted for the
+// call where a finite automaton is built (BuildNfa without pushdown) and the body is unknown.
+ExprP Ref(const std::shared_ptr<RuleSet>& rules, int index, ExprP approx = nullptr);
+// The root of a constraint whose expression calls rules (owns them).
+ExprP WithRules(ExprP main, std::shared_ptr<RuleSet> rules);
 ExprP Object(ExprP open, ExprP sep, ExprP close, std::vector<ObjectMember> members, ExprP extra,
              int min_members, int max_members);
 
@@ -86,6 +110,16 @@ struct Nfa {
   std::vector<std::vector<Edge>> edges;
   std::vector<std::vector<int32_t>> eps;
   int32_t start = 0, accept = 0;
+  // Pushdown NFAs (BuildNfa with pushdown): rule i is the fragment rule_start[i] ->
+  // rule_accept[i]; a call at state `from` enters rule `rule` and, when it accepts, goes on at
+  // `ret`. Empty for finite automata.
+  struct Call {
+    int32_t from, rule, ret;
+  };
+  std::vector<Call> calls;
+  std::vector<int32_t> rule_start, rule_accept;
+  std::vector<std::string> rule_names;
+  bool pushdown() const { return !calls.empty(); }
   int32_t AddState() {
     edges.emplace_back();
     eps.emplace_back();
@@ -99,8 +133,16 @@ struct CompileLimits {
   size_t max_dfa_states = 200'000;
 };
 
-// Emits the expression; ResourceExhausted when the NFA would exceed the limit.
-StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits = {});
+// Emits the expression; ResourceExhausted when the NFA would exceed the limit. With `pushdown`,
+// kRef nodes become calls (Nfa::calls; run it with a Pda, pushdown.h); without, a finite
+// over-approximation (a superset) is emitted: the called rule's body one level deep, any bytes
+// below. A kRef under an intersection is refused (InvalidArgument) in pushdown mode.
+StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits = {},
+                                              bool pushdown = false);
+
+// Byte classes: bytes no edge of the NFA tells apart share a class. Fills cls[256] and a
+// representative byte of each class; returns the number of classes.
+int ByteClasses(const Nfa& nfa, uint8_t* cls, std::vector<uint8_t>* reps);
 
 // A DFA over bytes built lazily from an Nfa. Not thread-safe: its owner (a compiled
 // constraint) serialises walks.

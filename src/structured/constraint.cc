@@ -54,7 +54,12 @@ StatusOr<std::shared_ptr<Grammar>> GrammarCache::Get(const ConstraintSpec& spec)
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
-    if (it != map_.end()) {
+    // A pushdown constraint's configurations grow with the stacks it has seen: past 100,000
+    // new requests get a fresh copy (requests running on this one keep it).
+    if (it != map_.end() && it->second->second->Worn(100'000)) {
+      lru_.erase(it->second);
+      map_.erase(it);
+    } else if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       ++hits_;
       return it->second->second;

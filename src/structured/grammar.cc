@@ -319,19 +319,23 @@ class Lowerer {
     }
     auto done = memo_.find(name);
     if (done != memo_.end()) return done->second;
-    for (size_t k = 0; k < stack_.size(); ++k) {
-      if (stack_[k] == name) {
-        std::string cycle;
-        for (size_t j = k; j < stack_.size(); ++j) cycle += stack_[j] + " -> ";
-        return InvalidArgument("grammar: recursive rules are not supported (" + cycle + name + ")");
-      }
+    // A rule used inside itself: a call of its rule (the pushdown automaton's stack).
+    if (std::find(stack_.begin(), stack_.end(), name) != stack_.end()) {
+      auto r = rule_of_.find(name);
+      if (r == rule_of_.end()) r = rule_of_.emplace(name, rules_->Add(name)).first;
+      return Ref(rules_, r->second);
     }
     stack_.push_back(name);
     auto e = Node(it->second);
     stack_.pop_back();
-    if (e.ok()) memo_[name] = *e;
+    if (!e.ok()) return e;
+    memo_[name] = *e;
+    auto r = rule_of_.find(name);
+    if (r != rule_of_.end()) rules_->bodies[static_cast<size_t>(r->second)] = *e;
     return e;
   }
+
+  const std::shared_ptr<RuleSet>& rules() const { return rules_; }
 
   StatusOr<ExprP> Node(const GNode& n) {
     ExprP base;
@@ -367,6 +371,8 @@ class Lowerer {
   const std::map<std::string, GNode>& rules_;
   std::map<std::string, ExprP> memo_;
   std::vector<std::string> stack_;
+  std::shared_ptr<RuleSet> rules_ = std::make_shared<RuleSet>();
+  std::map<std::string, int> rule_of_;
 };
 
 }  // namespace
@@ -378,9 +384,10 @@ StatusOr<ExprP> CompileGrammar(std::string_view grammar) {
   RETURN_IF_ERROR(p.Parse(&rules, &order));
   if (!rules.count("root")) return InvalidArgument("grammar: no rule \"root\"");
   Lowerer l(rules);
-  // Every rule is checked (undefined references, cycles), not only those root reaches.
+  // Every rule is checked (undefined references), not only those root reaches.
   for (const std::string& name : order) RETURN_IF_ERROR(l.Rule(name, nullptr).status());
-  return l.Rule("root", nullptr);
+  ASSIGN_OR_RETURN(ExprP root, l.Rule("root", nullptr));
+  return WithRules(root, l.rules());
 }
 
 }  // namespace sluice::structured

@@ -10,10 +10,11 @@
 // [...] / [^...] with ranges and the same escapes, `.` (any character), groups ( ), and the
 // quantifiers * + ? {n} {n,} {n,m}. The start rule is `root`.
 //
-// sluice compiles a grammar to the same finite automaton as every other constraint, so a rule
-// may not refer to itself, directly or through others: a recursive grammar is refused
-// (InvalidArgument naming the rule cycle), as are undefined rules and syntax errors (with the
-// line and column).
+// A grammar without recursion compiles to the same finite automaton as every other constraint;
+// a rule that refers to itself, directly or through others, becomes a call of that rule, run by
+// the pushdown automaton (pushdown.h; nesting up to kMaxRecursionDepth). Left recursion (a rule
+// calling itself before reading anything) is refused when the constraint is built, as are
+// undefined rules and syntax errors (with the line and column).
 #pragma once
 
 #include <string_view>

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "structured/formats.h"
+#include "structured/pushdown.h"
 #include "structured/regex.h"
 
 namespace sluice::structured {
@@ -456,23 +457,37 @@ class Compiler {
     if (parser_.parse(padded_).get(root_) != simdjson::SUCCESS) {
       return InvalidArgument("json_schema: the schema is not valid JSON");
     }
-    return CompileAt(root_, "");
+    ASSIGN_OR_RETURN(ExprP main, CompileAt(root_, ""));
+    // The rules recursive $refs call, each the target schema alone (with its own ref active, so
+    // that the reference inside calls the rule again); compiling one may add more.
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      const std::string ref = pending_[i];
+      ASSIGN_OR_RETURN(element t, Resolve(ref, ""));
+      active_refs_ = {ref};
+      skip_.clear();
+      auto body = CompileAt(t, ref.substr(1));
+      active_refs_.clear();
+      if (!body.ok()) return body.status();
+      rules_->bodies[static_cast<size_t>(ref_rule_[ref])] = *body;
+    }
+    return WithRules(main, rules_);
   }
 
-  ExprP AnyValue(int depth) {
-    if (depth < 0) depth = 0;
-    if (static_cast<size_t>(depth) < any_.size() && any_[static_cast<size_t>(depth)]) {
-      return any_[static_cast<size_t>(depth)];
-    }
-    std::vector<ExprP> alts = {Literal("null"), Literal("true"), Literal("false"), AnyNumber(),
-                               AnyString()};
-    if (depth > 0) {
-      const ExprP inner = AnyValue(depth - 1);
-      alts.push_back(Concat({Byte('['), ws_, List(inner, comma_, 0, -1), ws_, Byte(']')}));
-      alts.push_back(AnyObject(inner));
-    }
-    if (any_.size() <= static_cast<size_t>(depth)) any_.resize(static_cast<size_t>(depth) + 1);
-    return any_[static_cast<size_t>(depth)] = Alt(std::move(alts));
+  const std::shared_ptr<RuleSet>& rules() const { return rules_; }
+
+  // Any JSON value: scalars here, nested arrays and objects through calls (any depth, up to
+  // the pushdown automaton's limit).
+  ExprP AnyValue() {
+    if (any_) return any_;
+    const int arr = rules_->Add("(any JSON array)"), obj = rules_->Add("(any JSON object)");
+    const ExprP any_bytes = Star(Bytes({{0, 255}}));
+    any_ = Alt({Literal("null"), Literal("true"), Literal("false"), AnyNumber(), AnyString(),
+                Ref(rules_, arr, Concat({Byte('['), any_bytes})),
+                Ref(rules_, obj, Concat({Byte('{'), any_bytes}))});
+    rules_->bodies[static_cast<size_t>(arr)] =
+        Concat({Byte('['), ws_, List(any_, comma_, 0, -1), ws_, Byte(']')});
+    rules_->bodies[static_cast<size_t>(obj)] = AnyObject(any_);
+    return any_;
   }
 
   ExprP AnyObject(const ExprP& value) {
@@ -487,7 +502,7 @@ class Compiler {
 
   StatusOr<ExprP> CompileAt(const element& e, const std::string& ptr) {
     std::vector<Conj> conj;
-    if (e.type() == element_type::BOOL) return bool(e) ? AnyValue(opt_.max_any_depth) : Nothing();
+    if (e.type() == element_type::BOOL) return bool(e) ? AnyValue() : Nothing();
     if (e.type() != element_type::OBJECT)
       return Refuse(ptr, "a schema must be an object or a boolean");
     conj.push_back({object(e), ptr});
@@ -520,8 +535,11 @@ class Compiler {
   }
 
   // Expands $ref and allOf into the conjunction; false -> nullopt (unsatisfiable).
+  // A $ref that is active (the schema it names is being compiled around it) ends the expansion
+  // with *call set: the conjunction is a call of that schema's rule (nothing else may constrain
+  // it: the automaton cannot intersect a recursive language).
   StatusOr<bool> Expand(std::vector<Conj>* conj, size_t from, std::vector<std::string>* refs,
-                        int depth) {
+                        int depth, std::optional<std::string>* call) {
     if (depth > 64) return Refuse((*conj)[0].ptr, "$ref/allOf/anyOf nesting too deep");
     for (size_t i = from; i < conj->size(); ++i) {
       Conj c = (*conj)[i];
@@ -529,9 +547,22 @@ class Compiler {
       if (c.o.at_key("$ref").get(v) == simdjson::SUCCESS) {
         if (v.type() != element_type::STRING) return Refuse(c.ptr + "/$ref", "must be a string");
         const std::string ref{std::string_view(v)};
-        if (std::find(refs->begin(), refs->end(), ref) != refs->end() ||
-            std::find(active_refs_.begin(), active_refs_.end(), ref) != active_refs_.end()) {
-          return Refuse(c.ptr + "/$ref", "recursive $ref \"" + ref + "\" is not supported");
+        if (std::find(refs->begin(), refs->end(), ref) != refs->end()) {
+          return Refuse(c.ptr + "/$ref",
+                        "$ref \"" + ref + "\" refers to itself before any value is read");
+        }
+        const bool active =
+            std::find(active_refs_.begin(), active_refs_.end(), ref) != active_refs_.end();
+        // A schema found recursive once is called wherever nothing else constrains it (no
+        // inlining along every path of the reference graph).
+        if (active || (ref_rule_.count(ref) && OtherKeyword(*conj, i).empty())) {
+          const std::string other = OtherKeyword(*conj, i);
+          if (!other.empty()) {
+            return Refuse(c.ptr + "/$ref", "recursive $ref \"" + ref + "\" beside keyword \"" +
+                                               other + "\" is not supported");
+          }
+          *call = ref;
+          return true;
         }
         refs->push_back(ref);
         ASSIGN_OR_RETURN(element t, Resolve(ref, c.ptr + "/$ref"));
@@ -565,7 +596,9 @@ class Compiler {
   // Compiles the conjunction of the schemas; anyOf/oneOf are distributed over it.
   StatusOr<ExprP> CompileConj(std::vector<Conj> conj, int depth, size_t from = 0) {
     std::vector<std::string> refs;
-    ASSIGN_OR_RETURN(bool sat, Expand(&conj, from, &refs, depth));
+    std::optional<std::string> call;
+    ASSIGN_OR_RETURN(bool sat, Expand(&conj, from, &refs, depth, &call));
+    if (call) return CallRule(*call);
     if (!sat) return Nothing();
     const size_t active_before = active_refs_.size();
     active_refs_.insert(active_refs_.end(), refs.begin(), refs.end());
@@ -578,22 +611,7 @@ class Compiler {
     // Refuse what cannot be enforced.
     for (const Conj& c : conj) {
       for (auto [k, v] : c.o) {
-        static const std::set<std::string_view> kRefused = {"not",
-                                                            "if",
-                                                            "then",
-                                                            "else",
-                                                            "dependencies",
-                                                            "dependentRequired",
-                                                            "dependentSchemas",
-                                                            "contains",
-                                                            "minContains",
-                                                            "maxContains",
-                                                            "propertyNames",
-                                                            "unevaluatedProperties",
-                                                            "unevaluatedItems",
-                                                            "$dynamicRef",
-                                                            "$recursiveRef"};
-        if (kRefused.count(k)) {
+        if (IsRefusedKeyword(k)) {
           if ((k == "then" || k == "else") && c.o.at_key("if").error()) continue;
           return Refuse(c.ptr + "/" + std::string(k),
                         "keyword \"" + std::string(k) + "\" is not supported");
@@ -648,6 +666,92 @@ class Compiler {
       }
     }
     return CompileFlat(conj);
+  }
+
+  // A call of the rule of schema `ref` (created on first use, compiled by Run). Its finite
+  // over-approximation (for oneOf proofs): the JSON types the schema's `type` allows.
+  ExprP CallRule(const std::string& ref) {
+    auto it = ref_rule_.find(ref);
+    int idx;
+    if (it != ref_rule_.end()) {
+      idx = it->second;
+    } else {
+      idx = rules_->Add("$ref " + ref);
+      ref_rule_[ref] = idx;
+      pending_.push_back(ref);
+    }
+    return Ref(rules_, idx, TypeApprox(ref));
+  }
+
+  ExprP TypeApprox(const std::string& ref) {
+    const ExprP any_bytes = Star(Bytes({{0, 255}}));
+    auto t = Resolve(ref, "");
+    element ty;
+    if (!t.ok() || t->type() != element_type::OBJECT ||
+        object(*t).at_key("type").get(ty) != simdjson::SUCCESS)
+      return any_bytes;
+    std::vector<std::string_view> names;
+    if (ty.type() == element_type::STRING) names.push_back(std::string_view(ty));
+    if (ty.type() == element_type::ARRAY) {
+      for (element x : simdjson::dom::array(ty)) {
+        if (x.type() != element_type::STRING) return any_bytes;
+        names.push_back(std::string_view(x));
+      }
+    }
+    std::vector<ExprP> alts;
+    for (std::string_view n : names) {
+      if (n == "object")
+        alts.push_back(Concat({Byte('{'), any_bytes}));
+      else if (n == "array")
+        alts.push_back(Concat({Byte('['), any_bytes}));
+      else if (n == "string")
+        alts.push_back(AnyString());
+      else if (n == "number" || n == "integer")
+        alts.push_back(AnyNumber());
+      else if (n == "boolean")
+        alts.push_back(Alt({Literal("true"), Literal("false")}));
+      else if (n == "null")
+        alts.push_back(Literal("null"));
+      else
+        return any_bytes;
+    }
+    return alts.empty() ? any_bytes : Alt(std::move(alts));
+  }
+
+  // A keyword of the conjunction, beside the $ref of conj[i], that would constrain the value
+  // (empty: none; $ref and allOf of earlier conjuncts were expanded into the conjunction).
+  std::string OtherKeyword(const std::vector<Conj>& conj, size_t i) const {
+    for (size_t j = 0; j < conj.size(); ++j) {
+      for (auto [k, v] : conj[j].o) {
+        (void)v;
+        if (j == i && k == "$ref") continue;
+        if (j < i && (k == "$ref" || k == "allOf")) continue;
+        if (Skipped(conj[j], k)) continue;
+        if (IsValidationKeyword(k) || IsRefusedKeyword(k) || k == "anyOf" || k == "oneOf" ||
+            k == "allOf" || k == "$ref")
+          return std::string(k);
+      }
+    }
+    return "";
+  }
+
+  static bool IsRefusedKeyword(std::string_view k) {
+    static const std::set<std::string_view> kRefused = {"not",
+                                                        "if",
+                                                        "then",
+                                                        "else",
+                                                        "dependencies",
+                                                        "dependentRequired",
+                                                        "dependentSchemas",
+                                                        "contains",
+                                                        "minContains",
+                                                        "maxContains",
+                                                        "propertyNames",
+                                                        "unevaluatedProperties",
+                                                        "unevaluatedItems",
+                                                        "$dynamicRef",
+                                                        "$recursiveRef"};
+    return kRefused.count(k) != 0;
   }
 
   bool Skipped(const Conj& c, std::string_view kw) const {
@@ -910,6 +1014,7 @@ class Compiler {
     JsonOptions compact = opt_;
     compact.ws = nullptr;
     std::optional<Dfa> dfa;
+    std::optional<Pda> pda;  // the rest of the schema is recursive
     Status st;
     if (!trivial) {
       Compiler sub(compact);
@@ -919,9 +1024,11 @@ class Compiler {
       if (!e.ok()) {
         st = e.status();
       } else {
-        auto nfa = BuildNfa(*e);
+        auto nfa = BuildNfa(*e, {}, /*pushdown=*/true);
         if (!nfa.ok()) {
           st = nfa.status();
+        } else if ((*nfa)->pushdown()) {
+          pda.emplace(*nfa, 200000);
         } else {
           dfa.emplace(*nfa, 200000);
         }
@@ -937,6 +1044,7 @@ class Compiler {
       const std::string canon = Canonical(v);
       if (!MatchesTypes(v, types)) continue;
       if (dfa && !dfa->Matches(canon)) continue;
+      if (pda && !pda->Matches(canon)) continue;
       alts.push_back(ValueExpr(v));
     }
     return Alt(std::move(alts));
@@ -1239,7 +1347,7 @@ class Compiler {
           return Refuse(s->second, "a schema must be an object or a boolean");
         cs.push_back({object(s->first), s->second});
       }
-      if (cs.empty()) return AnyValue(opt_.max_any_depth);
+      if (cs.empty()) return AnyValue();
       return CompileConj(std::move(cs), 0);
     };
     std::vector<ExprP> prefix;
@@ -1385,7 +1493,7 @@ class Compiler {
       }
       ExprP value;
       if (cs.empty()) {
-        value = AnyValue(opt_.max_any_depth);
+        value = AnyValue();
       } else {
         ASSIGN_OR_RETURN(value, CompileConj(std::move(cs), 0));
       }
@@ -1439,7 +1547,7 @@ class Compiler {
           key_langs.push_back(key);
           ExprP value;
           if (s.type() == element_type::BOOL) {
-            value = bool(s) ? AnyValue(opt_.max_any_depth) : Nothing();
+            value = bool(s) ? AnyValue() : Nothing();
           } else if (s.type() == element_type::OBJECT) {
             ASSIGN_OR_RETURN(value, CompileConj({{object(s), pp}}, 0));
           } else {
@@ -1458,7 +1566,7 @@ class Compiler {
         if (!closed) {
           ExprP value;
           if (!po->additional) {
-            value = AnyValue(opt_.max_any_depth);
+            value = AnyValue();
           } else if (po->additional->type() == element_type::OBJECT) {
             ASSIGN_OR_RETURN(
                 value,
@@ -1472,7 +1580,7 @@ class Compiler {
       } else if (!all_closed) {
         ExprP value;
         if (extra_schemas.empty()) {
-          value = AnyValue(opt_.max_any_depth);
+          value = AnyValue();
         } else {
           ASSIGN_OR_RETURN(value, CompileConj(std::move(extra_schemas), 0));
         }
@@ -1502,7 +1610,10 @@ class Compiler {
   simdjson::dom::parser parser_;
   simdjson::padded_string padded_;
   element root_;
-  std::vector<ExprP> any_;
+  std::shared_ptr<RuleSet> rules_ = std::make_shared<RuleSet>();
+  ExprP any_;
+  std::map<std::string, int> ref_rule_;  // recursive $ref -> its rule
+  std::vector<std::string> pending_;     // rules still to compile
   std::vector<std::string> active_refs_;
   std::vector<std::pair<std::string, std::string_view>> skip_;  // keywords consumed by distribution
 };
@@ -1529,9 +1640,8 @@ StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOption
 }
 
 ExprP JsonObjectExpr(const JsonOptions& options) {
-  constexpr int kJsonObjectDepth = 5;  // the object and 4 levels inside it
   Compiler c(options);
-  return c.AnyObject(c.AnyValue(kJsonObjectDepth - 1));
+  return WithRules(c.AnyObject(c.AnyValue()), c.rules());
 }
 
 }  // namespace sluice::structured

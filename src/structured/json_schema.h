@@ -9,6 +9,9 @@
 // - numbers: JSON numbers; integers without fraction or exponent; bounded numbers without
 //   exponent.
 //
+// Recursion (a $ref cycle; free values, whose nested arrays and objects nest to any depth)
+// becomes calls of rules (automaton.h kRef), run by the pushdown automaton (pushdown.h).
+//
 // Fail closed: a keyword, format or combination that cannot be enforced exactly is refused
 // with InvalidArgument naming the JSON pointer and the feature. Annotations and unknown
 // keywords (title, description, x-...) are ignored, as validators ignore them.
@@ -23,9 +26,6 @@ namespace sluice::structured {
 
 struct JsonOptions {
   ExprP ws;  // between tokens; null = compact (no whitespace)
-  // Values a schema leaves free (`{}`, an object's extra members with no schema) nest at most
-  // this deep: the language of all JSON values is not regular. (json_object: 5 levels.)
-  int max_any_depth = 3;
 };
 
 StatusOr<ExprP> CompileJsonSchema(std::string_view schema_json, const JsonOptions& options);

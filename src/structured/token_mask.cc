@@ -94,20 +94,26 @@ const std::string* TokenTrie::bytes(int32_t id) const {
 StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
                                                    std::shared_ptr<const TokenTrie> trie,
                                                    const CompileLimits& limits) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Nfa> nfa, BuildNfa(e, limits));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Nfa> nfa, BuildNfa(e, limits, /*pushdown=*/true));
   auto g = std::shared_ptr<Grammar>(new Grammar());
   g->nfa_states_ = nfa->num_states();
-  g->dfa_ = std::make_unique<Dfa>(nfa, limits.max_dfa_states);
-  g->start_ = g->dfa_->start();
+  if (nfa->pushdown()) {
+    RETURN_IF_ERROR(Pda::CheckLeftRecursion(*nfa));
+    g->pda_ = std::make_unique<Pda>(nfa, limits.max_dfa_states);
+    g->start_ = g->pda_->start();
+  } else {
+    g->dfa_ = std::make_unique<Dfa>(nfa, limits.max_dfa_states);
+    g->start_ = g->dfa_->start();
+  }
   g->trie_ = std::move(trie);
   g->max_cached_ = std::max<size_t>(16, kMaskCacheBytes / (sizeof(uint32_t) * g->trie_->words()));
   return g;
 }
 
-void Grammar::ComputeMask(int32_t s, uint32_t* words) {
+template <typename A>
+void Grammar::ComputeMask(A& d, int32_t s, uint32_t* words) {
   const TokenTrie& t = *trie_;
   std::memset(words, 0, sizeof(uint32_t) * static_cast<size_t>(t.words()));
-  Dfa& d = *dfa_;
   stack_.clear();
   stack_.emplace_back(0u, s);
   while (!stack_.empty()) {
@@ -141,8 +147,17 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
     std::memcpy(words, it->second->second.data(), n * sizeof(uint32_t));
     return Status::Ok();
   }
-  ComputeMask(s, words);
-  if (dfa_->overflowed()) {
+  if (pda_ && pda_->AtLimit(s)) {
+    return Status(StatusCode::kResourceExhausted,
+                  "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +
+                      " levels deep, the limit of recursive constraints");
+  }
+  if (pda_) {
+    ComputeMask(*pda_, s, words);
+  } else {
+    ComputeMask(*dfa_, s, words);
+  }
+  if (pda_ ? pda_->overflowed() : dfa_->overflowed()) {
     return Status(StatusCode::kResourceExhausted,
                   "structured output: the constraint's automaton outgrew its state limit");
   }
@@ -159,32 +174,38 @@ int32_t Grammar::Advance(int32_t s, int32_t t) {
   const std::string* b = trie_->bytes(t);
   if (!b || b->empty()) return kDead;
   std::lock_guard<std::mutex> lock(mu_);
-  return dfa_->Run(s, *b);
+  return pda_ ? pda_->Run(s, *b) : dfa_->Run(s, *b);
 }
 
 bool Grammar::Accepting(int32_t s) {
   std::lock_guard<std::mutex> lock(mu_);
-  return dfa_->Accepting(s);
+  return pda_ ? pda_->Accepting(s) : dfa_->Accepting(s);
 }
 
 bool Grammar::Finished(int32_t s) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pda_) return pda_->Accepting(s) && !pda_->HasNext(s);
   return dfa_->Accepting(s) && !dfa_->HasNext(s);
 }
 
 bool Grammar::Matches(std::string_view bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  return dfa_->Matches(bytes);
+  return pda_ ? pda_->Matches(bytes) : dfa_->Matches(bytes);
 }
 
 int32_t Grammar::Run(int32_t s, std::string_view bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  return dfa_->Run(s, bytes);
+  return pda_ ? pda_->Run(s, bytes) : dfa_->Run(s, bytes);
 }
 
 size_t Grammar::num_states() {
   std::lock_guard<std::mutex> lock(mu_);
-  return dfa_->num_states();
+  return pda_ ? pda_->num_states() : dfa_->num_states();
+}
+
+bool Grammar::Worn(size_t threshold) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pda_ && (pda_->overflowed() || pda_->num_states() > threshold);
 }
 
 }  // namespace sluice::structured

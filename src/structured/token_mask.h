@@ -3,7 +3,9 @@
 // DFA) bound to a trie. The mask of a DFA state — which token ids may come next — is computed
 // by walking the trie and the DFA together (a subtree is cut as soon as the DFA refuses its
 // prefix) and cached per state: the DFA state is all the context a mask depends on. End-of-
-// sequence tokens are allowed exactly in accepting states.
+// sequence tokens are allowed exactly in accepting states. A recursive constraint runs on a
+// Pda instead (pushdown.h): its states are configurations (automaton state and whole stack),
+// walked and cached the same way, so a token may cross any number of calls and returns.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "structured/automaton.h"
+#include "structured/pushdown.h"
 
 namespace sluice {
 class Tokenizer;
@@ -70,7 +73,8 @@ class Grammar {
   const TokenTrie& trie() const { return *trie_; }
   int32_t start() const { return start_; }
   // The allowed tokens at state s as a bitmask of trie().words() words (bit t of word t / 32).
-  // ResourceExhausted when the automaton outgrows its state limit.
+  // ResourceExhausted when the automaton outgrows its state limit, or (pushdown) when s is
+  // nested kMaxRecursionDepth calls deep and a deeper one could follow.
   Status FillMask(int32_t s, uint32_t* words);
   // The state after token t from s (kDead when t is not allowed there; EOS ids are kDead).
   int32_t Advance(int32_t s, int32_t t);
@@ -83,13 +87,20 @@ class Grammar {
   int32_t Run(int32_t s, std::string_view bytes);
   size_t num_states();
   size_t nfa_states() const { return nfa_states_; }
+  // A recursive constraint, run by a pushdown automaton.
+  bool pushdown() const { return pda_ != nullptr; }
+  // Pushdown constraints keep a configuration per distinct stack seen; past `threshold` states
+  // the compiled-constraint cache hands new requests a fresh copy (running ones go on here).
+  bool Worn(size_t threshold);
 
  private:
   Grammar() = default;
-  void ComputeMask(int32_t s, uint32_t* words);
+  template <typename A>
+  void ComputeMask(A& a, int32_t s, uint32_t* words);
 
   std::shared_ptr<const TokenTrie> trie_;
   std::unique_ptr<Dfa> dfa_;
+  std::unique_ptr<Pda> pda_;
   int32_t start_ = 0;
   size_t nfa_states_ = 0;
   std::mutex mu_;

@@ -152,7 +152,7 @@ with Server(MODEL, "--max-model-len", "512") as s:
          "guided_json: json_schema: /properties/a/not: keyword \"not\" is not supported"),
         ({"prompt": "x", "guided_json": {"type": "string", "format": "hostname"}}, "hostname"),
         ({"prompt": "x", "guided_regex": "(a)\\1"}, "backreference"),
-        ({"prompt": "x", "guided_grammar": "root ::= \"(\" root \")\"\n"}, "recursive"),
+        ({"prompt": "x", "guided_grammar": "root ::= root \"x\" | \"x\"\n"}, "left recursion"),
         ({"prompt": "x", "guided_json": {}, "min_tokens": 2}, "min_tokens"),
         ({"prompt": "x", "response_format": {"type": "yaml"}}, "response_format.type"),
     ]:

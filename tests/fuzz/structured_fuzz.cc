@@ -1,9 +1,10 @@
 // libFuzzer target over the structured-output compilers (src/structured): arbitrary bytes as a
 // regex (full-match or search), a JSON Schema or a GBNF grammar, compiled under small automaton
-// limits. Checks: no crash, hang or unbounded memory; every refusal is an InvalidArgument or
-// ResourceExhausted Status with a message; for what compiles, the token mask over a small
-// byte vocabulary agrees with stepping the automaton token by token (a token is in the mask
-// iff Advance does not die; EOS iff accepting), and matching is deterministic.
+// limits (recursive ones on the pushdown automaton). Checks: no crash, hang or unbounded memory;
+// every refusal is an InvalidArgument or ResourceExhausted Status with a message; for what
+// compiles, the token mask over a small byte vocabulary agrees with stepping the automaton token by
+// token (a token is in the mask iff Advance does not die; EOS iff accepting), and matching is
+// deterministic.
 //
 // Input layout: byte 0 selects the compiler (% 4: regex full, regex search, schema, grammar);
 // the rest is the source text.
@@ -75,7 +76,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_dfa_states = 5000;
   auto g = Grammar::Create(*e, Vocab(), limits);
   if (!g.ok()) {
-    CHECK_INV(g.status().code() == sluice::StatusCode::kResourceExhausted);
+    // Too large, or (recursive constraints) left recursion.
+    CHECK_INV(g.status().code() == sluice::StatusCode::kResourceExhausted ||
+              g.status().code() == sluice::StatusCode::kInvalidArgument);
+    CHECK_INV(!g.status().message().empty());
     return 0;
   }
   Grammar& gr = **g;

@@ -2,6 +2,8 @@
 // and sampled, raw logprobs unchanged), and constrained generations on the demo chat model
 // always match their constraint (JSON Schema, regex, choice; n > 1 forks), end as soon as
 // the constraint allows nothing more, and refuse min_tokens / ignore_eos.
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -137,6 +139,69 @@ TEST(StructuredGeneration, OutputsAlwaysMatchTheConstraint) {
   }
   EXPECT_GE(stopped, 24);
   EXPECT_GE(distinct.size(), 6u);  // sampled, not one fixed answer
+}
+
+// A tree node as the schema below says: {"v": 0..9, "kids": [node, ...] (at most 2)}, no other
+// key. Independent of the automaton: parsed with simdjson.
+bool ValidTree(simdjson::dom::element e, int depth, int* max_depth) {
+  *max_depth = std::max(*max_depth, depth);
+  simdjson::dom::object o;
+  if (e.get(o) != simdjson::SUCCESS) return false;
+  bool has_v = false;
+  for (auto [k, v] : o) {
+    if (k == "v") {
+      int64_t x;
+      if (v.get(x) != simdjson::SUCCESS || x < 0 || x > 9) return false;
+      has_v = true;
+    } else if (k == "kids") {
+      simdjson::dom::array a;
+      if (v.get(a) != simdjson::SUCCESS || a.size() > 2) return false;
+      for (simdjson::dom::element c : a) {
+        if (!ValidTree(c, depth + 1, max_depth)) return false;
+      }
+    } else {
+      return false;
+    }
+  }
+  return has_v;
+}
+
+TEST(StructuredGeneration, RecursiveSchemaOutputsParseAndValidate) {
+  auto g = testing::LoadGenerator(DemoChat());
+  ASSERT_NE(g, nullptr);
+  const Tokenizer& tok = *g->bundle().tokenizer;
+  structured::ConstraintSpec tree;
+  tree.kind = structured::ConstraintSpec::Kind::kJsonSchema;
+  tree.field = "guided_json";
+  tree.text = R"({"type":"object","properties":{"v":{"type":"integer","minimum":0,"maximum":9},
+      "kids":{"type":"array","items":{"$ref":"#"},"maxItems":2}},"required":["v"],
+      "additionalProperties":false})";
+  std::vector<std::shared_ptr<GenerateRequest>> reqs;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    reqs.push_back(Constrained(tok, tree, seed, 2));
+    reqs.back()->params.max_tokens = 400;
+  }
+  testing::RunAll(*g, reqs);
+  auto gr = g->CompileConstraint(tree);
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  EXPECT_TRUE((*gr)->pushdown());
+  int stopped = 0, deepest = 0;
+  simdjson::dom::parser parser;
+  for (const auto& r : reqs) {
+    for (const CompletionOutput& o : r->outputs) {
+      if (o.finish_reason == "length") continue;  // cut by max_tokens: a prefix
+      ASSERT_EQ(o.finish_reason, "stop") << o.text;
+      ++stopped;
+      EXPECT_TRUE((*gr)->Matches(o.text)) << o.text;
+      simdjson::dom::element e;
+      ASSERT_EQ(parser.parse(o.text).get(e), simdjson::SUCCESS) << o.text;
+      int depth = 0;
+      EXPECT_TRUE(ValidTree(e, 0, &depth)) << o.text;
+      deepest = std::max(deepest, depth);
+    }
+  }
+  EXPECT_GE(stopped, 8);
+  EXPECT_GE(deepest, 2);  // the recursion was used, not only the first level
 }
 
 TEST(StructuredGeneration, AdmissionErrors) {

@@ -8,15 +8,15 @@
 namespace sluice::structured {
 namespace {
 
-using testing::DfaOf;
+using testing::LangOf;
 
-std::shared_ptr<Dfa> Schema(const std::string& s, ExprP ws = nullptr) {
+std::shared_ptr<testing::Lang> Schema(const std::string& s, ExprP ws = nullptr) {
   JsonOptions o;
   o.ws = ws;
   auto e = CompileJsonSchema(s, o);
   EXPECT_TRUE(e.ok()) << s << ": " << e.status().message();
-  if (!e.ok()) return DfaOf(Nothing());
-  return DfaOf(*e);
+  if (!e.ok()) return LangOf(Nothing());
+  return LangOf(*e);
 }
 
 std::string Refusal(const std::string& s) {
@@ -159,10 +159,10 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type":"array","uniqueItems":true})").find("uniqueItems"),
             std::string::npos);
-  EXPECT_NE(
-      Refusal(R"({"$defs":{"t":{"properties":{"c":{"$ref":"#/$defs/t"}}}},"$ref":"#/$defs/t"})")
-          .find("recursive $ref"),
-      std::string::npos);
+  EXPECT_NE(Refusal(R"({"$defs":{"t":{"properties":{"c":{"$ref":"#/$defs/t","minProperties":1}}}},
+                        "$ref":"#/$defs/t"})")
+                .find("recursive $ref \"#/$defs/t\" beside keyword \"minProperties\""),
+            std::string::npos);
   EXPECT_NE(Refusal(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})").find("oneOf"),
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type":"number","multipleOf":0.5})").find("multipleOf"), std::string::npos);
@@ -179,7 +179,7 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
 TEST(JsonSchema, CanonicalSerialisation) {
   EXPECT_EQ(*CanonicalJson(R"({ "b" : [1.0, 2.5, -0.0001, "é\n\u0001"], "a": true })"),
             "{\"b\":[1,2.5,-0.0001,\"\xc3\xa9\\n\\u0001\"],\"a\":true}");
-  auto obj = DfaOf(JsonObjectExpr({}));
+  auto obj = LangOf(JsonObjectExpr({}));
   EXPECT_TRUE(obj->Matches(R"({"a":{"b":[1,"x",null]}})"));
   EXPECT_FALSE(obj->Matches("[1]"));
   EXPECT_FALSE(obj->Matches(R"("x")"));
@@ -192,7 +192,7 @@ namespace sluice::structured {
 namespace {
 
 TEST(JsonSchema, PatternPropertiesWithOtherKeys) {
-  auto d = testing::DfaOf(*CompileJsonSchema(
+  auto d = testing::LangOf(*CompileJsonSchema(
       R"({"type":"object","properties":{"id":{"type":"integer"}},"patternProperties":{"^x-":{"type":"string"}},
           "additionalProperties":{"type":"boolean"}})",
       {}));
@@ -200,7 +200,7 @@ TEST(JsonSchema, PatternPropertiesWithOtherKeys) {
   EXPECT_FALSE(d->Matches(R"({"x-a":true})"));  // a pattern key takes the pattern's schema
   EXPECT_FALSE(d->Matches(R"({"b":"s"})"));     // other keys take additionalProperties
   EXPECT_FALSE(d->Matches(R"({"id":"s"})"));
-  auto closed = testing::DfaOf(*CompileJsonSchema(
+  auto closed = testing::LangOf(*CompileJsonSchema(
       R"({"patternProperties":{"^[0-9]+$":{"type":"null"}},"additionalProperties":false,"type":"object"})",
       {}));
   EXPECT_TRUE(closed->Matches(R"({"12":null})"));
@@ -229,7 +229,7 @@ TEST(JsonSchema, OneOfOverObjectsNeedsADiscriminator) {
       {"type":"object","properties":{"kind":{"enum":["b","c"]}},"required":["kind"]},{"type":"integer"}]})",
       {});
   ASSERT_TRUE(tagged.ok()) << std::string(tagged.status().message());
-  auto d = testing::DfaOf(*tagged);
+  auto d = testing::LangOf(*tagged);
   EXPECT_TRUE(d->Matches(R"({"kind":"a","x":1})"));
   EXPECT_TRUE(d->Matches(R"({"kind":"c"})"));
   EXPECT_TRUE(d->Matches("7"));

@@ -1,0 +1,210 @@
+#include "structured/pushdown.h"
+
+#include <algorithm>
+#include <string>
+
+namespace sluice::structured {
+
+size_t Pda::SetHash::operator()(const std::vector<uint64_t>& v) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ v.size();
+  for (uint64_t x : v) h = (h ^ x) * 0x100000001B3ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+Pda::Pda(std::shared_ptr<const Nfa> nfa, size_t max_states)
+    : nfa_(std::move(nfa)), max_states_(max_states) {
+  num_classes_ = ByteClasses(*nfa_, byte_class_, &class_rep_);
+  const size_t n = nfa_->num_states();
+  std::vector<Nfa::Call> calls = nfa_->calls;
+  std::stable_sort(calls.begin(), calls.end(),
+                   [](const Nfa::Call& a, const Nfa::Call& b) { return a.from < b.from; });
+  call_begin_.assign(n + 1, 0);
+  for (const Nfa::Call& c : calls) ++call_begin_[static_cast<size_t>(c.from) + 1];
+  for (size_t q = 0; q < n; ++q) call_begin_[q + 1] += call_begin_[q];
+  call_ = std::move(calls);
+  returns_.assign(n, 0);
+  for (int32_t a : nfa_->rule_accept) returns_[static_cast<size_t>(a)] = 1;
+  std::vector<uint64_t> s = {Pack(nfa_->start, -1)};
+  bool cut = false;
+  Closure(&s, &cut);
+  start_ = AddState(std::move(s), cut);
+}
+
+int32_t Pda::Push(int32_t ret, int32_t below) {
+  const uint64_t key = Pack(ret, below);
+  auto it = frame_ids_.find(key);
+  if (it != frame_ids_.end()) return it->second;
+  const int32_t depth = below < 0 ? 1 : frames_[static_cast<size_t>(below)].depth + 1;
+  frames_.push_back({ret, below, depth});
+  const auto id = static_cast<int32_t>(frames_.size() - 1);
+  frame_ids_.emplace(key, id);
+  return id;
+}
+
+void Pda::Closure(std::vector<uint64_t>* items, bool* cut) {
+  work_.assign(items->begin(), items->end());
+  items->clear();
+  seen_.clear();
+  while (!work_.empty()) {
+    const uint64_t it = work_.back();
+    work_.pop_back();
+    if (!seen_.insert(it).second) continue;
+    const int32_t q = StateOf(it), st = StackOf(it);
+    const auto qs = static_cast<size_t>(q);
+    if (!nfa_->edges[qs].empty() || (q == nfa_->accept && st < 0)) items->push_back(it);
+    for (int32_t y : nfa_->eps[qs]) work_.push_back(Pack(y, st));
+    for (uint32_t c = call_begin_[qs]; c < call_begin_[qs + 1]; ++c) {
+      const int depth = st < 0 ? 1 : frames_[static_cast<size_t>(st)].depth + 1;
+      if (depth > kMaxRecursionDepth) {
+        *cut = true;
+        continue;
+      }
+      const Nfa::Call& call = call_[c];
+      work_.push_back(Pack(nfa_->rule_start[static_cast<size_t>(call.rule)], Push(call.ret, st)));
+    }
+    if (returns_[qs] && st >= 0) {
+      const Frame& f = frames_[static_cast<size_t>(st)];
+      work_.push_back(Pack(f.ret, f.below));
+    }
+  }
+  std::sort(items->begin(), items->end());
+}
+
+int32_t Pda::AddState(std::vector<uint64_t> items, bool cut) {
+  if (items.empty()) return kDead;
+  if (cut) items.push_back(~0ull);  // part of the key: the same items without the cut differ
+  auto it = ids_.find(items);
+  if (it != ids_.end()) return it->second;
+  if (sets_.size() >= max_states_) {
+    overflowed_ = true;
+    return kDead;
+  }
+  const auto id = static_cast<int32_t>(sets_.size());
+  accepting_.push_back(std::binary_search(items.begin(), items.end(), Pack(nfa_->accept, -1)));
+  at_limit_.push_back(cut);
+  has_next_.push_back(-1);
+  table_.resize(table_.size() + static_cast<size_t>(num_classes_), kUnknown);
+  ids_.emplace(items, id);
+  sets_.push_back(std::move(items));
+  return id;
+}
+
+int32_t Pda::Next(int32_t s, uint8_t b) {
+  if (s < 0) return kDead;
+  const size_t slot = static_cast<size_t>(s) * num_classes_ + byte_class_[b];
+  if (table_[slot] != kUnknown) return table_[slot];
+  const uint8_t rep = class_rep_[byte_class_[b]];
+  std::vector<uint64_t> next;
+  for (uint64_t it : sets_[static_cast<size_t>(s)]) {
+    if (it == ~0ull) continue;
+    const int32_t st = StackOf(it);
+    for (const Nfa::Edge& ed : nfa_->edges[static_cast<size_t>(StateOf(it))]) {
+      if (ed.lo <= rep && rep <= ed.hi) next.push_back(Pack(ed.to, st));
+    }
+  }
+  int32_t t = kDead;
+  if (!next.empty()) {
+    bool cut = false;
+    Closure(&next, &cut);
+    t = AddState(std::move(next), cut);
+  }
+  if (!overflowed_ || t != kDead) table_[slot] = t;
+  return t;
+}
+
+int32_t Pda::Run(int32_t s, std::string_view bytes) {
+  for (char c : bytes) {
+    if (s < 0) return kDead;
+    s = Next(s, static_cast<uint8_t>(c));
+  }
+  return s;
+}
+
+bool Pda::HasNext(int32_t s) {
+  if (s < 0) return false;
+  int8_t& h = has_next_[static_cast<size_t>(s)];
+  if (h >= 0) return h != 0;
+  bool any = false;
+  for (int c = 0; c < num_classes_ && !any; ++c)
+    any = Next(s, class_rep_[static_cast<size_t>(c)]) >= 0;
+  has_next_[static_cast<size_t>(s)] = any ? 1 : 0;
+  return any;
+}
+
+int Pda::Depth(int32_t s) const {
+  int d = 0;
+  if (s < 0) return 0;
+  for (uint64_t it : sets_[static_cast<size_t>(s)]) {
+    const int32_t st = it == ~0ull ? -1 : StackOf(it);
+    if (st >= 0) d = std::max(d, frames_[static_cast<size_t>(st)].depth);
+  }
+  return d;
+}
+
+Status Pda::CheckLeftRecursion(const Nfa& nfa) {
+  const size_t n = nfa.num_states(), rules = nfa.rule_start.size();
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> calls_at(n);
+  for (const Nfa::Call& c : nfa.calls)
+    calls_at[static_cast<size_t>(c.from)].push_back({c.rule, c.ret});
+  std::vector<bool> nullable(rules, false);
+  std::vector<uint32_t> mark(n, 0);
+  uint32_t gen = 0;
+  // From rule r's start without reading: the rules it may call (into *left); whether its
+  // accepting state is reached.
+  auto explore = [&](size_t r, std::vector<int32_t>* left) {
+    ++gen;
+    bool reached = false;
+    std::vector<int32_t> stack = {nfa.rule_start[r]};
+    while (!stack.empty()) {
+      const int32_t q = stack.back();
+      stack.pop_back();
+      if (mark[static_cast<size_t>(q)] == gen) continue;
+      mark[static_cast<size_t>(q)] = gen;
+      if (q == nfa.rule_accept[r]) reached = true;
+      for (int32_t y : nfa.eps[static_cast<size_t>(q)]) stack.push_back(y);
+      for (const auto& [callee, ret] : calls_at[static_cast<size_t>(q)]) {
+        if (left) left->push_back(callee);
+        if (nullable[static_cast<size_t>(callee)]) stack.push_back(ret);
+      }
+    }
+    return reached;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < rules; ++r) {
+      if (!nullable[r] && explore(r, nullptr)) nullable[r] = changed = true;
+    }
+  }
+  std::vector<std::vector<int32_t>> left(rules);
+  for (size_t r = 0; r < rules; ++r) explore(r, &left[r]);
+  // A cycle in "calls before reading".
+  std::vector<int> color(rules, 0);
+  std::vector<int32_t> path;
+  std::string cycle;
+  auto dfs = [&](auto&& self, int32_t r) -> bool {
+    color[static_cast<size_t>(r)] = 1;
+    path.push_back(r);
+    for (int32_t t : left[static_cast<size_t>(r)]) {
+      if (color[static_cast<size_t>(t)] == 1) {
+        auto from = std::find(path.begin(), path.end(), t);
+        for (auto it = from; it != path.end(); ++it)
+          cycle += nfa.rule_names[static_cast<size_t>(*it)] + " -> ";
+        cycle += nfa.rule_names[static_cast<size_t>(t)];
+        return true;
+      }
+      if (color[static_cast<size_t>(t)] == 0 && self(self, t)) return true;
+    }
+    path.pop_back();
+    color[static_cast<size_t>(r)] = 2;
+    return false;
+  };
+  for (size_t r = 0; r < rules; ++r) {
+    if (color[r] == 0 && dfs(dfs, static_cast<int32_t>(r))) {
+      return InvalidArgument("left recursion: a rule calls itself before reading anything (" +
+                             cycle + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::structured
