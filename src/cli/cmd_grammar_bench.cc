@@ -175,9 +175,11 @@ int RunBench(const BenchFlags& f) {
         }
         ++n_compiled;
         compile_ms.push_back(cms);
-        char buf[64];
+        const size_t masks_before = mask_us.size();
+        char buf[128];
         std::snprintf(buf, sizeof(buf), "%.3f", cms);
-        rec += ",\"status\":\"compiled\",\"compile_ms\":" + std::string(buf) + ",\"tests\":[";
+        rec += ",\"status\":\"compiled\",\"compile_ms\":" + std::string(buf) +
+               ",\"pushdown\":" + ((*g)->pushdown() ? "true" : "false") + ",\"tests\":[";
         simdjson::dom::array tests;
         bool first = true;
         if (line["tests"].get(tests) == simdjson::SUCCESS) {
@@ -231,7 +233,20 @@ int RunBench(const BenchFlags& f) {
             rec += "}";
           }
         }
-        rec += "]}";
+        rec += "]";
+        if (mask_us.size() > masks_before) {  // this schema's masks: mean and max
+          double sum = 0, mx = 0;
+          for (size_t i = masks_before; i < mask_us.size(); ++i) {
+            sum += mask_us[i];
+            mx = std::max(mx, mask_us[i]);
+          }
+          std::snprintf(buf, sizeof(buf),
+                        ",\"masks\":%zu,\"mask_us_mean\":%.3f,\"mask_us_max\":%.1f",
+                        mask_us.size() - masks_before,
+                        sum / static_cast<double>(mask_us.size() - masks_before), mx);
+          rec += buf;
+        }
+        rec += "}";
         if (out) *out << rec << "\n";
         return Status::Ok();
       });

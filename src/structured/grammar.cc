@@ -322,8 +322,8 @@ class Lowerer {
     // A rule used inside itself: a call of its rule (the pushdown automaton's stack).
     if (std::find(stack_.begin(), stack_.end(), name) != stack_.end()) {
       auto r = rule_of_.find(name);
-      if (r == rule_of_.end()) r = rule_of_.emplace(name, rules_->Add(name)).first;
-      return Ref(rules_, r->second);
+      if (r == rule_of_.end()) r = rule_of_.emplace(name, calls_->Add(name)).first;
+      return Ref(calls_, r->second);
     }
     stack_.push_back(name);
     auto e = Node(it->second);
@@ -331,11 +331,11 @@ class Lowerer {
     if (!e.ok()) return e;
     memo_[name] = *e;
     auto r = rule_of_.find(name);
-    if (r != rule_of_.end()) rules_->bodies[static_cast<size_t>(r->second)] = *e;
+    if (r != rule_of_.end()) calls_->bodies[static_cast<size_t>(r->second)] = *e;
     return e;
   }
 
-  const std::shared_ptr<RuleSet>& rules() const { return rules_; }
+  const std::shared_ptr<RuleSet>& rules() const { return calls_; }
 
   StatusOr<ExprP> Node(const GNode& n) {
     ExprP base;
@@ -371,7 +371,7 @@ class Lowerer {
   const std::map<std::string, GNode>& rules_;
   std::map<std::string, ExprP> memo_;
   std::vector<std::string> stack_;
-  std::shared_ptr<RuleSet> rules_ = std::make_shared<RuleSet>();
+  std::shared_ptr<RuleSet> calls_ = std::make_shared<RuleSet>();  // recursive rules
   std::map<std::string, int> rule_of_;
 };
 

@@ -24,6 +24,30 @@ Pda::Pda(std::shared_ptr<const Nfa> nfa, size_t max_states)
   call_ = std::move(calls);
   returns_.assign(n, 0);
   for (int32_t a : nfa_->rule_accept) returns_[static_cast<size_t>(a)] = 1;
+  // Tail calls: where nothing but the caller's own return follows the call (right recursion,
+  // `list ::= item list | ""`), the callee returns straight to the caller's caller: no frame
+  // is pushed, so such a rule repeats without nesting deeper.
+  tail_.assign(call_.size(), 0);
+  std::vector<uint8_t> seen(n, 0);
+  for (size_t c = 0; c < call_.size(); ++c) {
+    std::vector<int32_t> stack = {call_[c].ret}, visited;
+    bool tail = true, returns = false;
+    while (!stack.empty() && tail) {
+      const int32_t q = stack.back();
+      stack.pop_back();
+      const auto qs = static_cast<size_t>(q);
+      if (seen[qs]) continue;
+      seen[qs] = 1;
+      visited.push_back(q);
+      if (!nfa_->edges[qs].empty() || call_begin_[qs] != call_begin_[qs + 1] || q == nfa_->accept) {
+        tail = false;
+      }
+      returns |= returns_[qs] != 0;
+      for (int32_t y : nfa_->eps[qs]) stack.push_back(y);
+    }
+    for (int32_t q : visited) seen[static_cast<size_t>(q)] = 0;
+    tail_[c] = tail && returns;
+  }
   std::vector<uint64_t> s = {Pack(nfa_->start, -1)};
   bool cut = false;
   Closure(&s, &cut);
@@ -55,12 +79,17 @@ void Pda::Closure(std::vector<uint64_t>* items, bool* cut) {
     for (int32_t y : nfa_->eps[qs]) work_.push_back(Pack(y, st));
     for (uint32_t c = call_begin_[qs]; c < call_begin_[qs + 1]; ++c) {
       const int depth = st < 0 ? 1 : frames_[static_cast<size_t>(st)].depth + 1;
-      if (depth > kMaxRecursionDepth) {
+      if (depth > kMaxRecursionDepth && !(tail_[c] && st >= 0)) {
         *cut = true;
         continue;
       }
       const Nfa::Call& call = call_[c];
-      work_.push_back(Pack(nfa_->rule_start[static_cast<size_t>(call.rule)], Push(call.ret, st)));
+      const int32_t start = nfa_->rule_start[static_cast<size_t>(call.rule)];
+      if (tail_[c] && st >= 0) {
+        work_.push_back(Pack(start, st));
+        continue;
+      }
+      work_.push_back(Pack(start, Push(call.ret, st)));
     }
     if (returns_[qs] && st >= 0) {
       const Frame& f = frames_[static_cast<size_t>(st)];

@@ -79,6 +79,7 @@ class Pda {
   int num_classes_ = 0;
   std::vector<uint32_t> call_begin_;  // calls of state q: call_[call_begin_[q] .. [q + 1])
   std::vector<Nfa::Call> call_;
+  std::vector<uint8_t> tail_;     // call_[c] is a tail call (pushes nothing)
   std::vector<uint8_t> returns_;  // state q is a rule's accepting state
   std::vector<Frame> frames_;
   std::unordered_map<uint64_t, int32_t> frame_ids_;

@@ -73,19 +73,24 @@ TEST(Pushdown, RecursiveRefTreeAndLinkedList) {
 }
 
 TEST(Pushdown, RecursiveGbnfArithmetic) {
-  auto e = CompileGrammar(R"(root   ::= expr
+  auto e = CompileGrammar(R"g(root   ::= expr
 expr   ::= term (("+" | "-") term)*
 term   ::= factor (("*" | "/") factor)*
-factor ::= [0-9]+ | "(" expr ")" |
-                          "-" factor) ");
-           ASSERT_TRUE(e.ok())
-           << e.status().message();
+factor ::= [0-9]+ | "(" expr ")" | "-" factor
+)g");
+  ASSERT_TRUE(e.ok()) << e.status().message();
   auto g = LangOf(*e);
   EXPECT_TRUE(g->pushdown());
   for (const char* ok : {"1", "1+2*3", "(1+2)*3", "((((7))))", "-(-3)*(2+(4/5))"})
     EXPECT_TRUE(g->Matches(ok)) << ok;
   for (const char* bad : {"", "(1+2", "1+", "(1))", "()", "1+*2"})
     EXPECT_FALSE(g->Matches(bad)) << bad;
+  // Right recursion is a tail call: it repeats past the depth limit without nesting.
+  auto right = CompileGrammar("root ::= \"x\" root | \"y\"\n");
+  ASSERT_TRUE(right.ok());
+  auto r = LangOf(*right);
+  EXPECT_TRUE(r->Matches(std::string(1000, 'x') + "y"));
+  EXPECT_FALSE(r->Matches(std::string(1000, 'x')));
   // Left recursion would grow the stack without input: refused when the automaton is built.
   auto left = CompileGrammar("root ::= root \"+\" \"1\" | \"1\"\n");
   ASSERT_TRUE(left.ok());
@@ -104,8 +109,9 @@ factor ::= [0-9]+ | "(" expr ")" |
 TEST(Pushdown, FreeValuesNestToTheLimitThenFail) {
   auto any = LangOf(SchemaExpr("{}"));
   EXPECT_TRUE(any->Matches(Nested(10)));
-  EXPECT_TRUE(any->Matches(Nested(kMaxRecursionDepth)));
-  EXPECT_FALSE(any->Matches(Nested(kMaxRecursionDepth + 1)));
+  // The outermost container is inline; the 128 below it are calls.
+  EXPECT_TRUE(any->Matches(Nested(kMaxRecursionDepth + 1)));
+  EXPECT_FALSE(any->Matches(Nested(kMaxRecursionDepth + 2)));
   EXPECT_FALSE(any->Matches(Nested(10).substr(1)));
   auto obj = LangOf(JsonObjectExpr({}));
   EXPECT_TRUE(obj->Matches(R"({"a":{"b":[{"c":[[[{"d":null}]]]}]}})"));
@@ -117,7 +123,7 @@ TEST(Pushdown, FreeValuesNestToTheLimitThenFail) {
   ASSERT_TRUE(g.ok());
   std::vector<uint32_t> m(static_cast<size_t>(trie->words()));
   int32_t s = (*g)->start();
-  for (int d = 0; d < kMaxRecursionDepth; ++d) {
+  for (int d = 0; d <= kMaxRecursionDepth; ++d) {
     ASSERT_TRUE((*g)->FillMask(s, m.data()).ok()) << d;
     s = (*g)->Advance(s, d % 2 ? 1 : 0);
     ASSERT_GE(s, 0) << d;
