@@ -199,12 +199,14 @@ int RunBench(const BenchFlags& f) {
             ids.push_back(eos);
             int32_t s = (*g)->start();
             int rejected_at = -1;
+            std::string mask_error;  // the mask failed (a limit), not the token
             for (size_t i = 0; i < ids.size(); ++i) {
               const auto m0 = Clock::now();
               Status ms = (*g)->FillMask(s, words.data());
               mask_us.push_back(Us(m0, Clock::now()));
               if (!ms.ok()) {
                 rejected_at = static_cast<int>(i);
+                mask_error = ms.message();
                 break;
               }
               const int32_t tid = ids[i];
@@ -230,6 +232,7 @@ int RunBench(const BenchFlags& f) {
                    ",\"accepted\":" + (accepted ? "true" : "false") +
                    ",\"tokens\":" + std::to_string(ids.size());
             if (!accepted) rec += ",\"rejected_at\":" + std::to_string(rejected_at);
+            if (!mask_error.empty()) rec += ",\"error\":" + structured::JsonQuote(mask_error);
             rec += "}";
           }
         }
