@@ -257,9 +257,9 @@ Status PluginSet::LoadLibrary(const std::string& path) {
                       "; rebuild the plugin against this sluice's include/sluice/plugin.h"));
   }
   auto minor_fn = reinterpret_cast<sluice_plugin_abi_minor_fn>(dlsym(h, "sluice_plugin_abi_minor"));
-  const uint32_t minor = minor_fn != nullptr ? minor_fn() : 0;
-  if (minor > SLUICE_PLUGIN_ABI_MINOR) {
-    return close(fail("plugin needs ABI " + std::to_string(v) + "." + std::to_string(minor) +
+  const uint32_t plugin_minor = minor_fn != nullptr ? minor_fn() : 0;
+  if (plugin_minor > SLUICE_PLUGIN_ABI_MINOR) {
+    return close(fail("plugin needs ABI " + std::to_string(v) + "." + std::to_string(plugin_minor) +
                       ", this sluice has ABI " + std::to_string(SLUICE_PLUGIN_ABI_VERSION) + "." +
                       std::to_string(SLUICE_PLUGIN_ABI_MINOR) +
                       " (a newer sluice is needed, or a plugin built against this one's "
@@ -296,7 +296,8 @@ Status PluginSet::LoadLibrary(const std::string& path) {
     io_names += (io_names.empty() ? "" : ", ") + io_processors_[i]->name;
   }
   SLUICE_LOG_INFO("plugin {} (ABI {}.{}): logits processors: {}; IO processors: {}", canon.string(),
-                  v, minor, names.empty() ? "none" : names, io_names.empty() ? "none" : io_names);
+                  v, plugin_minor, names.empty() ? "none" : names,
+                  io_names.empty() ? "none" : io_names);
   return Status::Ok();
 }
 

@@ -145,9 +145,7 @@ void Write(sluice_io_call* call, const char* data, size_t len) {
 void WriteString(sluice_io_call* call, const char* str, size_t len) {
   PluginIoState& s = StateOf(call);
   if (!CanWrite(s, "write_string")) return;
-  s.out.push_back('"');
   AppendEscaped(&s.out, std::string_view(str != nullptr ? str : "", str != nullptr ? len : 0));
-  s.out.push_back('"');
 }
 
 void WriteFloat(sluice_io_call* call, float v) {

@@ -117,7 +117,7 @@ int TestParse(void*, sluice_io_call* call, const char* body, size_t len, sluice_
   bool flag = false;
   if (obj["write_in_parse"].get(flag) == simdjson::SUCCESS && flag) call->write(call, "x", 1);
   if (obj["big_alloc"].get(flag) == simdjson::SUCCESS && flag) {
-    if (call->alloc(call, kPluginRequestMemory + 1, nullptr) != nullptr) {
+    if (call->alloc(call, io::kPluginRequestMemory + 1, nullptr) != nullptr) {
       return sluice_plugin_fail(err, "a too big allocation succeeded");
     }
     return sluice_plugin_fail(err, "alloc refused");
