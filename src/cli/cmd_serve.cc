@@ -347,6 +347,15 @@ int RunServe(const ServeFlags& f) {
   rego.drain_timeout_s = f.shutdown_timeout_s;
   rego.memory_budget_bytes = f.memory_budget;
   rego.estimate = [&f](const server::LoadSpec& spec) { return EstimateMemory(f, spec); };
+  if (!f.model_cache.empty()) {  // model.json "sources" are pulled as their versions load
+    rego.pull = [&f](const std::string& source) -> StatusOr<serving::PullResult> {
+      serving::CacheOptions co;
+      co.dir = f.model_cache;
+      co.max_bytes = f.cache_max_bytes;
+      ASSIGN_OR_RETURN(serving::ModelCache cache, serving::ModelCache::Open(co));
+      return cache.Pull(source);
+    };
+  }
   server::ModelRegistry registry(
       &*repo, [&f](const server::LoadSpec& spec) { return LoadServedModel(f, spec); }, rego);
   server::RouterOptions ro;
