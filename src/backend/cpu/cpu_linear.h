@@ -48,6 +48,10 @@ class LinearRunner {
   // or "sluice"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards. Tests only.
   static void SetPathForTesting(const std::string& mode);
 
+  // The weights prepared so far by kernel, e.g. "int8 sluice-int8(avx512_vnni) x36, f32
+  // oneDNN-brgemm(avx512_core) x1": what a model's linear layers really run on.
+  std::string DescribePrepared() const;
+
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);
   // The primitive calls used for M rows, e.g. "256 + 44 (padded to 48)".
