@@ -56,8 +56,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   mo.activation_residual = options.activation_residual;
   mo.lm_head = options.lm_head;
   ASSIGN_OR_RETURN(r->model_, CreateModel(*b.arch, b.config, *b.weights, r->backend_.get(), mo));
-  if (const std::string lin = r->backend_->DescribeLinearWeights(); !lin.empty()) {
-    SLUICE_LOG_INFO("linear layers: {}", lin);
+  if (compute == DType::kI8) {  // like a conversion, logged (the C API logs only those)
+    SLUICE_LOG_INFO("linear layers: {}", r->backend_->DescribeLinearWeights());
   }
   r->workspace_ = std::make_unique<Workspace>(r->backend_.get());
   return r;
