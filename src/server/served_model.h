@@ -44,8 +44,9 @@ std::string ModelLabels(const std::string& name, const std::string& version);
 struct ScoringModelOptions {
   ModelContext context;  // built by io::BuildModelContext
   EngineLoopOptions loop;
-  ServiceOptions service;
+  ServiceOptions service;  // service.plugin_io: from io::BindPluginIoProcessors(*plugins)
   std::string name, version;
+  std::shared_ptr<const PluginSet> plugins;  // the libraries (kept loaded while served)
 };
 
 class ScoringModel : public ServedModel {
@@ -68,6 +69,7 @@ class ScoringModel : public ServedModel {
   EngineLoop& loop() { return *loop_; }
 
  private:
+  std::shared_ptr<const PluginSet> plugins_;  // destroyed last: after the service's requests
   const ModelContext ctx_;
   Metrics metrics_;
   std::unique_ptr<EngineLoop> loop_;

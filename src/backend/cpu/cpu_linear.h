@@ -47,6 +47,9 @@ class LinearRunner {
   // "auto" (default: oneDNN where it has a brgemm kernel, else sluice's GEMM), "onednn"
   // or "sluice"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards. Tests only.
   static void SetPathForTesting(const std::string& mode);
+  // BackendOptions::cpu_few_rows: bf16 weights prepared afterwards prefer the AVX-512 kernel
+  // over oneDNN's AMX one (SLUICE_CPU_LINEAR still decides when set).
+  void SetFewRows(bool few) { few_rows_ = few; }
 
   // The weights prepared so far by kernel, e.g. "int8 sluice-int8(avx512_vnni) x36, f32
   // oneDNN-brgemm(avx512_core) x1": what a model's linear layers really run on.
@@ -60,6 +63,7 @@ class LinearRunner {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool few_rows_ = false;
 };
 
 }  // namespace sluice::cpu
