@@ -1,9 +1,14 @@
 // Forward-pass throughput of sluice's engine on CPU for real model shapes (random
 // weights), next to the GEMM peak measured by the same build on the same threads.
 //
-//   build/release/forward_bench [--models bert-base,minilm-l6,qwen3-0.6b] [--dtypes f32,bf16]
-//                               [--threads 2] [--seq-len 128] [--batch-tokens 8192]
-//                               [--reps 3] [--dir /tmp/sluice-bench-models]
+//   build/release/forward_bench [--models bert-base,minilm-l6,qwen3-0.6b]
+//                               [--dtypes f32,bf16,int8] [--threads 2] [--seq-len 128]
+//                               [--batch-tokens 8192] [--reps 3]
+//                               [--dir /tmp/sluice-bench-models] [--write-only]
+//
+// int8: the f32 directory loaded with --dtype int8 (int8 linear layers); its GEMM peak
+// counts int8 multiply-adds as 2 ops. --write-only writes the f32 directories of --models,
+// prints their paths and exits (for bench/cpu_dtype_score.py).
 //
 // Prints a markdown table: tokens/s (median of reps, min-max), achieved GFLOP/s and the
 // fraction of the measured GEMM peak. FLOPs count the linear layers (2 per parameter per
@@ -71,11 +76,11 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/sluice-bench-models";
   int threads = 2, seq_len = 128, reps = 3;
   int64_t batch_tokens = 8192;
-  bool profile = false;
+  bool profile = false, write_only = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--profile") {
-      profile = true;
+    if (k == "--profile" || k == "--write-only") {
+      (k == "--profile" ? profile : write_only) = true;
       --i;
       continue;
     }
@@ -103,6 +108,30 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  auto shape = [](const std::string& m, bench::ShapeSpec* spec, bool* causal) {
+    *causal = false;
+    if (m == "bert-base")
+      *spec = bench::BertCrossEncoder("bert-base", 768, 12, 12, 3072);
+    else if (m == "minilm-l6")
+      *spec = bench::BertCrossEncoder("minilm-l6", 384, 6, 12, 1536);
+    else if (m == "qwen3-0.6b")
+      *spec = bench::Qwen3Reranker("qwen3-0.6b"), *causal = true;
+    else
+      return false;
+    return true;
+  };
+  if (write_only) {
+    for (const auto& m : Split(models)) {
+      bench::ShapeSpec spec;
+      bool causal;
+      if (!shape(m, &spec, &causal)) {
+        std::fprintf(stderr, "unknown model %s\n", m.c_str());
+        return 2;
+      }
+      std::printf("%s %s\n", m.c_str(), bench::WriteModelDir(spec, dir, false).c_str());
+    }
+    return 0;
+  }
   BackendOptions bo;
   bo.num_threads = threads;
   auto backend = CreateBackend(bo);
@@ -111,12 +140,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("backend: %s\n", (*backend)->Describe().c_str());
-  double peak[2] = {GemmPeak(backend->get(), DType::kF32, reps),
-                    GemmPeak(backend->get(), DType::kBF16, reps)};
+  const bool want_i8 = dtypes.find("int8") != std::string::npos;
+  double peak[3] = {GemmPeak(backend->get(), DType::kF32, reps),
+                    GemmPeak(backend->get(), DType::kBF16, reps),
+                    want_i8 ? GemmPeak(backend->get(), DType::kI8, reps) : 0.0};
   std::printf(
       "GEMM peak (8192x1024x4096, same build, %d threads): f32 %.1f GFLOP/s, bf16 %.1f "
-      "GFLOP/s\n\n",
-      threads, peak[0], peak[1]);
+      "GFLOP/s, int8 %.1f GOP/s\n\n",
+      threads, peak[0], peak[1], peak[2]);
   backend->reset();
 
   std::printf(
@@ -125,21 +156,20 @@ int main(int argc, char** argv) {
   for (const auto& m : Split(models)) {
     bench::ShapeSpec spec;
     bool causal = false;
-    if (m == "bert-base")
-      spec = bench::BertCrossEncoder("bert-base", 768, 12, 12, 3072);
-    else if (m == "minilm-l6")
-      spec = bench::BertCrossEncoder("minilm-l6", 384, 6, 12, 1536);
-    else if (m == "qwen3-0.6b")
-      spec = bench::Qwen3Reranker("qwen3-0.6b"), causal = true;
-    else {
+    if (!shape(m, &spec, &causal)) {
       std::fprintf(stderr, "unknown model %s\n", m.c_str());
       return 2;
     }
     for (const auto& dt : Split(dtypes)) {
-      const bool bf16 = dt == "bf16";
+      if (dt != "f32" && dt != "bf16" && dt != "int8") {
+        std::fprintf(stderr, "unknown dtype %s (f32, bf16, int8)\n", dt.c_str());
+        return 2;
+      }
+      const bool bf16 = dt == "bf16", i8 = dt == "int8";
       const std::string path = bench::WriteModelDir(spec, dir, bf16);
       EngineOptions o;
       o.model_dir = path;
+      if (i8) o.dtype = DType::kI8;
       o.backend.num_threads = threads;
       o.max_batch_tokens = batch_tokens;
       o.max_num_seqs = 1 << 20;
@@ -178,7 +208,10 @@ int main(int argc, char** argv) {
       std::printf("| %s | %s | %d x %d | %.0f | %.0f-%.0f | %.1f | %.0f%% |\n", m.c_str(),
                   dt.c_str(), nseq, seq_len, med, *std::min_element(tps.begin(), tps.end()),
                   *std::max_element(tps.begin(), tps.end()), gflops,
-                  100.0 * gflops / peak[bf16 ? 1 : 0]);
+                  100.0 * gflops /
+                      peak[i8     ? 2
+                           : bf16 ? 1
+                                  : 0]);
       if (profile) std::printf("\n%s\n", (*engine)->ProfileReport().c_str());
       std::fflush(stdout);
     }

@@ -24,33 +24,14 @@ import time
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
+from bert_pairs import VOCAB, load_pairs, write_jsonl
+
 SHAPES = {
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                       intermediate_size=3072),
     "minilm-l6": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                       intermediate_size=1536),
 }
-CLS, SEP, VOCAB = 101, 102, 30522
-
-
-def load_pairs(path, n):
-    pairs = []
-    with open(path) as f:
-        header = json.loads(f.readline())
-        # The workload's template (40 + 8 tokens) belongs to the causal reranker; keep the
-        # same total length per pair so the BERT pairs do the same amount of work.
-        extra = len(header.get("prefix", [])) + len(header.get("suffix", [])) - 3
-        for line in f:
-            p = json.loads(line)
-            q = [1000 + t % (VOCAB - 1000) for t in p["q"]]
-            d = [1000 + t % (VOCAB - 1000) for t in p["d"]]
-            d = d + [1000 + (7 * i) % (VOCAB - 1000) for i in range(extra)]
-            ids = [CLS] + q + [SEP] + d + [SEP]
-            types = [0] * (len(q) + 2) + [1] * (len(d) + 1)
-            pairs.append((ids[:512], types[:512]))
-            if len(pairs) == n:
-                break
-    return pairs
 
 
 @torch.inference_mode()
@@ -113,9 +94,7 @@ def main():
             hf_scores = hf_run(model, pairs, best_bs)
             hf_rates.append(len(pairs) / (time.perf_counter() - t0))
         inp = os.path.join(args.out, name + ".jsonl")
-        with open(inp, "w") as f:
-            for ids, types in pairs:
-                f.write(json.dumps({"input_ids": ids, "token_type_ids": types}) + "\n")
+        write_jsonl(pairs, inp)
         sl_rates = []
         for _ in range(args.reps):
             outp = os.path.join(args.out, name + ".out.jsonl")

@@ -180,8 +180,8 @@ def _run_options(truncate, normalize, dimensions):
 
 class Model:
     """A loaded model directory. task: None (the architecture's default), "embed",
-    "classify" or "score"; dtype: "auto", "float32", "bfloat16", "float16"; device: "cpu",
-    "cuda[:N]"; threads: 0 = all cores."""
+    "classify" or "score"; dtype: "auto", "float32", "bfloat16", "float16", "int8" (CPU);
+    device: "cpu", "cuda[:N]"; threads: 0 = all cores."""
 
     def __init__(self, model_dir, task=None, dtype=None, device=None, threads=0,
                  max_batch_tokens=0, max_num_seqs=0, library=None):

@@ -79,7 +79,9 @@ typedef struct sluice_model sluice_model;
 
 typedef struct sluice_load_options {
   uint32_t api_version;     /* SLUICE_API_VERSION the caller was built with */
-  const char* dtype;        /* NULL/"auto" (the checkpoint's), "float32", "bfloat16", "float16" */
+  const char* dtype;        /* NULL/"auto" (the checkpoint's), "float32", "bfloat16", "float16",
+                             * "int8" (CPU: linear layers int8 per-channel, activations
+                             * quantised per token; the rest f32) */
   const char* device;       /* NULL/"cpu", "cuda", "cuda:N" (CUDA builds) */
   const char* task;         /* NULL (the architecture's default), "embed", "classify", "score" */
   int32_t threads;          /* CPU threads; 0 = all cores the process may use */
@@ -101,7 +103,7 @@ SLUICE_API void sluice_model_free(sluice_model* model);
 typedef struct sluice_model_info {
   const char* task;            /* "embed", "classify", "score" or "token-classify" */
   const char* architecture;    /* config.json architectures[0] */
-  const char* dtype;           /* compute dtype: "float32", "bfloat16", "float16" */
+  const char* dtype;           /* compute dtype: "float32", "bfloat16", "float16", "int8" */
   const char* device;          /* the backend, as the CLI logs it */
   int32_t output_dim;          /* embed: vector size; classify/score: number of outputs */
   int32_t num_labels;          /* labels named by the head (sluice_model_label) */

@@ -340,6 +340,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string Describe() const = 0;  // e.g. "cpu (2 threads, avx512_bf16)"
+  // The linear weights prepared so far, by compute dtype and kernel, e.g. "int8
+  // sluice-int8(avx512_vnni) x36, f32 oneDNN-brgemm(avx512_core) x1"; empty if not tracked.
+  virtual std::string DescribeLinearWeights() const { return ""; }
 
   // The dtype in which models should keep per-token intermediate activations (GEMM
   // inputs/outputs, attention q/k/v/out) when linear weights are in `weight_dtype`. The

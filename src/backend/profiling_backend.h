@@ -28,6 +28,7 @@ class ProfilingBackend final : public Backend {
 
   DeviceKind kind() const override { return inner_->kind(); }
   std::string Describe() const override { return inner_->Describe() + " [profiling]"; }
+  std::string DescribeLinearWeights() const override { return inner_->DescribeLinearWeights(); }
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {
     return inner_->Allocate(dtype, rows, cols);
   }

@@ -132,7 +132,7 @@ Status ToEngineOptions(const char* dir, const sluice_load_options* o, sluice::En
     sluice::DType t;
     if (!sluice::ParseDType(o->dtype, &t)) {
       return sluice::InvalidArgument(std::string("dtype: unknown dtype \"") + o->dtype +
-                                     "\" (auto, float32, bfloat16, float16)");
+                                     "\" (auto, float32, bfloat16, float16, int8)");
     }
     eo->dtype = t;
   }

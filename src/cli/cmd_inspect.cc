@@ -17,6 +17,7 @@ int RunInspect(const ModelFlags& f) {
   std::printf("task:           %s\n", TaskName(i.task));
   std::printf("dtype:          %s (checkpoint %s)\n", DTypeName(i.compute_dtype),
               DTypeName(i.checkpoint_dtype));
+  if (!i.linear_layers.empty()) std::printf("linear layers:  %s\n", i.linear_layers.c_str());
   std::printf("parameters:     %lld\n", static_cast<long long>(i.parameters));
   std::printf("layers:         %d, hidden %d\n", i.num_layers, i.hidden_size);
   std::printf("max tokens:     %d per input\n", i.max_sequence_length);

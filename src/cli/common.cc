@@ -13,7 +13,9 @@ namespace sluice::cli {
 void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option) {
   if (model_option)
     app->add_option("--model", f->model, "Hugging Face model directory")->required();
-  app->add_option("--dtype", f->dtype, "auto (checkpoint dtype) | float32 | bfloat16 | float16")
+  app->add_option("--dtype", f->dtype,
+                  "auto (checkpoint dtype) | float32 | bfloat16 | float16 | int8 (CPU scoring "
+                  "models: linear layers int8 per-channel, activations quantised per token)")
       ->capture_default_str();
   app->add_option("--device", f->device, "cpu | cuda[:N]")->capture_default_str();
   app->add_option("--task", f->task,
@@ -59,7 +61,7 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
     DType t;
     if (!ParseDType(f.dtype, &t)) {
       return InvalidArgument("--dtype: unknown dtype \"" + f.dtype +
-                             "\" (auto, float32, bfloat16, float16)");
+                             "\" (auto, float32, bfloat16, float16, int8)");
     }
     o.dtype = t;
   }

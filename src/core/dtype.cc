@@ -45,6 +45,8 @@ bool ParseDType(std::string_view name, DType* out) {
     *out = DType::kF16;
   } else if (name == "bf16" || name == "bfloat16") {
     *out = DType::kBF16;
+  } else if (name == "int8") {
+    *out = DType::kI8;
   } else {
     return false;
   }

@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelBundle
   info.head = e->head().description;
   info.weights = b.weights->description();
   info.backend = e->runner_->backend().Describe();
+  info.linear_layers = e->runner_->backend().DescribeLinearWeights();
   info.st_modules = b.st.module_types;
   e->limits_.vocab_size = b.config.vocab_size;
   e->limits_.type_vocab_size = b.config.type_vocab_size;

@@ -77,6 +77,9 @@ struct ModelInfo {
   std::string head;  // HeadSpec::description
   std::string weights;
   std::string backend;
+  // The linear layers as loaded, by compute dtype and kernel (Backend::DescribeLinearWeights),
+  // e.g. "int8 sluice-int8(avx512_vnni) x36, f32 oneDNN-brgemm(avx512_core) x1".
+  std::string linear_layers;
   std::vector<std::string> st_modules;
 };
 

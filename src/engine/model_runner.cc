@@ -29,7 +29,22 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
         "the checkpoint is float16, which the CPU backend does not compute in; "
         "pass --dtype float32 or --dtype bfloat16 (a conversion, logged at load)");
   }
-  if (compute != stored) {
+  if (compute == DType::kI8) {
+    if (r->backend_->kind() != DeviceKind::kCpu) {
+      return Unsupported(
+          "--dtype int8 runs on the CPU only (its int8 linear kernels are CPU kernels); use "
+          "--device cpu, or --dtype bfloat16/float16 on CUDA");
+    }
+    if (options.lm_head) {
+      return Unsupported(
+          "--dtype int8 is for scoring models (embed, classify, score, token-classify); "
+          "generation runs in float32 or bfloat16");
+    }
+    SLUICE_LOG_INFO(
+        "dtype int8 (linear layers int8 per-channel, activations quantised per token), from "
+        "the checkpoint's {}; embeddings, norms, attention and heads in f32",
+        DTypeName(stored));
+  } else if (compute != stored) {
     SLUICE_LOG_INFO("converting weights from the checkpoint's {} to {} as requested",
                     DTypeName(stored), DTypeName(compute));
   }
@@ -41,6 +56,9 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   mo.activation_residual = options.activation_residual;
   mo.lm_head = options.lm_head;
   ASSIGN_OR_RETURN(r->model_, CreateModel(*b.arch, b.config, *b.weights, r->backend_.get(), mo));
+  if (compute == DType::kI8) {  // like a conversion, logged (the C API logs only those)
+    SLUICE_LOG_INFO("linear layers: {}", r->backend_->DescribeLinearWeights());
+  }
   r->workspace_ = std::make_unique<Workspace>(r->backend_.get());
   return r;
 }

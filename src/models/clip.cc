@@ -110,6 +110,11 @@ int64_t ClipModel::pixels_per_image() const {
 
 StatusOr<std::unique_ptr<ClipModel>> ClipModel::Load(const std::string& dir, Backend* backend,
                                                      DType dtype) {
+  if (dtype == DType::kI8) {
+    return Unsupported(
+        "--dtype int8 is for text scoring models (BERT, RoBERTa, XLM-R, ModernBERT, Qwen3 "
+        "poolers); CLIP runs in float32 or bfloat16");
+  }
   const std::string path = dir + "/config.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot read " + path);

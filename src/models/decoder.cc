@@ -107,7 +107,8 @@ class DecoderModel final : public Model {
       // embedding table.
       const std::string name =
           c.tie_word_embeddings ? prefix + "embed_tokens.weight" : "lm_head.weight";
-      WeightLoader top(store, backend_, "", dtype_);
+      // The LM head (yes/no rows of a reranker, logits) stays f32 under int8.
+      WeightLoader top(store, backend_, "", NonLinearDType(dtype_));
       ASSIGN_OR_RETURN(lm_head_,
                        top.Linear(name.substr(0, name.size() - 7), c.vocab_size, H, false));
     }

@@ -67,7 +67,7 @@ StatusOr<Buffer> WeightLoader::VectorAny(const std::vector<std::string>& names, 
 
 StatusOr<Buffer> WeightLoader::Table(const std::string& name, int64_t rows, int64_t cols) {
   ASSIGN_OR_RETURN(HostTensor t, store_.Get(prefix_ + name, {rows, cols}));
-  return backend_->Upload(t, dtype_);
+  return backend_->Upload(t, NonLinearDType(dtype_));
 }
 
 StatusOr<Activation> ParseActivation(const std::string& a) {

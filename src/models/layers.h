@@ -29,7 +29,8 @@ class WeightLoader {
   StatusOr<Buffer> Vector(const std::string& name, int64_t n);
   // A 1-D parameter under the first name that exists (e.g. LayerNorm.weight / .gamma).
   StatusOr<Buffer> VectorAny(const std::vector<std::string>& names, int64_t n);
-  // An embedding table [rows, cols] in the compute dtype.
+  // An embedding table [rows, cols] in the compute dtype (f32 when the linear layers are
+  // int8: only nn.Linear weights are quantised).
   StatusOr<Buffer> Table(const std::string& name, int64_t rows, int64_t cols);
   bool Has(const std::string& name) const { return store_.Has(prefix_ + name); }
 
@@ -39,6 +40,11 @@ class WeightLoader {
   std::string prefix_;
   DType dtype_;
 };
+
+// The dtype of a model's tensors other than its linear layers' weights (embedding tables,
+// output heads) when the linear layers compute in `linear`: int8 covers the linear layers
+// only, everything else stays f32.
+inline DType NonLinearDType(DType linear) { return linear == DType::kI8 ? DType::kF32 : linear; }
 
 // Maps a transformers activation name (hidden_act) to a backend activation.
 StatusOr<Activation> ParseActivation(const std::string& hidden_act);

@@ -131,7 +131,7 @@ Status ParseDTypeField(const Fields& f, std::optional<DType>* out, const std::st
   if (s.empty()) RETURN_IF_ERROR(f.String("torch_dtype", &s));  // 4.x
   if (s.empty()) return Status::Ok();
   DType t;
-  if (!ParseDType(s, &t)) {
+  if (!ParseDType(s, &t) || t == DType::kI8) {  // int8 is a compute dtype, not a checkpoint's
     return Unsupported(origin + ": unsupported checkpoint dtype \"" + s +
                        "\" (supported: float32, float16, bfloat16)");
   }

@@ -5,6 +5,7 @@ first with the README's scores, a few more queries of the same kind, and `sluice
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -72,6 +73,34 @@ with Server(MODEL) as s:
         c.check(m is not None and m.group(1) == "6" and
                 abs(float(m.group(3)) / float(m.group(2)) - 20 / 6) < 0.01,
                 f"bench counts: {out.stdout}")
+
+# --dtype int8 and model.json's "dtype": "int8": the start-up log says so, the ranking is
+# the same, the scores within 1e-2 of float32's and not all equal to them (not a silent
+# float32), and the flag and model.json give the same bits.
+def rerank_scores(s):
+    st, _, r = s.post("/v1/rerank", {"query": QUERY, "documents": DOCS})
+    c.check(st == 200, f"int8 rerank {st} {r}")
+    return [x["relevance_score"] for x in sorted(r.get("results", []), key=lambda x: x["index"])]
+
+
+INT8_LOG = "dtype int8 (linear layers int8 per-channel, activations quantised per token)"
+with Server(MODEL) as s:
+    f32 = rerank_scores(s)
+with Server(MODEL, "--dtype", "int8") as s:
+    i8 = rerank_scores(s)
+    c.check(any(INT8_LOG in line for line in s.log), "--dtype int8 logged at start-up")
+c.check(len(i8) == len(DOCS) and max(abs(a - b) for a, b in zip(i8, f32)) <= 1e-2,
+        f"int8 scores near float32: {i8} vs {f32}")
+c.check(i8 != f32, f"int8 scores differ from float32 (int8 ran): {i8}")
+c.check(len(i8) == len(DOCS) and max(range(len(i8)), key=lambda i: i8[i]) == 1,
+        f"int8 ranks the relevant document first: {i8}")
+with tempfile.TemporaryDirectory() as tmp:
+    shutil.copytree(MODEL, os.path.join(tmp, "rr", "1"))
+    with open(os.path.join(tmp, "rr", "model.json"), "w") as f:
+        json.dump({"dtype": "int8"}, f)
+    with Server(None, "--model-repository", tmp) as s:
+        c.check(rerank_scores(s) == i8, "model.json dtype int8 = --dtype int8")
+        c.check(any(INT8_LOG in line for line in s.log), "model.json int8 logged")
 
 # `make serve` (scripts/serve-demo): both demo models from one process, through the model
 # repository models/; requests without "model" go to the one model serving their route.

@@ -384,6 +384,98 @@ TEST_P(GoldenTest, SharedPrefixReuse) {
   }
 }
 
+// Cosine similarity of a and b over [i0, i1).
+double Cosine(const std::vector<float>& a, const std::vector<float>& b, size_t i0, size_t i1) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = i0; i < i1; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return aa == 0 && bb == 0 ? 1.0 : ab / std::sqrt(aa * bb);
+}
+
+// --dtype int8 (linear layers int8 per-channel, activations quantised per token) against the
+// same model in f32, on every scoring fixture. Bounds, chosen from measurement
+// (docs/benchmarks.md, "CPU int8": measured worst 1.3e-2 and 0.9988): scores, probabilities and
+// token-level outputs within kInt8MaxDiff of f32; embeddings (pooled or per token) at cosine >=
+// kInt8MinCosine. int8 must really run: the engine reports int8 as the compute dtype and the int8
+// kernel on the linear layers, and the outputs differ from f32 (a silent f32 fallback would be
+// exact).
+constexpr double kInt8MaxDiff = 2e-2;
+constexpr double kInt8MinCosine = 0.995;
+
+TEST_P(GoldenTest, Int8WithinBoundOfF32) {
+  const Case c = LoadCase(fs::path(kFixtures) / "golden" / (GetParam() + ".json"));
+  if (TestDevice() != DeviceKind::kCpu) {
+    EngineOptions o;
+    o.model_dir = (fs::path(kFixtures) / "models" / c.name).string();
+    o.dtype = DType::kI8;
+    o.backend.device = TestDevice();
+    auto e = Engine::Load(o);
+    ASSERT_FALSE(e.ok()) << "int8 must be refused off the CPU";
+    EXPECT_NE(e.status().message().find("CPU only"), std::string::npos) << e.status().ToString();
+    return;
+  }
+  auto e32 = LoadEngine(c, DType::kF32);
+  auto e8 = LoadEngine(c, DType::kI8);
+  ASSERT_NE(e32, nullptr);
+  ASSERT_NE(e8, nullptr);
+  const ModelInfo& info = e8->info();
+  EXPECT_EQ(info.compute_dtype, DType::kI8);
+  // Every transformer layer has 4 GEMMs (fused QKV, output projection, two MLP ones).
+  const std::string& lin = info.linear_layers;
+  const size_t at = lin.find("int8 sluice-int8(");
+  ASSERT_NE(at, std::string::npos) << lin;
+  const size_t x = lin.find(" x", at);
+  ASSERT_NE(x, std::string::npos) << lin;
+  EXPECT_GE(std::stoi(lin.substr(x + 2)), 4 * info.num_layers) << lin;
+  EXPECT_EQ(lin.find("bf16"), std::string::npos) << lin;
+  const char* cap = std::getenv("SLUICE_CPU_MAX_ISA");
+  if (cap && std::string(cap) == "avx2") {
+    EXPECT_NE(lin.find("sluice-int8(portable)"), std::string::npos) << lin;
+  }
+  auto o32 = RunAsReference(*e32, c.inputs);
+  auto o8 = RunAsReference(*e8, c.inputs);
+  ASSERT_TRUE(o32.ok()) << o32.status().ToString();
+  ASSERT_TRUE(o8.ok()) << o8.status().ToString();
+  const bool vectors = c.task == "embed" || !c.maxsim.empty();
+  const size_t dim = static_cast<size_t>(e8->head().output_dim);
+  double worst_diff = 0, worst_cos = 1, sum_diff = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const auto& a = (*o32)[i].values;
+    const auto& b = (*o8)[i].values;
+    ASSERT_EQ(a.size(), b.size()) << c.name << " input " << i;
+    const double d = MaxAbsDiff(a, b);
+    worst_diff = std::max(worst_diff, d);
+    sum_diff += d;
+    ++n;
+    if (vectors) {
+      const size_t w = dim > 0 && a.size() % dim == 0 ? dim : a.size();
+      for (size_t r = 0; r + w <= a.size() && w > 0; r += w) {
+        const double cs = Cosine(a, b, r, r + w);
+        worst_cos = std::min(worst_cos, cs);
+        EXPECT_GE(cs, kInt8MinCosine) << c.name << " input " << i << " row " << r / w;
+      }
+    } else {
+      EXPECT_LE(d, kInt8MaxDiff) << c.name << " input " << i;
+    }
+  }
+  EXPECT_GT(worst_diff, 0) << c.name << ": int8 outputs equal f32 bit for bit (not int8?)";
+  // Activations are quantised per token: a sequence alone gives the same bits as batched.
+  for (size_t i = 0; i < std::min<size_t>(4, c.inputs.size()); ++i) {
+    PooledOutput alone;
+    ASSERT_TRUE(e8->RunBatch({&c.inputs[i]}, &alone).ok());
+    if (e8->head().task == Task::kEmbed && e8->head().st_normalize) NormalizeRows(&alone);
+    EXPECT_EQ(alone.values, (*o8)[i].values) << c.name << " input " << i << " alone vs batched";
+  }
+  std::printf(
+      "[ int8   ] %-28s %-8s max |diff| %.3g, mean of per-input max %.3g, min cosine %.5f\n",
+      c.name.c_str(), vectors ? "vectors" : "scores", worst_diff,
+      n ? sum_diff / static_cast<double>(n) : 0.0, worst_cos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CaseNames()),
                          [](const auto& p) { return p.param; });
 

@@ -70,6 +70,7 @@ class CpuBackend final : public Backend {
     return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
            ", linear " + cpu::LinearRunner::Describe() + ")";
   }
+  std::string DescribeLinearWeights() const override { return linear_.DescribePrepared(); }
 
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {
     Tensor t{nullptr, dtype, rows, cols, 0};

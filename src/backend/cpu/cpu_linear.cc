@@ -246,21 +246,28 @@ const char* PathName(Path p) {
 
 void LinearRunner::SetPathForTesting(const std::string& mode) { g_path_override = mode; }
 
+namespace {
+// "int8 sluice-int8(avx512_vnni)": a compute dtype and the kernel that runs it.
+std::string KernelName(DType t, Path p) {
+  std::string s = std::string(DTypeName(t)) + " " + PathName(p);
+  if (p == Path::kOneDnn) s += "(" + IsaNameImpl() + ")";
+  if (p == Path::kInt8) s += std::string("(") + x86::I8KernelName() + ")";
+  return s;
+}
+}  // namespace
+
 std::string LinearRunner::Describe() {
   auto one = [](DType t) {
     auto p = ChoosePath(t);
-    std::string s = std::string(DTypeName(t)) + " ";
-    if (!p.ok()) return s + "unavailable";
-    s += PathName(*p);
-    if (*p == Path::kOneDnn) s += "(" + IsaName() + ")";
-    if (*p == Path::kInt8) s += std::string("(") + x86::I8KernelName() + ")";
-    return s;
+    return p.ok() ? KernelName(t, *p) : std::string(DTypeName(t)) + " unavailable";
   };
   return one(DType::kF32) + ", " + one(DType::kBF16) + ", " + one(DType::kI8);
 }
 
 struct LinearRunner::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  std::mutex prepared_mu;
+  std::vector<std::pair<std::string, int>> prepared;  // kernel description, weights
   dnnl::stream strm{eng};
   Workspace ws_src;    // bf16 activations / padded f32 tail
   Workspace ws_dst;    // padded output tail
@@ -327,6 +334,15 @@ LinearRunner::LinearRunner() : impl_(std::make_unique<Impl>()) {}
 std::string LinearRunner::IsaName() { return IsaNameImpl(); }
 LinearRunner::~LinearRunner() = default;
 
+std::string LinearRunner::DescribePrepared() const {
+  std::lock_guard<std::mutex> lock(impl_->prepared_mu);
+  std::string out;
+  for (const auto& [name, count] : impl_->prepared) {
+    out += (out.empty() ? "" : ", ") + name + " x" + std::to_string(count);
+  }
+  return out;
+}
+
 std::string LinearRunner::DescribePlan(int64_t m) {
   std::vector<Step> plan;
   MakePlan(m, &plan);
@@ -373,6 +389,17 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
   }
 
   w->path = path;
+  {
+    std::lock_guard<std::mutex> lock(impl_->prepared_mu);
+    const std::string name = KernelName(dtype, path);
+    auto it = std::find_if(impl_->prepared.begin(), impl_->prepared.end(),
+                           [&](const auto& e) { return e.first == name; });
+    if (it == impl_->prepared.end()) {
+      impl_->prepared.emplace_back(name, 1);
+    } else {
+      ++it->second;
+    }
+  }
   if (path == Path::kAvx512Bf16 || path == Path::kAvx512Fma || path == Path::kInt8) {
     std::vector<float> wf;
     RETURN_IF_ERROR(HostToF32(weight, &wf));

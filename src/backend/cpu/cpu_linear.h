@@ -51,6 +51,10 @@ class LinearRunner {
   // over oneDNN's AMX one (SLUICE_CPU_LINEAR still decides when set).
   void SetFewRows(bool few) { few_rows_ = few; }
 
+  // The weights prepared so far by kernel, e.g. "int8 sluice-int8(avx512_vnni) x36, f32
+  // oneDNN-brgemm(avx512_core) x1": what a model's linear layers really run on.
+  std::string DescribePrepared() const;
+
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);
   // The primitive calls used for M rows, e.g. "256 + 44 (padded to 48)".

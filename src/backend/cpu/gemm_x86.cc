@@ -102,8 +102,10 @@ void TileVnni(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int r
 }
 
 // Portable int8: sum over k of (x - 128) * w in int32, the same integers as vpdpbusd
-// minus 128 * colsum.
-void TileI8Portable(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int rows,
+// minus 128 * colsum. Also compiled for AVX2 (chosen at load by cpuid): integer sums are
+// exact, so both clones give the same integers. Still far below the f32 GEMM on AVX2-only
+// CPUs (docs/benchmarks.md, "CPU int8"): int8 pays off on AVX512-VNNI CPUs.
+__attribute__((target_clones("avx2", "default"))) void TileI8Portable(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int rows,
                     const int32_t*, float* acc) {
   for (int r = 0; r < rows; ++r) {
     int32_t s[kBlockN] = {};

@@ -260,6 +260,37 @@ TEST(Cli, ScoreMatchesGolden) {
   }
 }
 
+// --dtype int8: logged at start-up with the kernel on the linear layers, scores within 1e-2
+// of the fixture's fp32 ones and not equal to them; refused for generation models.
+TEST(Cli, ScoreInt8) {
+  const std::string in = TempPath("score8.jsonl"), out = TempPath("score8.out");
+  auto want = WriteInputs("bert_cross_encoder", in);
+  auto r = RunSluice("score --model " + kFixtures + "/models/bert_cross_encoder --input " + in +
+                     " --output " + out + " --dtype int8");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("dtype int8 (linear layers int8 per-channel, activations quantised per "
+                       "token)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("linear layers: int8 sluice-int8("), std::string::npos) << r.out;
+  auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), want.size());
+  simdjson::dom::parser parser;
+  double worst = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto doc = parser.parse(lines[i]);
+    worst = std::max(worst, std::fabs(double(doc["score"]) - want[i][0]));
+  }
+  EXPECT_LE(worst, 1e-2);
+  EXPECT_GT(worst, 1e-6) << "int8 scores equal fp32: int8 did not run";
+  const std::string gin = TempPath("gen8.jsonl");
+  std::ofstream(gin) << "{\"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 2}\n";
+  auto g = RunSluice("generate --model " + kFixtures + "/generation/qwen3/model --input " + gin +
+                     " --output /dev/null --dtype int8");
+  EXPECT_NE(g.exit_code, 0) << g.out;
+  EXPECT_NE(g.out.find("--dtype int8 is for scoring models"), std::string::npos) << g.out;
+}
+
 TEST(Cli, EmbedWithDimensionsAndClassify) {
   const std::string in = TempPath("embed.jsonl"), out = TempPath("embed.out");
   auto want = WriteInputs("qwen3_st_last", in);
