@@ -402,10 +402,35 @@ Status ParseDenseConfig(const std::string& dir, StDense* d) {
   return Status::Ok();
 }
 
+// PyLate's ColBERT settings (config_sentence_transformers.json); the file's other fields
+// (versions, prompts) are not ours.
+Status ReadPylateSettings(const std::string& dir, SentenceTransformersConfig* st) {
+  const fs::path stc = fs::path(dir) / "config_sentence_transformers.json";
+  if (!fs::exists(stc)) return Status::Ok();
+  ASSIGN_OR_RETURN(std::string sc, ReadFile(stc.string()));
+  simdjson::dom::parser parser;
+  element cd;
+  object co;
+  if (parser.parse(sc).get(cd) || cd.get(co)) {
+    return InvalidArgument(stc.string() + ": invalid JSON object");
+  }
+  Fields cf(co, stc.string());
+  element e;
+  RETURN_IF_ERROR(cf.OptInt("query_length", &st->query_length));
+  RETURN_IF_ERROR(cf.Bool("do_query_expansion", &st->do_query_expansion));
+  if (cf.Get("attend_to_expansion_tokens", &e)) {
+    bool b = false;
+    RETURN_IF_ERROR(cf.Bool("attend_to_expansion_tokens", &b));
+    st->attend_to_expansion_tokens = b;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<SentenceTransformersConfig> LoadSentenceTransformersConfig(const std::string& dir) {
   SentenceTransformersConfig st;
+  RETURN_IF_ERROR(ReadPylateSettings(dir, &st));
   const fs::path modules = fs::path(dir) / "modules.json";
   if (!fs::exists(modules)) return st;
   st.present = true;
@@ -453,25 +478,6 @@ StatusOr<SentenceTransformersConfig> LoadSentenceTransformersConfig(const std::s
       return InvalidArgument(sbert.string() + ": invalid JSON");
     }
     RETURN_IF_ERROR(Fields(so, sbert.string()).Int("max_seq_length", &st.max_seq_length));
-  }
-  // PyLate's ColBERT settings; the file's other fields (versions, prompts) are not ours.
-  const fs::path stc = fs::path(dir) / "config_sentence_transformers.json";
-  if (fs::exists(stc)) {
-    ASSIGN_OR_RETURN(std::string sc, ReadFile(stc.string()));
-    element cd;
-    object co;
-    if (parser.parse(sc).get(cd) || cd.get(co)) {
-      return InvalidArgument(stc.string() + ": invalid JSON object");
-    }
-    Fields cf(co, stc.string());
-    element e;
-    RETURN_IF_ERROR(cf.OptInt("query_length", &st.query_length));
-    RETURN_IF_ERROR(cf.Bool("do_query_expansion", &st.do_query_expansion));
-    if (cf.Get("attend_to_expansion_tokens", &e)) {
-      bool b = false;
-      RETURN_IF_ERROR(cf.Bool("attend_to_expansion_tokens", &b));
-      st.attend_to_expansion_tokens = b;
-    }
   }
   return st;
 }
