@@ -218,6 +218,14 @@ def jpeg_without_pil(i, w, h, coeffs):
     return b"\xff\xd8" + hdr + data + b"\xff\xd9"
 
 
+def _write_photo(job):
+    i, dst, w, h, lo, hi, have_pil, tiny = job
+    data = (synthetic_photo(i, w, h, lo, hi) if have_pil else
+            jpeg_without_pil(i, w, h, 10 if tiny else 40))
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
 def make_photos(out, n, tiny):
     path = os.path.join(out, "photos")
     os.makedirs(path, exist_ok=True)
@@ -232,20 +240,16 @@ def make_photos(out, n, tiny):
     w, h = (1600, 1200) if tiny else (4032, 3024)
     lo, hi = ((300 << 10, 600 << 10) if tiny else (3 << 20, 4 << 20))
 
-    def one(i):
-        data = (synthetic_photo(i, w, h, lo, hi) if have_pil else
-                jpeg_without_pil(i, w, h, 10 if tiny else 40))
-        with open(os.path.join(path, names[i]), "wb") as f:
-            f.write(data)
+    jobs = [(i, os.path.join(path, names[i]), w, h, lo, hi, have_pil, tiny) for i in todo]
     if todo:
         t0 = time.time()
         if have_pil:
             from multiprocessing import Pool
             with Pool(min(16, os.cpu_count() or 1)) as p:
-                p.map(one, todo)
+                p.map(_write_photo, jobs)  # a module-level function: Pool pickles it
         else:
-            for i in todo:
-                one(i)
+            for j in jobs:
+                _write_photo(j)
         log(f"photos: {len(todo)} written in {time.time() - t0:.0f} s "
             f"({'PIL' if have_pil else 'own grayscale JPEG writer'})")
     sizes = [os.path.getsize(os.path.join(path, x)) for x in names]

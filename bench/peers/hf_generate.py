@@ -211,6 +211,9 @@ def main():
     ap.add_argument("--variants", default="",
                     help="decode: extra sluice runs with environment settings, e.g. "
                          "'nopdl:SLUICE_CUDA_PDL=0;gemv0:SLUICE_CUDA_GEMV=0'")
+    ap.add_argument("--cpu-variants", default="",
+                    help="cpu: extra sluice runs 'name:dtype[:ENV=V,...];...', e.g. "
+                         "'bf16:bfloat16;bf16fma:bfloat16:SLUICE_CPU_LINEAR=avx512fma'")
     args = ap.parse_args()
     only = set(args.only.split(","))
     os.makedirs(args.out, exist_ok=True)
@@ -341,8 +344,24 @@ def main():
                             json.dumps(prompt)], capture_output=True, text=True)
         hf = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {
             "error": r.stderr[-2000:]}
-        return {"sluice": sl, "hf": hf,
-                "speedup": hf.get("ms_per_token", 0) / sl["itl_p50_ms"]}
+        res = {"sluice": sl, "hf": hf, "speedup": hf.get("ms_per_token", 0) / sl["itl_p50_ms"]}
+        # --cpu-variants 'name:dtype[:ENV=V,...];...': further sluice runs on the same cores
+        # (e.g. bf16 with a forced linear path), each against the same HF fp32 figure.
+        for v in [v for v in args.cpu_variants.split(";") if v]:
+            name, dtype, *envs = v.split(":")
+            e = dict(os.environ)
+            for env in envs:
+                e.update(kv.split("=", 1) for kv in env.split(",") if kv)
+            try:
+                x = run_sluice(args.sluice, path32, f"{w}/c.jsonl", f"{w}/c_{name}.out",
+                               ["--device", "cpu", "--threads", "2", "--dtype", dtype,
+                                "--max-model-len", "512", "--kv-cache-memory", str(1 << 30)],
+                               env=e, cpus="0,1")
+                res[name] = {"itl_p50_ms": x["itl_p50_ms"], "itl_p99_ms": x["itl_p99_ms"],
+                             "speedup": hf.get("ms_per_token", 0) / x["itl_p50_ms"]}
+            except Exception as ex:  # noqa: BLE001 - one variant failing keeps the others
+                res[name] = {"error": str(ex)[-1500:]}
+        return res
 
     section("cpu", cpu)
     log(json.dumps(res, indent=1)[:6000])

@@ -461,6 +461,12 @@ struct BackendOptions {
   // arithmetic does not depend on the other rows. Slower; the CPU backend is batch
   // invariant without it.
   bool batch_invariant = false;
+  // CPU: the model mostly runs few-row GEMMs (generation: decode steps of a few sequences).
+  // bf16 weights then take sluice's AVX-512 kernel (bf16 widened in registers, f32 FMA) even
+  // where oneDNN has an AMX kernel: at 1-4 rows it streams the weights ~1.2-2x faster, while
+  // AMX is 2-4x faster from ~64 rows (docs/benchmarks.md, "CPU linear paths on AMX").
+  // SLUICE_CPU_LINEAR overrides it. Set by the generation engine.
+  bool cpu_few_rows = false;
 };
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);

@@ -22,6 +22,7 @@
 #include "engine/engine_loop.h"
 #include "grpc/grpc_server.h"
 #include "io/model_context.h"
+#include "io/plugin_io.h"
 #include "server/clip_served.h"
 #include "server/http_server.h"
 #include "server/model_registry.h"
@@ -173,6 +174,10 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   const int max_queue_depth = static_cast<int>(c.max_queue_depth.value_or(f.max_queue_depth));
   const std::string version = std::to_string(spec.version);
   if (server::IsClipModelDirectory(mf.model)) {
+    if (!f.gen.plugins.empty()) {
+      return InvalidArgument("--plugin does not apply to " + mf.model +
+                             ", a CLIP model (plugins serve text scoring and generation models)");
+    }
     if (f.gen.given) {
       return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
                              ", a CLIP model");
@@ -220,7 +225,7 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   if (f.gen.given) {
     return InvalidArgument(
         "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
-        "--gpu-memory-utilization, --enable-prefix-caching, --chat-template, --plugin and "
+        "--gpu-memory-utilization, --enable-prefix-caching, --chat-template and "
         "--logits-threads apply to generation models; " +
         mf.model + " is served as a scoring model");
   }
@@ -238,6 +243,13 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   ASSIGN_OR_RETURN(ModelContext ctx, io::BuildModelContext(*engine, tokenizer.get(), co));
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> companion,
                    LoadAbsaSentimentModel(mf, *engine, co, &ctx));
+  // Plugins of a scoring model: IO processors (docs/plugins.md), each checked against the model.
+  ASSIGN_OR_RETURN(std::shared_ptr<const PluginSet> plugins,
+                   LoadModelPlugins(f.gen.plugins, engine->bundle(), /*generation=*/false));
+  std::vector<std::shared_ptr<const io::PluginIoProcessor>> plugin_io;
+  if (plugins) {
+    ASSIGN_OR_RETURN(plugin_io, io::BindPluginIoProcessors(*plugins, ctx));
+  }
   SLUICE_LOG_INFO(
       "model \"{}\" version {}: task {}, tokenizer {}; max_inputs_per_request {}, "
       "max_tokens_per_input {}{}, max_queue_depth {}",
@@ -257,6 +269,8 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   o.service.metrics_require_key = f.metrics_require_key;
   o.service.workers = f.workers;
   o.service.request_timeout_s = f.request_timeout_s;
+  o.service.plugin_io = std::move(plugin_io);
+  o.plugins = std::move(plugins);
   return std::unique_ptr<server::ServedModel>(
       std::make_unique<server::ScoringModel>(std::move(engine), std::move(o)));
 }
@@ -384,6 +398,15 @@ int RunServe(const ServeFlags& f) {
   rego.drain_timeout_s = f.shutdown_timeout_s;
   rego.memory_budget_bytes = f.memory_budget;
   rego.estimate = [&f](const server::LoadSpec& spec) { return EstimateMemory(f, spec); };
+  if (!f.model_cache.empty()) {  // model.json "sources" are pulled as their versions load
+    rego.pull = [&f](const std::string& source) -> StatusOr<serving::PullResult> {
+      serving::CacheOptions co;
+      co.dir = f.model_cache;
+      co.max_bytes = f.cache_max_bytes;
+      ASSIGN_OR_RETURN(serving::ModelCache cache, serving::ModelCache::Open(co));
+      return cache.Pull(source);
+    };
+  }
   server::ModelRegistry registry(
       &*repo, [&f](const server::LoadSpec& spec) { return LoadServedModel(f, spec); }, rego);
   server::RouterOptions ro;
@@ -558,15 +581,16 @@ Registrar serve_cmd(Command{
                       "generation: a Jinja chat template file (default: the model directory's "
                       "chat_template.jinja, else tokenizer_config.json's chat_template)");
       sub->add_option("--plugin", f->gen.plugins,
-                      "generation: a plugin library (docs/plugins.md) whose logits processors "
-                      "requests may name (repeatable)");
+                      "a plugin library (docs/plugins.md, repeatable): its logits processors "
+                      "(generation models) requests may name, its IO processors (scoring "
+                      "models) serve POST /plugins/NAME and /pooling with \"io_processor\"");
       sub->add_option("--logits-threads", f->gen.logits_threads,
                       "generation: threads filling logits-processor masks (0 = hardware "
                       "threads, at most 16)");
       return std::function<int()>([f, sub] {
         for (const char* flag : {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
                                  "--gpu-memory-utilization", "--enable-prefix-caching",
-                                 "--chat-template", "--plugin", "--logits-threads"}) {
+                                 "--chat-template", "--logits-threads"}) {
           if (sub->count(flag) > 0) f->gen.given = true;
         }
         for (const char* flag : {"--max-inputs-per-request", "--max-tokens-per-input", "--truncate",

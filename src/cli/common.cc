@@ -133,13 +133,26 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
 }
 
 StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& flags,
-                                                            const ModelBundle& bundle) {
+                                                            const ModelBundle& bundle,
+                                                            bool generation) {
   std::vector<std::string> paths = flags;
   paths.insert(paths.end(), bundle.overrides.plugins.begin(), bundle.overrides.plugins.end());
   if (paths.empty()) return std::shared_ptr<const PluginSet>();
   ASSIGN_OR_RETURN(std::shared_ptr<PluginSet> set, LoadPlugins(paths));
-  SLUICE_LOG_INFO("plugins: {} libraries; logits processors: {}", set->libraries().size(),
-                  set->Names());
+  if (generation && !set->io_processors().empty()) {
+    const IoProcessorEntry& e = *set->io_processors()[0];
+    return FailedPrecondition("plugin " + e.origin + ": IO processor " + e.name +
+                              " needs a scoring model (task " + IoTaskName(e.desc.task) + "); " +
+                              bundle.dir + " is served as a generation model");
+  }
+  if (!generation && !set->processors().empty()) {
+    const LogitsProcessorFactory& f = *set->processors()[0];
+    return FailedPrecondition("plugin " + f.origin() + ": logits processor " + f.name() +
+                              " needs a generation model; " + bundle.dir +
+                              " is served as a scoring model");
+  }
+  SLUICE_LOG_INFO("plugins: {} libraries; logits processors: {}; IO processors: {}",
+                  set->libraries().size(), set->Names(), set->IoNames());
   return std::shared_ptr<const PluginSet>(std::move(set));
 }
 
@@ -147,11 +160,6 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {
   ASSIGN_OR_RETURN(EngineOptions o, ToEngineOptions(f));
   const double t0 = NowSeconds();
   ASSIGN_OR_RETURN(auto engine, Engine::Load(o));
-  if (!engine->bundle().overrides.plugins.empty()) {
-    return InvalidArgument(f.model +
-                           "/sluice.json: \"plugins\" (logits processors) apply to "
-                           "generation models; this model is served as a scoring model");
-  }
   const ModelInfo& i = engine->info();
   SLUICE_LOG_INFO("model {}: {} ({} params, {} layers, hidden {})", i.dir, i.architecture,
                   i.parameters, i.num_layers, i.hidden_size);

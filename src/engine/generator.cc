@@ -181,6 +181,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
   RunnerOptions ro;
   ro.dtype = options.dtype;
   ro.backend = options.backend;
+  ro.backend.cpu_few_rows = true;  // decode-bound (BackendOptions)
   ro.profile = options.profile;
   ro.activation_residual = options.activation_residual;
   ro.lm_head = true;

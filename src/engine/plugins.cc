@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
+#include <cstring>
 #include <filesystem>
 
 #include "core/log.h"
@@ -74,6 +76,29 @@ int HostRegister(void* context, const sluice_logits_processor* p, sluice_plugin_
   return 0;
 }
 
+int HostRegisterIo(void* context, const sluice_io_processor* p, sluice_plugin_error* err) {
+  auto* h = static_cast<HostContext*>(context);
+  if (p == nullptr) return sluice_plugin_fail(err, "register_io_processor: NULL processor");
+  Status st = h->set->RegisterIo(*p, h->path);
+  if (!st.ok()) return sluice_plugin_fail(err, "%s", st.message().c_str());
+  return 0;
+}
+
+// Letters, digits, '_', '-' and '.' (names go into request fields and URL paths).
+Status CheckName(const char* name, const char* what) {
+  if (name == nullptr || name[0] == '\0') {
+    return InvalidArgument(std::string("a ") + what + " needs a name");
+  }
+  for (const char* c = name; *c != '\0'; ++c) {
+    const unsigned char ch = static_cast<unsigned char>(*c);
+    if (!(std::isalnum(ch) || ch == '_' || ch == '-' || ch == '.')) {
+      return InvalidArgument(std::string(what) + " name \"" + name +
+                             "\": only letters, digits, '_', '-' and '.'");
+    }
+  }
+  return Status::Ok();
+}
+
 void HostLog(void* context, int level, const char* message) {
   auto* h = static_cast<HostContext*>(context);
   const char* m = message != nullptr ? message : "";
@@ -130,16 +155,8 @@ Status PluginSet::Register(const sluice_logits_processor& desc, const std::strin
                            " is smaller than this ABI's " +
                            std::to_string(sizeof(sluice_logits_processor)));
   }
-  if (desc.name == nullptr || desc.name[0] == '\0') {
-    return InvalidArgument("a logits processor needs a name");
-  }
+  RETURN_IF_ERROR(CheckName(desc.name, "logits processor"));
   const std::string name = desc.name;
-  for (char ch : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.')) {
-      return InvalidArgument("logits processor name \"" + name +
-                             "\": only letters, digits, '_', '-' and '.'");
-    }
-  }
   if (desc.create == nullptr || desc.update_state == nullptr || desc.fill_bitmask == nullptr) {
     return InvalidArgument("logits processor " + name +
                            ": create, update_state and fill_bitmask are required");
@@ -152,6 +169,61 @@ Status PluginSet::Register(const sluice_logits_processor& desc, const std::strin
   }
   processors_.push_back(std::make_unique<LogitsProcessorFactory>(desc, origin));
   return Status::Ok();
+}
+
+const char* IoTaskName(uint32_t task) {
+  switch (task) {
+    case SLUICE_TASK_EMBED:
+      return "embed";
+    case SLUICE_TASK_CLASSIFY:
+      return "classify";
+    case SLUICE_TASK_SCORE:
+      return "score";
+    case SLUICE_TASK_TOKEN_CLASSIFY:
+      return "token-classify";
+    default:
+      return nullptr;
+  }
+}
+
+Status PluginSet::RegisterIo(const sluice_io_processor& desc, const std::string& origin) {
+  if (desc.struct_size < sizeof(sluice_io_processor)) {
+    return InvalidArgument("IO processor struct_size " + std::to_string(desc.struct_size) +
+                           " is smaller than this ABI's " +
+                           std::to_string(sizeof(sluice_io_processor)));
+  }
+  RETURN_IF_ERROR(CheckName(desc.name, "IO processor"));
+  const std::string name = desc.name;
+  if (IoTaskName(desc.task) == nullptr) {
+    return InvalidArgument("IO processor " + name + ": task " + std::to_string(desc.task) +
+                           " is none of SLUICE_TASK_EMBED, _CLASSIFY, _SCORE, _TOKEN_CLASSIFY");
+  }
+  if (desc.parse == nullptr || desc.respond == nullptr) {
+    return InvalidArgument("IO processor " + name + ": parse and respond are required");
+  }
+  if (const IoProcessorEntry* e = FindIo(name)) {
+    return InvalidArgument("IO processor " + name + " is already registered by " + e->origin);
+  }
+  auto e = std::make_unique<IoProcessorEntry>();
+  e->desc = desc;
+  e->name = name;
+  e->origin = origin;
+  e->desc.name = e->name.c_str();
+  io_processors_.push_back(std::move(e));
+  return Status::Ok();
+}
+
+const IoProcessorEntry* PluginSet::FindIo(const std::string& name) const {
+  for (const auto& e : io_processors_) {
+    if (e->name == name) return e.get();
+  }
+  return nullptr;
+}
+
+std::string PluginSet::IoNames() const {
+  std::string s;
+  for (const auto& e : io_processors_) s += (s.empty() ? "" : ", ") + e->name;
+  return s.empty() ? "none" : s;
 }
 
 Status PluginSet::LoadLibrary(const std::string& path) {
@@ -184,6 +256,15 @@ Status PluginSet::LoadLibrary(const std::string& path) {
                       std::to_string(SLUICE_PLUGIN_ABI_VERSION) +
                       "; rebuild the plugin against this sluice's include/sluice/plugin.h"));
   }
+  auto minor_fn = reinterpret_cast<sluice_plugin_abi_minor_fn>(dlsym(h, "sluice_plugin_abi_minor"));
+  const uint32_t plugin_minor = minor_fn != nullptr ? minor_fn() : 0;
+  if (plugin_minor > SLUICE_PLUGIN_ABI_MINOR) {
+    return close(fail("plugin needs ABI " + std::to_string(v) + "." + std::to_string(plugin_minor) +
+                      ", this sluice has ABI " + std::to_string(SLUICE_PLUGIN_ABI_VERSION) + "." +
+                      std::to_string(SLUICE_PLUGIN_ABI_MINOR) +
+                      " (a newer sluice is needed, or a plugin built against this one's "
+                      "header)"));
+  }
   auto init = reinterpret_cast<sluice_plugin_init_fn>(dlsym(h, "sluice_plugin_init"));
   if (init == nullptr) return close(fail("missing symbol sluice_plugin_init"));
   HostContext ctx{this, canon.string()};
@@ -195,10 +276,13 @@ Status PluginSet::LoadLibrary(const std::string& path) {
   host.context = &ctx;
   host.register_logits_processor = HostRegister;
   host.log = HostLog;
-  const size_t before = processors_.size();
+  host.abi_minor = SLUICE_PLUGIN_ABI_MINOR;
+  host.register_io_processor = HostRegisterIo;
+  const size_t before = processors_.size(), io_before = io_processors_.size();
   sluice_plugin_error err{};
   if (init(&host, &err) != 0) {
     processors_.resize(before);  // what it registered before failing goes too
+    io_processors_.resize(io_before);
     return close(fail("sluice_plugin_init failed: " + Message(err)));
   }
   handles_.push_back(h);
@@ -207,8 +291,13 @@ Status PluginSet::LoadLibrary(const std::string& path) {
   for (size_t i = before; i < processors_.size(); ++i) {
     names += (names.empty() ? "" : ", ") + processors_[i]->name();
   }
-  SLUICE_LOG_INFO("plugin {}: logits processors: {}", canon.string(),
-                  names.empty() ? "none" : names);
+  std::string io_names;
+  for (size_t i = io_before; i < io_processors_.size(); ++i) {
+    io_names += (io_names.empty() ? "" : ", ") + io_processors_[i]->name;
+  }
+  SLUICE_LOG_INFO("plugin {} (ABI {}.{}): logits processors: {}; IO processors: {}", canon.string(),
+                  v, plugin_minor, names.empty() ? "none" : names,
+                  io_names.empty() ? "none" : io_names);
   return Status::Ok();
 }
 

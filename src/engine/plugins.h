@@ -1,8 +1,10 @@
 // Plugins (include/sluice/plugin.h, docs/plugins.md): shared libraries loaded with dlopen at
-// start-up whose ABI version must equal this sluice's, and which register named logits
-// processors. A PluginSet holds the libraries of one model (the --plugin flags plus the
-// model's sluice.json "plugins") and the processors they registered; the generation engine
-// creates one instance of each processor. Errors name the file and the reason.
+// start-up whose ABI version must equal this sluice's (and whose minor version is not newer),
+// and which register named logits processors and IO processors. A PluginSet holds the
+// libraries of one model (the --plugin flags plus the model's sluice.json "plugins") and the
+// processors they registered; the generation engine creates one instance of each logits
+// processor, a scoring model serves each IO processor (io/plugin_io.h). Errors name the file
+// and the reason.
 //
 // Load/Register before sharing; const afterwards (Find, Validate and Create are thread-safe).
 #pragma once
@@ -32,6 +34,15 @@ class LogitsProcessorFactory {
   std::string name_, origin_;
 };
 
+// A registered IO processor: its descriptor (name copied) and the file that registered it.
+struct IoProcessorEntry {
+  sluice_io_processor desc{};
+  std::string name, origin;
+};
+
+// "embed", "classify", "score", "token-classify" (nullptr for an unknown SLUICE_TASK_*).
+const char* IoTaskName(uint32_t task);
+
 class PluginSet {
  public:
   PluginSet() = default;
@@ -45,6 +56,7 @@ class PluginSet {
   Status LoadLibrary(const std::string& path);
   // Registers a processor directly (tests; libraries call this through the host table).
   Status Register(const sluice_logits_processor& desc, const std::string& origin);
+  Status RegisterIo(const sluice_io_processor& desc, const std::string& origin);
 
   const LogitsProcessorFactory* Find(const std::string& name) const;
   const std::vector<std::unique_ptr<LogitsProcessorFactory>>& processors() const {
@@ -55,8 +67,15 @@ class PluginSet {
   // "a, b" (or "none").
   std::string Names() const;
 
+  const std::vector<std::unique_ptr<IoProcessorEntry>>& io_processors() const {
+    return io_processors_;
+  }
+  const IoProcessorEntry* FindIo(const std::string& name) const;
+  std::string IoNames() const;  // "a, b" (or "none")
+
  private:
   std::vector<std::unique_ptr<LogitsProcessorFactory>> processors_;
+  std::vector<std::unique_ptr<IoProcessorEntry>> io_processors_;
   std::vector<std::string> paths_;  // canonical paths of the loaded libraries
   std::vector<void*> handles_;
 };

@@ -240,10 +240,24 @@ void ModelRegistry::Drain(const std::shared_ptr<Slot>& slot) {
 Status ModelRegistry::Sync(const std::string& name, const serving::ModelConfig& config,
                            std::optional<int64_t> pinned) {
   ASSIGN_OR_RETURN(std::vector<serving::VersionDir> dirs, repo_->Versions(name));
+  for (const auto& [v, source] : config.sources) {
+    for (const serving::VersionDir& d : dirs) {
+      if (d.version == v) {
+        return InvalidArgument("model " + Quote(name) + " version " + std::to_string(v) +
+                               " is both a directory (" + d.path + ") and a model.json source (" +
+                               source + ")");
+      }
+    }
+    dirs.push_back(serving::VersionDir{v, source, true});
+  }
+  std::sort(dirs.begin(), dirs.end(),
+            [](const serving::VersionDir& a, const serving::VersionDir& b) {
+              return a.version < b.version;
+            });
   if (dirs.empty()) {
     return NotFound("model " + Quote(name) +
                     " has no version directory (<name>/<version>/ with a positive integer "
-                    "version)");
+                    "version) and no model.json source");
   }
   std::vector<int64_t> available;
   for (const auto& d : dirs) available.push_back(d.version);
@@ -275,14 +289,37 @@ Status ModelRegistry::Sync(const std::string& name, const serving::ModelConfig& 
     int64_t pending = 0;
     for (const auto& [fv, fs] : fresh) pending += fs->bytes;
     StatusOr<std::shared_ptr<Slot>> slot = [&]() -> StatusOr<std::shared_ptr<Slot>> {
-      auto charge = Reserve(LoadSpec{name, v, dir->path, config}, pending);
+      std::string path = dir->path;
+      std::shared_ptr<const void> hold;
+      if (dir->source) {
+        SetState(name, v, "LOADING");
+        auto pulled = options_.pull
+                          ? options_.pull(path)
+                          : StatusOr<serving::PullResult>(FailedPrecondition(
+                                "its model.json source " + path + " needs --model-cache DIR"));
+        if (!pulled.ok()) {
+          SetState(name, v, "UNAVAILABLE", pulled.status().message());
+          std::lock_guard<std::mutex> lock(status_mu_);
+          ++counters_[{name, v}].loads_failed;
+          return pulled.status();
+        }
+        SLUICE_LOG_INFO("model \"{}\" version {}: {} {} ({}, {} bytes, sha256 {}) in {:.2f} s",
+                        name, v, pulled->hit ? "cached" : "pulled", path,
+                        pulled->hit ? "hit" : "miss", pulled->bytes, pulled->sha256.substr(0, 12),
+                        pulled->seconds);
+        path = pulled->path;
+        hold = pulled->in_use;
+      }
+      auto charge = Reserve(LoadSpec{name, v, path, config}, pending);
       if (!charge.ok()) {
         SetState(name, v, "UNAVAILABLE", charge.status().message());
         std::lock_guard<std::mutex> lock(status_mu_);
         ++counters_[{name, v}].loads_failed;
         return charge.status();
       }
-      return LoadVersion(name, v, dir->path, config, *charge);
+      auto loaded = LoadVersion(name, v, path, config, *charge);
+      if (loaded.ok()) (*loaded)->cache_hold = std::move(hold);
+      return loaded;
     }();
     if (!slot.ok()) {
       for (auto& [fv, s] : fresh) {
@@ -455,6 +492,7 @@ std::string ModelRegistry::RenderMetrics() const {
   const size_t cut = out.find("# HELP sluice_model_default_version");
   out.insert(cut, ready);
   out += defaults;
+  out += serving::RenderCacheMetrics();
   return out;
 }
 

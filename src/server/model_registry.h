@@ -34,6 +34,7 @@
 
 #include "server/metrics.h"
 #include "server/served_model.h"
+#include "serving/model_cache.h"
 #include "serving/repository.h"
 
 namespace sluice::server {
@@ -58,6 +59,9 @@ struct RegistryOptions {
   // numbers, before anything of it loads.
   int64_t memory_budget_bytes = 0;
   MemoryEstimator estimate;  // required with a budget
+  // Materialises a model.json "sources" entry (serving/model_cache.h) into a directory; unset
+  // without --model-cache (such a version then fails to load, naming the flag).
+  std::function<StatusOr<serving::PullResult>(const std::string& source)> pull;
 };
 
 class ModelRegistry {
@@ -69,9 +73,10 @@ class ModelRegistry {
     std::unique_ptr<ServedModel> model;
     std::mutex mu;
     std::condition_variable cv;
-    int active = 0;       // leases held
-    bool closed = false;  // draining: no new leases
-    int64_t bytes = 0;    // the memory estimate it is charged (with a budget)
+    int active = 0;                          // leases held
+    bool closed = false;                     // draining: no new leases
+    int64_t bytes = 0;                       // the memory estimate it is charged (with a budget)
+    std::shared_ptr<const void> cache_hold;  // a pulled source: eviction skips it while loaded
   };
 
   // Holds a version for one request; released on destruction.

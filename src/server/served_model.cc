@@ -12,7 +12,7 @@ std::string ModelLabels(const std::string& name, const std::string& version) {
 
 bool IsScoringRoute(const std::string& path) {
   static const io::ProcessorRegistry* routes = new io::ProcessorRegistry();
-  return routes->Find(path) != nullptr;
+  return routes->Find(path) != nullptr || path.rfind("/plugins/", 0) == 0;
 }
 
 bool IsGenerationRoute(const std::string& path) {
@@ -21,7 +21,9 @@ bool IsGenerationRoute(const std::string& path) {
 }
 
 ScoringModel::ScoringModel(std::unique_ptr<Engine> engine, ScoringModelOptions o)
-    : ctx_(std::move(o.context)), metrics_(ModelLabels(o.name, o.version)) {
+    : plugins_(std::move(o.plugins)),
+      ctx_(std::move(o.context)),
+      metrics_(ModelLabels(o.name, o.version)) {
   EngineLoopOptions lo = std::move(o.loop);
   lo.on_batch = [this](const BatchStats& b) {
     metrics_.RecordBatch(b.num_seqs, b.num_tokens, b.device_seconds);

@@ -47,8 +47,9 @@ struct ScoringModelOptions {
   // served on its own engine loop beside the model's (same loop options).
   std::unique_ptr<Engine> companion;
   EngineLoopOptions loop;
-  ServiceOptions service;
+  ServiceOptions service;  // service.plugin_io: from io::BindPluginIoProcessors(*plugins)
   std::string name, version;
+  std::shared_ptr<const PluginSet> plugins;  // the libraries (kept loaded while served)
 };
 
 class ScoringModel : public ServedModel {
@@ -74,6 +75,7 @@ class ScoringModel : public ServedModel {
   EngineLoop& loop() { return *loop_; }
 
  private:
+  std::shared_ptr<const PluginSet> plugins_;  // destroyed last: after the service's requests
   const ModelContext ctx_;
   Metrics metrics_;
   std::unique_ptr<EngineLoop> loop_;

@@ -1,10 +1,12 @@
 #include "server/service.h"
 
 #include <mutex>
+#include <optional>
 
 #include "io/json.h"
 #include "server/auth.h"
 #include "server/errors.h"
+#include "server/router.h"
 
 namespace sluice::server {
 
@@ -54,6 +56,8 @@ Service::Service(ServiceOptions options, EngineLoop* loop, const ModelContext* m
 Service::~Service() { pool_.reset(); }
 
 void Service::Respond(const std::shared_ptr<Call>& call, HttpResponse r) {
+  // The request's state goes now, whatever the outcome (a plugin's allocations included).
+  call->state.reset();
   // A client that went away saw nothing: counted under 499 (nginx's "client closed").
   const int status = call->ex->disconnected() ? 499 : r.status;
   metrics_.RecordResponse(call->route, status, Seconds(call->ex->start, SteadyClock::now()));
@@ -62,6 +66,19 @@ void Service::Respond(const std::shared_ptr<Call>& call, HttpResponse r) {
     in_flight_--;
   }
   call->ex->Respond(std::move(r));
+}
+
+const IoProcessor* Service::FindPluginIo(const std::string& name) const {
+  for (const auto& p : options_.plugin_io) {
+    if (p->name() == name) return p.get();
+  }
+  return nullptr;
+}
+
+std::string Service::PluginIoNames() const {
+  std::string s;
+  for (const auto& p : options_.plugin_io) s += (s.empty() ? "" : ", ") + std::string(p->name());
+  return s.empty() ? "none" : s;
 }
 
 bool Service::Authorized(const HttpRequest& req) const {
@@ -109,9 +126,30 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
   const HttpRequest& r = call->req;
   const std::string& p = r.path;
   const IoProcessor* proc = processors_.Find(p);
+  // Plugin IO processors: /plugins/NAME, or /pooling naming one in "io_processor".
+  std::optional<HttpResponse> plugin_error;
+  if (p.rfind("/plugins/", 0) == 0) {
+    const std::string name = p.substr(9);
+    proc = FindPluginIo(name);
+    if (!proc) {
+      plugin_error = ErrorResponse(
+          404, "no IO processor \"" + name + "\" is registered for model \"" + model_->name +
+                   "\" (IO processors: " + PluginIoNames() + "; load one with --plugin)");
+    }
+  } else if (p == "/pooling") {
+    bool malformed = false;
+    if (auto name = PeekStringField(r.body, "io_processor", &malformed)) {
+      proc = FindPluginIo(*name);
+      if (!proc) {
+        plugin_error = ErrorResponse(400, "io_processor: no IO processor \"" + *name +
+                                              "\" is registered for model \"" + model_->name +
+                                              "\" (IO processors: " + PluginIoNames() + ")");
+      }
+    }
+  }
   const bool get_route =
       p == "/health" || p == "/ready" || p == "/v1/models" || p == "/metrics" || IsHealthRoute(p);
-  call->route = proc || get_route ? p : "other";
+  call->route = proc || get_route || p == "/pooling" ? p : "other";
   if (p.rfind("/v2/models/", 0) == 0) call->route = "/v2/models/{name}/ready";
   if (!r.metrics_route.empty()) call->route = r.metrics_route;
   if (r.transport_error)
@@ -126,10 +164,11 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
                    ErrorResponse(400, "model \"" + model_->name + "\" is a scoring model (task " +
                                           model_->task + "): " + p + " needs a generation model"));
   }
-  if (!proc && !get_route) {
+  if (plugin_error && plugin_error->status == 404) return Respond(call, std::move(*plugin_error));
+  if (!proc && !get_route && !plugin_error) {
     return Respond(call, ErrorResponse(404, "no route " + r.method + " " + p));
   }
-  const char* want = proc ? "POST" : "GET";
+  const char* want = proc || plugin_error ? "POST" : "GET";
   if (r.method != want) {
     HttpResponse e = ErrorResponse(
         405, "method " + r.method + " is not allowed on " + p + " (use " + want + ")");
@@ -148,6 +187,7 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
     e.headers.emplace_back("WWW-Authenticate", "Bearer");
     return Respond(call, std::move(e));
   }
+  if (plugin_error) return Respond(call, std::move(*plugin_error));
   if (p == "/health" || p == "/v2/health/live") return Respond(call, Health(false));
   if (p == "/ready" || p == "/v2/health/ready") return Respond(call, Health(true));
   if (p.rfind("/v2/models/", 0) == 0) {

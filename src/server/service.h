@@ -11,6 +11,7 @@
 
 #include "engine/engine_loop.h"
 #include "io/builtins.h"
+#include "io/plugin_io.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -22,6 +23,9 @@ struct ServiceOptions {
   bool metrics_require_key = false;  // /metrics behind the API key too
   int workers = 2;                   // worker pool threads (IO processors)
   double request_timeout_s = 0;      // 0 = none; queued work older than this is dropped (503)
+  // Plugin IO processors (docs/plugins.md): POST /plugins/NAME and /pooling with
+  // "io_processor". Their libraries must outlive the service.
+  std::vector<std::shared_ptr<const io::PluginIoProcessor>> plugin_io;
 };
 
 class Service {
@@ -51,6 +55,8 @@ class Service {
   HttpResponse Health(bool ready_check) const;
   HttpResponse Models() const;
   bool Authorized(const HttpRequest& req) const;
+  const IoProcessor* FindPluginIo(const std::string& name) const;
+  std::string PluginIoNames() const;
 
   ServiceOptions options_;
   EngineLoop* loop_;

@@ -2,10 +2,8 @@
 
 #include <curl/curl.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "io/json.h"
+#include "serving/archive.h"
 
 namespace sluice::serving {
 namespace {
@@ -25,61 +24,12 @@ namespace {
 namespace fs = std::filesystem;
 constexpr const char* kManifest = ".sluice-manifest.json";
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(const void* p, size_t n) { EVP_DigestUpdate(ctx_, p, n); }
-  std::string Hex() {
-    unsigned char d[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx_, d, &n);
-    static const char* k = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < n; ++i) {
-      out += k[d[i] >> 4];
-      out += k[d[i] & 15];
-    }
-    return out;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
-
-std::string HashOf(std::string_view s) {
-  Sha256 h;
-  h.Update(s.data(), s.size());
-  return h.Hex();
-}
-
-StatusOr<std::string> HashFile(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return InvalidArgument(Errno("cannot read " + path));
-  Sha256 h;
-  std::vector<char> buf(1 << 20);
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) h.Update(buf.data(), n);
-  const bool err = std::ferror(f);
-  std::fclose(f);
-  if (err) return InvalidArgument(Errno("reading " + path));
-  return h.Hex();
-}
-
 // flock on a file of DIR/locks/.
 class FileLock {
  public:
   static StatusOr<std::unique_ptr<FileLock>> Take(const std::string& path, int op) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return InvalidArgument(Errno("cannot open the lock " + path));
+    if (fd < 0) return InvalidArgument(ErrnoMessage("cannot open the lock " + path));
     int r;
     do {
       r = ::flock(fd, op);
@@ -97,256 +47,8 @@ class FileLock {
   int fd_;
 };
 
-struct FileEntry {
-  std::string path;  // relative
-  int64_t size = 0;
-  std::string sha256;
-};
-
-// --- archive reading ---
-
-class Reader {
- public:
-  virtual ~Reader() = default;
-  // Up to n bytes; 0 at the end.
-  virtual StatusOr<size_t> Read(char* buf, size_t n) = 0;
-};
-
-class FileReader : public Reader {
- public:
-  explicit FileReader(FILE* f) : f_(f) {}
-  StatusOr<size_t> Read(char* buf, size_t n) override {
-    const size_t got = std::fread(buf, 1, n, f_);
-    if (got == 0 && std::ferror(f_)) return InvalidArgument(Errno("reading the archive"));
-    hash_.Update(buf, got);
-    return got;
-  }
-  std::string Hex() { return hash_.Hex(); }
-
- private:
-  FILE* f_;
-  Sha256 hash_;
-};
-
-class GzipReader : public Reader {
- public:
-  explicit GzipReader(Reader* in) : in_(in), buf_(1 << 16) {
-    std::memset(&z_, 0, sizeof(z_));
-    ok_ = inflateInit2(&z_, 16 + MAX_WBITS) == Z_OK;
-  }
-  ~GzipReader() override { inflateEnd(&z_); }
-  StatusOr<size_t> Read(char* out, size_t n) override {
-    if (!ok_) return Internal("zlib: inflateInit2 failed");
-    if (done_) return size_t{0};
-    z_.next_out = reinterpret_cast<Bytef*>(out);
-    z_.avail_out = static_cast<uInt>(n);
-    while (z_.avail_out == n) {
-      if (z_.avail_in == 0) {
-        ASSIGN_OR_RETURN(size_t got, in_->Read(buf_.data(), buf_.size()));
-        if (got == 0) return InvalidArgument("truncated archive: the gzip stream is cut short");
-        z_.next_in = reinterpret_cast<Bytef*>(buf_.data());
-        z_.avail_in = static_cast<uInt>(got);
-      }
-      const int r = inflate(&z_, Z_NO_FLUSH);
-      if (r == Z_STREAM_END) {
-        done_ = true;
-        break;
-      }
-      if (r != Z_OK && r != Z_BUF_ERROR) {
-        return InvalidArgument(std::string("corrupt archive: gzip: ") +
-                               (z_.msg ? z_.msg : "inflate failed"));
-      }
-    }
-    return n - z_.avail_out;
-  }
-
- private:
-  Reader* in_;
-  std::vector<char> buf_;
-  z_stream z_;
-  bool ok_ = false, done_ = false;
-};
-
-// Exactly n bytes, or the archive is truncated.
-Status ReadFull(Reader* r, char* buf, size_t n, const std::string& what) {
-  size_t at = 0;
-  while (at < n) {
-    ASSIGN_OR_RETURN(size_t got, r->Read(buf + at, n - at));
-    if (got == 0) return InvalidArgument("truncated archive: it ends inside " + what);
-    at += got;
-  }
-  return Status::Ok();
-}
-
-StatusOr<int64_t> Octal(const char* p, size_t n, const std::string& what) {
-  int64_t v = 0;
-  size_t i = 0;
-  while (i < n && (p[i] == ' ' || p[i] == '\0')) ++i;
-  bool any = false;
-  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) {
-    v = v * 8 + (p[i] - '0');
-    any = true;
-    if (v > (int64_t{1} << 50)) break;
-  }
-  for (; i < n; ++i) {
-    if (p[i] != ' ' && p[i] != '\0') return InvalidArgument("corrupt archive: " + what);
-  }
-  if (!any) return InvalidArgument("corrupt archive: " + what);
-  return v;
-}
-
-// "a/./b" -> "a/b"; refuses absolute paths, "..", empty names.
-StatusOr<std::string> SafeRelative(const std::string& name) {
-  if (name.empty() || name[0] == '/') {
-    return InvalidArgument("archive entry \"" + name + "\": absolute or empty paths are refused");
-  }
-  std::string out;
-  size_t pos = 0;
-  while (pos <= name.size()) {
-    size_t end = name.find('/', pos);
-    if (end == std::string::npos) end = name.size();
-    const std::string part = name.substr(pos, end - pos);
-    if (part == "..") {
-      return InvalidArgument("archive entry \"" + name + "\": \"..\" is refused");
-    }
-    if (!part.empty() && part != ".") out += (out.empty() ? "" : "/") + part;
-    pos = end + 1;
-  }
-  return out;
-}
-
-Status WriteAll(FILE* f, const char* p, size_t n, const std::string& path) {
-  if (std::fwrite(p, 1, n, f) != n) return InvalidArgument(Errno("writing " + path));
-  return Status::Ok();
-}
-
-// Extracts a tar stream into `root` (an empty directory).
-Status ExtractTar(Reader* r, const fs::path& root, std::vector<FileEntry>* files) {
-  char h[512];
-  std::string long_name;
-  std::vector<char> buf(1 << 16);
-  for (int entry = 0;; ++entry) {
-    ASSIGN_OR_RETURN(size_t got, r->Read(h, 512));
-    if (got == 0) {
-      return InvalidArgument("truncated archive: it ends without its end-of-archive blocks");
-    }
-    if (got < 512) RETURN_IF_ERROR(ReadFull(r, h + got, 512 - got, "a header"));
-    if (std::all_of(h, h + 512, [](char c) { return c == 0; })) return Status::Ok();
-    ASSIGN_OR_RETURN(int64_t sum, Octal(h + 148, 8, "header checksum"));
-    int64_t mine = 0;
-    for (int i = 0; i < 512; ++i) {
-      mine += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
-    }
-    if (mine != sum) {
-      return InvalidArgument("corrupt archive: the header checksum of entry " +
-                             std::to_string(entry) + " does not match");
-    }
-    ASSIGN_OR_RETURN(int64_t size, Octal(h + 124, 12, "entry size"));
-    const char type = h[156];
-    std::string name(h, strnlen(h, 100));
-    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) {
-      name = std::string(h + 345, strnlen(h + 345, 155)) + "/" + name;
-    }
-    if (!long_name.empty()) {
-      name = long_name;
-      long_name.clear();
-    }
-    const int64_t padded = (size + 511) / 512 * 512;
-    auto read_data = [&](std::string* out) -> Status {
-      if (size > (16 << 20)) return InvalidArgument("corrupt archive: an oversized header entry");
-      std::string d(static_cast<size_t>(padded), '\0');
-      RETURN_IF_ERROR(ReadFull(r, d.data(), d.size(), "entry " + std::to_string(entry)));
-      d.resize(static_cast<size_t>(size));
-      *out = std::move(d);
-      return Status::Ok();
-    };
-    if (type == 'L') {  // GNU long name of the next entry
-      RETURN_IF_ERROR(read_data(&long_name));
-      long_name = long_name.substr(0, strnlen(long_name.c_str(), long_name.size()));
-      continue;
-    }
-    if (type == 'x' || type == 'g') {  // pax headers: the next entry's path
-      std::string d;
-      RETURN_IF_ERROR(read_data(&d));
-      if (type == 'g') continue;
-      size_t at = 0;
-      while (at < d.size()) {
-        const size_t sp = d.find(' ', at);
-        if (sp == std::string::npos) break;
-        const int64_t len = std::atoll(d.c_str() + at);
-        if (len <= 0 || at + static_cast<size_t>(len) > d.size()) {
-          return InvalidArgument("corrupt archive: a pax header");
-        }
-        const std::string rec = d.substr(sp + 1, at + static_cast<size_t>(len) - sp - 2);
-        if (rec.rfind("path=", 0) == 0) long_name = rec.substr(5);
-        at += static_cast<size_t>(len);
-      }
-      continue;
-    }
-    ASSIGN_OR_RETURN(std::string rel, SafeRelative(name));
-    if (type == '5') {
-      if (!rel.empty()) fs::create_directories(root / rel);
-      continue;
-    }
-    if (type != '0' && type != '\0' && type != '7') {
-      return InvalidArgument("archive entry \"" + name +
-                             "\": links and special files are refused (regular files and "
-                             "directories only)");
-    }
-    if (rel.empty()) return InvalidArgument("archive entry \"" + name + "\": no file name");
-    const fs::path dst = root / rel;
-    std::error_code ec;
-    fs::create_directories(dst.parent_path(), ec);
-    if (ec)
-      return InvalidArgument("cannot create " + dst.parent_path().string() + ": " + ec.message());
-    FILE* f = std::fopen(dst.c_str(), "wb");
-    if (!f) return InvalidArgument(Errno("cannot create " + dst.string()));
-    Sha256 hash;
-    int64_t left = size;
-    Status s;
-    while (left > 0 && s.ok()) {
-      const size_t n =
-          static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buf.size())));
-      s = ReadFull(r, buf.data(), n, "\"" + name + "\"");
-      if (s.ok()) s = WriteAll(f, buf.data(), n, dst.string());
-      hash.Update(buf.data(), n);
-      left -= static_cast<int64_t>(n);
-    }
-    if (std::fclose(f) != 0 && s.ok()) s = InvalidArgument(Errno("writing " + dst.string()));
-    RETURN_IF_ERROR(s);
-    if (padded > size) {
-      RETURN_IF_ERROR(ReadFull(r, buf.data(), static_cast<size_t>(padded - size),
-                               "the padding of \"" + name + "\""));
-    }
-    files->push_back({rel, size, hash.Hex()});
-  }
-}
-
-Status ExtractArchive(const std::string& archive, const fs::path& root,
-                      std::vector<FileEntry>* files, std::string* sha) {
-  FILE* f = std::fopen(archive.c_str(), "rb");
-  if (!f) return InvalidArgument(Errno("cannot read " + archive));
-  const int c0 = std::fgetc(f), c1 = std::fgetc(f);
-  std::rewind(f);
-  FileReader raw(f);
-  Status s;
-  if (c0 == 0x1f && c1 == 0x8b) {
-    GzipReader gz(&raw);
-    s = ExtractTar(&gz, root, files);
-  } else {
-    s = ExtractTar(&raw, root, files);
-  }
-  if (s.ok()) {  // the rest (tar's record padding, gzip's trailer) counts in the checksum
-    char b[1 << 14];
-    while (std::fread(b, 1, sizeof(b), f) > 0) {
-    }
-  }
-  std::fclose(f);
-  RETURN_IF_ERROR(s);
-  if (sha->empty()) {
-    ASSIGN_OR_RETURN(*sha, HashFile(archive));
-  }
-  return Status::Ok();
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 Status CopyDirectory(const fs::path& src, const fs::path& root, std::vector<FileEntry>* files) {
@@ -361,11 +63,11 @@ Status CopyDirectory(const fs::path& src, const fs::path& root, std::vector<File
     const fs::path dst = root / rel;
     fs::create_directories(dst.parent_path());
     FILE* in = std::fopen(it->path().c_str(), "rb");
-    if (!in) return InvalidArgument(Errno("cannot read " + it->path().string()));
+    if (!in) return InvalidArgument(ErrnoMessage("cannot read " + it->path().string()));
     FILE* out = std::fopen(dst.c_str(), "wb");
     if (!out) {
       std::fclose(in);
-      return InvalidArgument(Errno("cannot create " + dst.string()));
+      return InvalidArgument(ErrnoMessage("cannot create " + dst.string()));
     }
     Sha256 h;
     int64_t size = 0;
@@ -377,7 +79,8 @@ Status CopyDirectory(const fs::path& src, const fs::path& root, std::vector<File
       size += static_cast<int64_t>(n);
     }
     std::fclose(in);
-    if (std::fclose(out) != 0 && s.ok()) s = InvalidArgument(Errno("writing " + dst.string()));
+    if (std::fclose(out) != 0 && s.ok())
+      s = InvalidArgument(ErrnoMessage("writing " + dst.string()));
     RETURN_IF_ERROR(s);
     files->push_back({rel, size, h.Hex()});
   }
@@ -433,7 +136,7 @@ Status Fetch(const std::string& url, const std::string& part, bool* resumed) {
   const int64_t have = fs::exists(part, ec) ? static_cast<int64_t>(fs::file_size(part, ec)) : 0;
   Download d;
   d.f = std::fopen(part.c_str(), "ab");
-  if (!d.f) return InvalidArgument(Errno("cannot create " + part));
+  if (!d.f) return InvalidArgument(ErrnoMessage("cannot create " + part));
   d.offset = have;
   d.curl = curl_easy_init();
   curl_easy_setopt(d.curl, CURLOPT_URL, url.c_str());
@@ -459,11 +162,11 @@ Status Fetch(const std::string& url, const std::string& part, bool* resumed) {
   if (d.write_error) {
     errno = d.write_errno;
     fs::remove(part, ec);
-    return InvalidArgument(Errno("writing " + part));
+    return InvalidArgument(ErrnoMessage("writing " + part));
   }
   if (!closed) {
     fs::remove(part, ec);
-    return InvalidArgument(Errno("writing " + part));
+    return InvalidArgument(ErrnoMessage("writing " + part));
   }
   if (code == 416 && have > 0) return Status::Ok();  // already whole: the checks will tell
   if (rc != CURLE_OK || code >= 400) {
@@ -585,7 +288,7 @@ bool IsUrl(std::string_view s) {
 }
 
 bool IsArchiveName(std::string_view s) {
-  for (std::string_view ext : {".tar", ".tar.gz", ".tgz"}) {
+  for (std::string_view ext : {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst"}) {
     if (s.size() > ext.size() && s.substr(s.size() - ext.size()) == ext) return true;
   }
   return false;
@@ -599,7 +302,47 @@ bool IsHex64(std::string_view s) {
 
 std::atomic<int> tmp_counter{0};
 
+struct CacheCounters {
+  std::atomic<int64_t> hits{0}, misses{0}, errors{0}, bytes{0}, size{0};
+  std::atomic<int64_t> micros{0};  // pull time
+};
+CacheCounters& Counters() {
+  static CacheCounters c;
+  return c;
+}
+
 }  // namespace
+
+std::string RenderCacheMetrics() {
+  const CacheCounters& c = Counters();
+  std::string out =
+      "# HELP sluice_model_cache_requests_total Model cache pulls by result (hit, miss = "
+      "materialised now, error).\n"
+      "# TYPE sluice_model_cache_requests_total counter\n";
+  for (auto [result, n] :
+       {std::pair{"hit", &c.hits}, std::pair{"miss", &c.misses}, std::pair{"error", &c.errors}}) {
+    out += std::string("sluice_model_cache_requests_total{result=\"") + result + "\"} " +
+           std::to_string(n->load()) + "\n";
+  }
+  char secs[64];
+  std::snprintf(secs, sizeof(secs), "%.6f", static_cast<double>(c.micros.load()) / 1e6);
+  out +=
+      "# HELP sluice_model_cache_bytes_total Bytes of model files materialised by misses.\n"
+      "# TYPE sluice_model_cache_bytes_total counter\n"
+      "sluice_model_cache_bytes_total " +
+      std::to_string(c.bytes.load()) +
+      "\n"
+      "# HELP sluice_model_cache_pull_seconds_total Time spent in pulls (hits included).\n"
+      "# TYPE sluice_model_cache_pull_seconds_total counter\n"
+      "sluice_model_cache_pull_seconds_total " +
+      secs +
+      "\n"
+      "# HELP sluice_model_cache_bytes Bytes of every cache entry after the last pull.\n"
+      "# TYPE sluice_model_cache_bytes gauge\n"
+      "sluice_model_cache_bytes " +
+      std::to_string(c.size.load()) + "\n";
+  return out;
+}
 
 bool IsCacheSource(std::string_view source) {
   const size_t hash = source.find("#sha256=");
@@ -627,7 +370,23 @@ int64_t ModelCache::TotalBytes() const {
   return t;
 }
 
-StatusOr<PullResult> ModelCache::Pull(const std::string& source_in, std::string expected) const {
+StatusOr<PullResult> ModelCache::Pull(const std::string& source, std::string expected) const {
+  const double t0 = Now();
+  auto r = PullUncounted(source, std::move(expected));
+  CacheCounters& c = Counters();
+  c.micros += static_cast<int64_t>((Now() - t0) * 1e6);
+  if (!r.ok()) {
+    ++c.errors;
+    return r;
+  }
+  ++(r->hit ? c.hits : c.misses);
+  if (!r->hit) c.bytes += r->bytes;
+  c.size = TotalBytes();
+  return r;
+}
+
+StatusOr<PullResult> ModelCache::PullUncounted(const std::string& source_in,
+                                               std::string expected) const {
   const double t0 = Now();
   std::string source = source_in;
   if (const size_t h = source.find("#sha256="); h != std::string::npos) {
@@ -782,8 +541,9 @@ StatusOr<PullResult> ModelCache::Pull(const std::string& source_in, std::string 
     const fs::path mp = tmp / kManifest;
     FILE* f = std::fopen(mp.c_str(), "wb");
     Status ws = f ? WriteAll(f, text.data(), text.size(), mp.string())
-                  : InvalidArgument(Errno("cannot create " + mp.string()));
-    if (f && std::fclose(f) != 0 && ws.ok()) ws = InvalidArgument(Errno("writing " + mp.string()));
+                  : InvalidArgument(ErrnoMessage("cannot create " + mp.string()));
+    if (f && std::fclose(f) != 0 && ws.ok())
+      ws = InvalidArgument(ErrnoMessage("writing " + mp.string()));
     if (!ws.ok()) {
       cleanup();
       return ws;

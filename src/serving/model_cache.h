@@ -2,7 +2,8 @@
 // `sluice serve --model NAME=SOURCE --model-cache DIR` materialise a model from
 //
 //   a directory              copied (symlinks followed: Hugging Face snapshot layouts)
-//   a .tar / .tar.gz archive read in place (gzip detected by its magic bytes)
+//   a .tar / .tar.gz / .tar.zst archive read in place (serving/archive.h; the compression
+//                            detected by its magic bytes)
 //   an http(s):// or file:// URL of such an archive (libcurl), downloaded to DIR/tmp/
 //
 // into DIR/models/<key>/ (key: SHA-256 of the source), with a manifest
@@ -57,6 +58,12 @@ struct PullResult {
 // archive file.
 bool IsCacheSource(std::string_view source);
 
+// Process-wide counters of ModelCache::Pull, as Prometheus text:
+// sluice_model_cache_requests_total{result="hit"|"miss"|"error"}, sluice_model_cache_bytes_total
+// (bytes materialised by misses), sluice_model_cache_pull_seconds_total and
+// sluice_model_cache_bytes (the cache's size after the last pull).
+std::string RenderCacheMetrics();
+
 class ModelCache {
  public:
   static StatusOr<ModelCache> Open(CacheOptions options);
@@ -70,6 +77,7 @@ class ModelCache {
 
  private:
   explicit ModelCache(CacheOptions options) : options_(std::move(options)) {}
+  StatusOr<PullResult> PullUncounted(const std::string& source, std::string expected) const;
   CacheOptions options_;
 };
 

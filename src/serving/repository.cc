@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "io/json.h"
+#include "serving/model_cache.h"
 
 namespace sluice::serving {
 namespace fs = std::filesystem;
@@ -149,6 +150,26 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
     bool t = false;
     if (Status s = f.GetBool("truncate", &t); !s.ok()) return ctx(s);
     c.truncate = t;
+  }
+  if (f.Get("sources", &e)) {
+    simdjson::dom::object so;
+    if (e.get(so)) {
+      return ctx(io::FieldError("sources", "must be an object of version -> source"));
+    }
+    c.sources.clear();
+    for (auto [key, val] : so) {
+      const std::string at = "sources." + std::string(key);
+      auto v = ParseVersion(key);
+      if (!v.ok()) return ctx(io::FieldError(at, v.status().message()));
+      std::string_view src;
+      if (val.get(src) || !IsCacheSource(src)) {
+        return ctx(io::FieldError(
+            at,
+            "must be a string naming an archive (.tar, .tar.gz, .tar.zst) or an http(s):// "
+            "or file:// URL of one, optionally with #sha256=HEX"));
+      }
+      c.sources[*v] = std::string(src);
+    }
   }
   if (Status s = f.CheckNoUnknown(); !s.ok()) return ctx(s);
   return c;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,6 +46,9 @@ struct ModelConfig {
   std::optional<int64_t> max_batch_tokens, max_num_seqs, max_queue_depth;
   std::optional<int64_t> max_inputs_per_request, max_tokens_per_input;
   std::optional<bool> truncate;
+  // "sources": {"3": "https://.../v3.tar.zst#sha256=..."}: versions materialised through the
+  // model cache (serving/model_cache.h) when they load, beside the version directories.
+  std::map<int64_t, std::string> sources;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -69,7 +73,8 @@ StatusOr<std::vector<int64_t>> SelectVersions(const VersionPolicy& policy,
 
 struct VersionDir {
   int64_t version = 0;
-  std::string path;
+  std::string path;     // a directory, or a cache source (model.json "sources")
+  bool source = false;  // path is a cache source, pulled when the version loads
 };
 
 class Repository {

@@ -117,6 +117,24 @@ try:
     c.check(rc == 0 and same_tree(r["path"], RERANKER), f"pull .tar with its sha256: {r}")
     rc, r = pull(RERANKER, cache)
     c.check(rc == 0 and same_tree(r["path"], RERANKER), f"pull a directory: {r}")
+    # .tar.zst (the zstd CLI; two frames concatenated, as `zstd` of a split file writes them)
+    zst = os.path.join(WORK, "m.tar.zst")
+    subprocess.run(["zstd", "-q", "-f", "-19", tar, "-o", zst], check=True)
+    rc, r = pull(zst, cache)
+    c.check(rc == 0 and not r["hit"] and same_tree(r["path"], RERANKER) and
+            r["sha256"] == sha(zst), f"pull .tar.zst: {r}")
+    tdata = open(tar, "rb").read()
+    half = len(tdata) // 2
+    frames = []
+    for i, part in enumerate((tdata[:half], tdata[half:])):
+        pth = os.path.join(WORK, f"part{i}")
+        open(pth, "wb").write(part)
+        subprocess.run(["zstd", "-q", "-f", pth, "-o", pth + ".zst"], check=True)
+        frames.append(open(pth + ".zst", "rb").read())
+    two = os.path.join(WORK, "two.tzst")
+    open(two, "wb").write(frames[0] + frames[1])
+    rc, r = pull(two, os.path.join(WORK, "c-zst"))
+    c.check(rc == 0 and same_tree(r["path"], RERANKER), f"pull a two-frame .tzst: {r}")
     rc, err = pull(tgz + "#sha256=" + "0" * 64, os.path.join(WORK, "c2"))
     c.check(rc != 0 and "checksum mismatch" in err and
             not os.listdir(os.path.join(WORK, "c2", "models")), f"local checksum mismatch: {err}")
@@ -142,6 +160,18 @@ try:
     open(cut_tar, "wb").write(tdata[:4096 + 300])
     rc, err = pull(cut_tar, c3)
     c.check(rc != 0 and "truncated archive" in err, f"truncated .tar: {err}")
+    zdata = open(zst, "rb").read()
+    cut_zst = os.path.join(WORK, "cut.tar.zst")
+    open(cut_zst, "wb").write(zdata[: len(zdata) // 2])
+    rc, err = pull(cut_zst, c3)
+    c.check(rc != 0 and "truncated archive: the zstd stream is cut short" in err,
+            f"truncated .tar.zst: {err}")
+    bad_z = bytearray(zdata)
+    bad_z[len(bad_z) // 2] ^= 0xFF
+    bad_zst = os.path.join(WORK, "bad.tar.zst")
+    open(bad_zst, "wb").write(bytes(bad_z))
+    rc, err = pull(bad_zst, c3)
+    c.check(rc != 0 and "corrupt archive" in err, f"corrupt .tar.zst: {err}")
     bad = bytearray(tdata)
     bad[100] ^= 0x55  # inside the first header
     bad_tar = os.path.join(WORK, "bad.tar")
@@ -234,6 +264,40 @@ try:
                        capture_output=True, text=True, timeout=60)
     c.check(p.returncode != 0 and "--model-cache" in p.stderr + p.stdout,
             "a URL without --model-cache is refused")
+    # --- a repository's model.json "sources": versions pulled as they load; cache metrics ---
+    repo = os.path.join(WORK, "repo")
+    os.makedirs(os.path.join(repo, "r"))
+    with open(os.path.join(repo, "r", "model.json"), "w") as f:
+        json.dump({"version_policy": {"all": {}},
+                   "sources": {"1": tgz, "2": url + "#sha256=" + sha(tgz)}}, f)
+    c8 = os.path.join(WORK, "c8")
+    for attempt in ("miss", "hit"):
+        with Server(None, "--model-repository", repo, "--model-cache", c8) as s:
+            st, _, body = s.post("/v1/rerank", {"model": "r:2", "query": "How do salmon swim?",
+                                                "documents": ["Salmon swim up the river.",
+                                                              "Traders sell shares."]})
+            c.check(st == 200 and body["results"][0]["index"] == 0,
+                    f"a model.json source serves ({attempt}): {st} {body}")
+            st, _, text = s.get("/metrics")
+            text = text if isinstance(text, str) else text.decode()
+            want = f'sluice_model_cache_requests_total{{result="{attempt}"}} 2'
+            c.check(st == 200 and want in text and
+                    ("sluice_model_cache_bytes_total 0" in text) == (attempt == "hit"),
+                    f"cache metrics after the {attempt}es: " +
+                    "; ".join(x for x in text.splitlines() if x.startswith("sluice_model_cache")))
+            c.check(any('version 2: pulled ' + url in line or
+                        'version 2: cached ' + url in line for line in s.log),
+                    "the version's pull is logged")
+    p = subprocess.run([harness.ARGS.sluice, "serve", "--model-repository", repo, "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    c.check(p.returncode != 0 and "needs --model-cache" in p.stderr + p.stdout,
+            f"a source without --model-cache fails its load: {(p.stderr + p.stdout)[-300:]}")
+    with open(os.path.join(repo, "r", "model.json"), "w") as f:
+        json.dump({"sources": {"1": os.path.join(WORK, "no-such.txt")}}, f)
+    p = subprocess.run([harness.ARGS.sluice, "serve", "--model-repository", repo, "--port", "0",
+                        "--model-cache", c8], capture_output=True, text=True, timeout=60)
+    c.check(p.returncode != 0 and "sources.1: must be a string naming an archive" in
+            p.stderr + p.stdout, f"a bad source is refused: {(p.stderr + p.stdout)[-300:]}")
 finally:
     httpd.shutdown()
     subprocess.run(["rm", "-rf", WORK])

@@ -63,6 +63,7 @@ bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DTyp
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) : threads_(threads) { omp_set_num_threads(threads_); }
+  void SetFewRows(bool few) { linear_.SetFewRows(few); }
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string Describe() const override {
@@ -206,7 +207,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     return InvalidArgument("num_threads must be >= 0 (0 = all available cores)");
   }
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads));
+  auto b = std::make_unique<CpuBackend>(threads);
+  b->SetFewRows(options.cpu_few_rows);
+  return std::unique_ptr<Backend>(std::move(b));
 }
 
 }  // namespace sluice

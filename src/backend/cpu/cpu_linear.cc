@@ -187,7 +187,7 @@ std::string PathMode() {
 // int8 always runs gemm_x86.h's kernels. Otherwise SLUICE_CPU_LINEAR=onednn|sluice|
 // avx512bf16 forces a path (avx512bf16: bf16 only, and only where the CPU has it); auto
 // picks, per compute dtype, what docs/benchmarks.md measured fastest at the models' shapes.
-StatusOr<Path> ChoosePath(DType dtype) {
+StatusOr<Path> ChoosePath(DType dtype, bool few_rows = false) {
   if (dtype == DType::kI8) return Path::kInt8;
   const std::string mode = PathMode();
   if (mode == "sluice") return Path::kHwy;
@@ -218,7 +218,9 @@ StatusOr<Path> ChoosePath(DType dtype) {
   // bf16 without AMX: sluice's AVX-512 FMA kernel measured 1.3-1.9x oneDNN 2.6's bf16
   // brgemm at M >= 4 and on par at M = 1 (docs/benchmarks.md, "CPU bf16 kernels"); on
   // AMX machines oneDNN's AMX kernel stays until sluice's AMX GEMM is measured there.
-  if (dtype == DType::kBF16 && Features().avx512 && IsaNameImpl() != "amx") {
+  // Few-row GEMMs (generation): the AVX-512 kernel streams bf16 weights faster than
+  // oneDNN's AMX kernel at 1-4 rows on AMX machines too (docs/benchmarks.md).
+  if (dtype == DType::kBF16 && Features().avx512 && (IsaNameImpl() != "amx" || few_rows)) {
     return Path::kAvx512Fma;
   }
   return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
@@ -355,7 +357,7 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
     return Unsupported(std::string("CPU linear compute dtype must be f32, bf16 or int8, not ") +
                        DTypeName(dtype));
   }
-  ASSIGN_OR_RETURN(const Path path, ChoosePath(dtype));
+  ASSIGN_OR_RETURN(const Path path, ChoosePath(dtype, few_rows_));
   auto w = std::make_unique<CpuLinearWeight>();
   const int64_t n = weight.shape[0], k = weight.shape[1];
   w->out_features = n;

@@ -47,6 +47,9 @@ class LinearRunner {
   // "auto" (default: oneDNN where it has a brgemm kernel, else sluice's GEMM), "onednn"
   // or "sluice"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards. Tests only.
   static void SetPathForTesting(const std::string& mode);
+  // BackendOptions::cpu_few_rows: bf16 weights prepared afterwards prefer the AVX-512 kernel
+  // over oneDNN's AMX one (SLUICE_CPU_LINEAR still decides when set).
+  void SetFewRows(bool few) { few_rows_ = few; }
 
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);
@@ -56,6 +59,7 @@ class LinearRunner {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool few_rows_ = false;
 };
 
 }  // namespace sluice::cpu

@@ -1,0 +1,62 @@
+// IO processors of plugins (include/sluice/plugin.h, docs/plugins.md) behind the IoProcessor
+// interface of the built-ins. One PluginIoProcessor is one plugin processor bound to one
+// served model; two routes run it:
+//
+//   POST /plugins/NAME                the body is the plugin's, the response is the plugin's;
+//   POST /pooling {"io_processor": "NAME", "data": ..., "model"?}
+//                                     the plugin gets "data"; its response goes under "data"
+//                                     of the pooling envelope (id, object, created, model,
+//                                     io_processor, data, usage).
+//
+// The request's state (PluginIoState: the plugin's allocations and their cleanups, the
+// sequences, the response bytes) is an IoState: it goes when the server drops the request's
+// state, on every path (response, error, client gone). The plugin's return codes map to
+// Status codes (400 InvalidArgument, 404 NotFound, 429 ResourceExhausted, 500 Internal,
+// 503 Unavailable); messages are prefixed with the processor's name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/plugins.h"
+#include "sluice/io_processor.h"
+
+namespace sluice::io {
+
+class PluginIoProcessor : public IoProcessor {
+ public:
+  // Use BindPluginIoProcessors (it checks the task and runs check_model).
+  PluginIoProcessor(const IoProcessorEntry& entry, const ModelContext& model);
+  std::string_view name() const override { return entry_.name; }
+  const std::string& origin() const { return entry_.origin; }
+
+  StatusOr<std::unique_ptr<IoState>> Parse(const IoRequest& request) const override;
+  Status PreProcess(const ModelContext& model, IoState& state,
+                    std::vector<TokenSequence>* sequences) const override;
+  StatusOr<IoResponse> PostProcess(const ModelContext& model, IoState& state,
+                                   std::vector<PooledOutput>& outputs) const override;
+
+  const sluice_io_model& model_info() const { return info_; }
+
+ private:
+  Status FromPlugin(int rc, const sluice_plugin_error& err, bool in_parse) const;
+
+  IoProcessorEntry entry_;
+  // The model as the plugin sees it (owns its strings: the context may move).
+  std::string model_name_, model_task_;
+  std::vector<std::string> labels_;
+  std::vector<const char*> label_ptrs_;
+  sluice_io_model info_{};
+};
+
+// The processors of `set`, each bound to `model`. FailedPrecondition naming the plugin file,
+// the processor and both tasks when the model's task is not the processor's, or with
+// check_model's message when it refuses the model.
+StatusOr<std::vector<std::shared_ptr<const PluginIoProcessor>>> BindPluginIoProcessors(
+    const PluginSet& set, const ModelContext& model);
+
+// Bytes the allocations of one request may take in all (alloc returns NULL past it).
+inline constexpr size_t kPluginRequestMemory = size_t{64} << 20;
+
+}  // namespace sluice::io
