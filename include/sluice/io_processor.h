@@ -28,11 +28,11 @@ class Tokenizer;
 
 // What a processor may know about the served model. Const after load.
 struct ModelContext {
-  std::string name;    // served model name (the `model` field must match when given)
+  std::string name;           // served model name (the `model` field must match when given)
   std::string version = "1";  // served version: `model` may also be "name:version"
-  std::string task;    // "embed" | "classify" | "score" | "token-classify"
-  std::string family;  // "bert" | "qwen3" (architecture family)
-  int output_dim = 0;  // values per row
+  std::string task;           // "embed" | "classify" | "score" | "token-classify"
+  std::string family;         // "bert" | "qwen3" (architecture family)
+  int output_dim = 0;         // values per row
   // Embeddings are L2-normalised unless a request asks otherwise ("normalize"): sluice.json
   // "normalize", default true (vLLM's rule).
   bool normalize = true;
@@ -69,12 +69,21 @@ struct ModelContext {
   // on their own, token by token (prefixes prepended to texts), and scored by MaxSim.
   bool late_interaction = false;
   std::string query_prefix, document_prefix;
+  // ColBERT query augmentation (0 = off): a query (text or ids, after its prefix and special
+  // tokens) is padded with query_mask_id up to query_length tokens; longer queries are
+  // refused unless truncation is asked for (then cut to query_length).
+  int query_length = 0;
+  int32_t query_mask_id = -1;
   // Aspect-based sentiment (/absa; sluice.json "absa"): tag (or label) -> sentiment name,
   // the word aggregation that builds spans, the aspects one request may hold.
   bool absa = false;
   std::vector<std::pair<std::string, std::string>> absa_sentiments;
   std::string absa_aggregation = "first";
   int absa_max_aspects = 32;
+  // sluice.json absa.sentiment_model: the sequence classifier served beside this model (its
+  // companion): processors give it sequences through PreProcessCompanion and read its
+  // outputs from IoState::companion_outputs. Null: no companion.
+  std::shared_ptr<const ModelContext> companion;
 };
 
 struct IoRequest {
@@ -93,6 +102,9 @@ class IoState {
  public:
   virtual ~IoState() = default;
   int64_t prompt_tokens = 0;  // tokens sent to the engine (for usage and metrics)
+  // The companion model's outputs (ModelContext::companion), one per sequence of
+  // PreProcessCompanion, filled in before PostProcess.
+  std::vector<PooledOutput> companion_outputs;
 };
 
 class IoProcessor {
@@ -104,6 +116,13 @@ class IoProcessor {
   // Builds the engine sequences (may be none, e.g. /tokenize).
   virtual Status PreProcess(const ModelContext& model, IoState& state,
                             std::vector<TokenSequence>* sequences) const = 0;
+  // Sequences for the model's companion (ModelContext::companion; called only when there is
+  // one), run beside PreProcess's on the companion's engine. Default: none.
+  virtual Status PreProcessCompanion(const ModelContext& companion, IoState& state,
+                                     std::vector<TokenSequence>* sequences) const {
+    (void)companion, (void)state, (void)sequences;
+    return Status::Ok();
+  }
   // outputs: one per sequence, in PreProcess order.
   virtual StatusOr<IoResponse> PostProcess(const ModelContext& model, IoState& state,
                                            std::vector<PooledOutput>& outputs) const = 0;

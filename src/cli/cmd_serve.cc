@@ -107,6 +107,13 @@ StatusOr<int64_t> EstimateMemory(const ServeFlags& f, const server::LoadSpec& sp
     return InvalidArgument("dtype: unknown dtype \"" + mf.dtype + "\"");
   }
   int64_t bytes = bundle->weights->TotalParameters() * static_cast<int64_t>(DTypeSize(dtype));
+  if (bundle->overrides.absa && !bundle->overrides.absa->sentiment_model.empty()) {
+    // The absa sentiment model is loaded beside it, in the same dtype.
+    ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> side,
+                     LoadModelBundle(bundle->overrides.absa->sentiment_model));
+    DType sd = mf.dtype == "auto" ? side->weights->DominantDType() : dtype;
+    bytes += side->weights->TotalParameters() * static_cast<int64_t>(DTypeSize(sd));
+  }
   ASSIGN_OR_RETURN(bool is_gen, IsGenerationModel(*bundle, mf.task));
   if (is_gen) {
     if (f.gen.kv_cache_memory > 0) {
@@ -116,6 +123,47 @@ StatusOr<int64_t> EstimateMemory(const ServeFlags& f, const server::LoadSpec& sp
     }
   }
   return bytes;
+}
+
+// sluice.json absa.sentiment_model: the sequence classifier that gives /absa its sentiments,
+// loaded beside the token classifier with the same flags (device, dtype, limits), its context
+// set as ctx->companion. Null when none is configured; an error when it is not a sequence
+// classifier with a tokenizer, or the model is not a token classifier.
+StatusOr<std::unique_ptr<Engine>> LoadAbsaSentimentModel(const ModelFlags& mf, const Engine& engine,
+                                                         const io::ContextOptions& co,
+                                                         ModelContext* ctx) {
+  const auto& absa = engine.bundle().overrides.absa;
+  if (!absa || absa->sentiment_model.empty()) return std::unique_ptr<Engine>();
+  const std::string& path = absa->sentiment_model;
+  const std::string what = mf.model + " sluice.json absa.sentiment_model " + path;
+  if (ctx->task != "token-classify") {
+    return InvalidArgument(what +
+                           ": a sentiment model serves a token classifier; this model's "
+                           "task is " +
+                           ctx->task);
+  }
+  if (!std::filesystem::is_directory(path)) return NotFound(what + ": no such model directory");
+  ModelFlags sf = mf;
+  sf.model = path;
+  sf.task.clear();
+  sf.profile = false;
+  auto loaded = LoadEngine(sf);
+  if (!loaded.ok()) return loaded.status().WithContext(what);
+  std::unique_ptr<Engine> e = std::move(loaded).value();
+  if (e->info().task != Task::kClassify) {
+    return InvalidArgument(what + ": not a sequence classifier (its task is " +
+                           TaskName(e->info().task) + ")");
+  }
+  const Tokenizer* tok = e->bundle().tokenizer.get();
+  if (!tok) return InvalidArgument(what + ": has no tokenizer.json (/absa sends it text)");
+  io::ContextOptions sco = co;
+  sco.max_tokens_per_input = 0;  // the sentiment model's own limit
+  auto sctx = io::BuildModelContext(*e, tok, sco);
+  if (!sctx.ok()) return sctx.status().WithContext(what);
+  SLUICE_LOG_INFO("model \"{}\": /absa sentiments from {} (labels {})", co.served_name, path,
+                  sctx->labels.size());
+  ctx->companion = std::make_shared<const ModelContext>(std::move(sctx).value());
+  return e;
 }
 
 // Loads one version of a model: the server's flags, overridden by its model.json.
@@ -193,6 +241,8 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
       static_cast<int>(c.max_tokens_per_input.value_or(f.max_tokens_per_input));
   co.truncate = c.truncate.value_or(f.truncate);
   ASSIGN_OR_RETURN(ModelContext ctx, io::BuildModelContext(*engine, tokenizer.get(), co));
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> companion,
+                   LoadAbsaSentimentModel(mf, *engine, co, &ctx));
   // Plugins of a scoring model: IO processors (docs/plugins.md), each checked against the model.
   ASSIGN_OR_RETURN(std::shared_ptr<const PluginSet> plugins,
                    LoadModelPlugins(f.gen.plugins, engine->bundle(), /*generation=*/false));
@@ -210,6 +260,7 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   o.name = spec.name;
   o.version = version;
   o.context = std::move(ctx);
+  o.companion = std::move(companion);
   o.loop.limits.max_batch_tokens = engine->options().max_batch_tokens;  // device-resolved
   o.loop.limits.max_num_seqs = engine->options().max_num_seqs;
   o.loop.max_queue_depth = max_queue_depth;

@@ -11,6 +11,10 @@
 // start/end are character offsets into the review and text is review[start:end]. The
 // aspect's sentiment and score are those of its highest-scoring span; without a span,
 // "none" with the mean probability of "O" over the review's tokens.
+// With absa.sentiment_model (a sequence classifier loaded beside the token classifier, its
+// companion) the spans still come from the token classifier, but each aspect's sentiment and
+// score come from the companion: its most probable label for the pair, encoded with its own
+// tokenizer (all aspects one engine request there too), mapped through absa.sentiments.
 // On a sequence classifier the pair is classified instead: the sentiment is its most probable
 // label (mapped through absa.sentiments, default the label lower-cased), the score its
 // probability, and spans is empty.
@@ -29,6 +33,17 @@ struct AbsaState : IoState {
   std::vector<std::string> aspects;
   std::vector<Encoding> encodings;
 };
+
+// The most probable label of a sequence classifier's output, and its probability.
+std::pair<std::string, float> TopLabel(const std::vector<std::string>& labels,
+                                       const PooledOutput& o) {
+  size_t best = 0;
+  for (size_t k = 1; k < o.values.size(); ++k) {
+    if (o.values[k] > o.values[best]) best = k;
+  }
+  return {best < labels.size() ? labels[best] : "LABEL_" + std::to_string(best),
+          o.values.empty() ? 0.f : o.values[best]};
+}
 
 std::string Sentiment(const ModelContext& m, const std::string& tag) {
   for (const auto& [k, v] : m.absa_sentiments) {
@@ -105,6 +120,19 @@ class AbsaProcessor : public IoProcessor {
     return Status::Ok();
   }
 
+  Status PreProcessCompanion(const ModelContext& c, IoState& state,
+                             std::vector<TokenSequence>* seqs) const override {
+    auto& st = static_cast<AbsaState&>(state);
+    if (!c.tokenizer) return Internal("the absa sentiment model has no tokenizer");
+    for (size_t i = 0; i < st.aspects.size(); ++i) {
+      ASSIGN_OR_RETURN(Encoding enc, EncodeText(c, st.aspects[i], &st.review, {},
+                                                "aspects[" + std::to_string(i) + "]"));
+      seqs->push_back(ToSequence(c, enc));
+      st.prompt_tokens += static_cast<int64_t>(enc.size());
+    }
+    return Status::Ok();
+  }
+
   StatusOr<IoResponse> PostProcess(const ModelContext& m, IoState& state,
                                    std::vector<PooledOutput>& outs) const override {
     auto& st = static_cast<AbsaState&>(state);
@@ -119,6 +147,9 @@ class AbsaProcessor : public IoProcessor {
     const CharOffsets chars(st.review);
     const size_t L = m.labels.size();
     const auto o_label = std::find(m.labels.begin(), m.labels.end(), "O");
+    if (m.companion && st.companion_outputs.size() != outs.size()) {
+      return Internal("the absa sentiment model's outputs do not match the aspects");
+    }
     JsonWriter w;
     w.BeginObject();
     w.KeyString("model", m.name);
@@ -129,12 +160,9 @@ class AbsaProcessor : public IoProcessor {
       w.BeginObject();
       w.KeyString("aspect", st.aspects[i]);
       if (!tokens) {
-        size_t best = 0;
-        for (size_t k = 1; k < o.values.size(); ++k) {
-          if (o.values[k] > o.values[best]) best = k;
-        }
-        w.KeyString("sentiment", Sentiment(m, best < L ? m.labels[best] : std::to_string(best)));
-        w.KeyFloat("score", o.values.empty() ? 0.f : o.values[best]);
+        const auto [label, score] = TopLabel(m.labels, o);
+        w.KeyString("sentiment", Sentiment(m, label));
+        w.KeyFloat("score", score);
         w.Key("spans");
         w.BeginArray();
         w.EndArray();
@@ -150,7 +178,11 @@ class AbsaProcessor : public IoProcessor {
       for (const auto& s : spans) {
         if (!top || s.score > top->score) top = &s;
       }
-      if (top) {
+      if (m.companion) {
+        const auto [label, score] = TopLabel(m.companion->labels, st.companion_outputs[i]);
+        w.KeyString("sentiment", Sentiment(m, label));
+        w.KeyFloat("score", score);
+      } else if (top) {
         w.KeyString("sentiment", Sentiment(m, top->label));
         w.KeyFloat("score", top->score);
       } else {

@@ -309,26 +309,33 @@ Status ReadChatTemplateFields(Fields& f, const ChatTokens& tokens, ChatRequest* 
   std::string last_role;
   for (auto m : msgs) RETURN_IF_ERROR(WriteMessage(m, i++, ctx, &last_role));
   ctx.EndArray();
-  // Tools: rendered through the template; tool_choice "none" leaves them out.
-  std::string tool_choice = "auto";
+  // Tools: rendered through the template; tool_choice "none" leaves them out. "required", a
+  // named function and strict tools constrain the output (structured/tool_calls.h).
+  std::string tool_choice = "auto", named;
   simdjson::dom::element tc;
   if (f.Get("tool_choice", &tc)) {
     std::string_view sv;
-    if (tc.get(sv)) {
+    simdjson::dom::object to;
+    if (!tc.get(to)) {
+      std::string_view type, name;
+      simdjson::dom::object fo;
+      if (to["type"].get(type) || type != "function" || to["function"].get(fo) ||
+          fo["name"].get(name) || name.empty()) {
+        return FieldError("tool_choice",
+                          "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                          "\"function\": {\"name\": \"...\"}}");
+      }
+      tool_choice = "named";
+      named = std::string(name);
+    } else if (tc.get(sv) || (sv != "auto" && sv != "none" && sv != "required")) {
       return FieldError("tool_choice",
-                        "a named function needs constrained decoding (structured outputs), "
-                        "which is not supported yet; use \"auto\" or \"none\"");
-    }
-    tool_choice = std::string(sv);
-    if (tool_choice == "required") {
-      return FieldError("tool_choice",
-                        "\"required\" needs constrained decoding (structured outputs), which "
-                        "is not supported yet; use \"auto\" or \"none\"");
-    }
-    if (tool_choice != "auto" && tool_choice != "none") {
-      return FieldError("tool_choice", "must be \"auto\" or \"none\"");
+                        "must be \"auto\", \"none\", \"required\" or a named function");
+    } else {
+      tool_choice = std::string(sv);
     }
   }
+  structured::ToolCallSpec spec;
+  bool any_strict = false, named_found = false;
   simdjson::dom::element te;
   if (f.Get("tools", &te)) {
     simdjson::dom::array tools;
@@ -343,17 +350,49 @@ Status ReadChatTemplateFields(Fields& f, const ChatTokens& tokens, ChatRequest* 
         return FieldError(tw, "must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
       }
       bool strict = false;
-      if (!fo["strict"].get(strict) && strict) {
-        return FieldError(tw + ".function.strict",
-                          "true needs constrained decoding (structured outputs), which is not "
-                          "supported yet");
+      simdjson::dom::element se;
+      if (!fo["strict"].get(se) && se.get(strict)) {
+        return FieldError(tw + ".function.strict", "must be a boolean");
       }
+      structured::ToolCallTool tool;
+      tool.name = std::string(name);
+      tool.field = tw + ".function.parameters";
+      simdjson::dom::element pe;
+      if (!fo["parameters"].get(pe)) {
+        if (pe.type() != simdjson::dom::element_type::OBJECT) {
+          return FieldError(tool.field, "must be a JSON Schema (an object)");
+        }
+        tool.parameters = Minify(pe);
+      }
+      // Under "auto" only strict tools' arguments follow their schema; under "required" and
+      // a named function every tool's do.
+      tool.enforce = strict || tool_choice != "auto";
+      any_strict |= strict;
+      if (tool_choice == "named" && tool.name != named) continue;
+      named_found |= tool_choice == "named";
+      spec.tools.push_back(std::move(tool));
     }
     if (tools.size() > 0 && tool_choice != "none") {
       ctx.Key("tools");
       ctx.Raw(Minify(te));
       r.tools_given = true;
     }
+  }
+  if ((tool_choice == "required" || tool_choice == "named") && !r.tools_given) {
+    return FieldError(
+        "tool_choice",
+        "\"" + std::string(tool_choice == "named" ? named : "required") + "\" needs \"tools\"");
+  }
+  if (tool_choice == "named" && !named_found) {
+    return FieldError("tool_choice.function.name", "\"" + named + "\" is not one of the tools");
+  }
+  if (tool_choice == "required" || tool_choice == "named" ||
+      (tool_choice == "auto" && any_strict && r.tools_given)) {
+    spec.mode = tool_choice == "required" ? structured::ToolCallSpec::Mode::kRequired
+                : tool_choice == "named"  ? structured::ToolCallSpec::Mode::kNamed
+                                          : structured::ToolCallSpec::Mode::kAuto;
+    r.tool_calls = std::move(spec);
+    r.tool_calls_field = tool_choice == "auto" ? "tools (strict)" : "tool_choice";
   }
   bool parallel = true;
   RETURN_IF_ERROR(f.GetBool("parallel_tool_calls", &parallel));
@@ -411,6 +450,10 @@ StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& 
   simdjson::dom::element e;
   RETURN_IF_ERROR(ReadSamplingFields(f, &r.params, /*openai_logprobs=*/false));
   RETURN_IF_ERROR(ReadStructuredFields(f, &r.params));
+  if (r.tool_calls && r.params.constraint) {
+    return InvalidArgument("several structured-output constraints in one request (" +
+                           r.tool_calls_field + ", " + r.params.constraint->field + "); give one");
+  }
   // Chat logprobs: a boolean plus top_logprobs.
   bool logprobs = false;
   RETURN_IF_ERROR(f.GetBool("logprobs", &logprobs));
@@ -430,6 +473,18 @@ StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& 
   RETURN_IF_ERROR(ReadStreamAndUser(f, &r.stream, &r.include_usage, &r.user));
   RETURN_IF_ERROR(f.CheckNoUnknown());
   return r;
+}
+
+std::optional<structured::ConstraintSpec> ToolCallConstraint(const ChatRequest& req,
+                                                             bool thinking) {
+  if (!req.tool_calls) return std::nullopt;
+  structured::ToolCallSpec spec = *req.tool_calls;
+  spec.reasoning = thinking;
+  structured::ConstraintSpec c;
+  c.kind = structured::ConstraintSpec::Kind::kToolCalls;
+  c.text = structured::EncodeToolCallSpec(spec);
+  c.field = req.tool_calls_field;
+  return c;
 }
 
 bool PromptOpensThinking(std::string_view prompt) {

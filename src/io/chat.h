@@ -14,6 +14,7 @@
 #include "engine/generator.h"
 #include "io/json.h"
 #include "sluice/status.h"
+#include "structured/tool_calls.h"
 
 namespace sluice::io {
 
@@ -29,6 +30,10 @@ struct ChatRequest {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool tools_given = false;
+  // tool_choice "required" / a named function, or strict tools under "auto": the tool-call
+  // constraint (set as params.constraint by ToolCallConstraint once the prompt is rendered).
+  std::optional<structured::ToolCallSpec> tool_calls;
+  std::string tool_calls_field;  // "tool_choice" or "tools (strict)" (errors name it)
   SamplingParams params;
   bool stream = false, include_usage = false;
   std::string user;
@@ -43,6 +48,10 @@ StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ChatTokens& 
 // add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs):
 // shared with /tokenize's messages form.
 Status ReadChatTemplateFields(Fields& f, const ChatTokens& tokens, ChatRequest* out);
+
+// The tool-call constraint of a request (ChatRequest::tool_calls), for a prompt that leaves a
+// <think> block open (`thinking`) or not; nullopt when the request has none.
+std::optional<structured::ConstraintSpec> ToolCallConstraint(const ChatRequest& req, bool thinking);
 
 // The model's output split as vLLM's qwen3 reasoning parser and hermes tool parser do.
 struct ParsedToolCall {

@@ -69,6 +69,27 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   m.late_interaction = head.late_interaction;
   m.query_prefix = overrides.query_prefix;
   m.document_prefix = overrides.document_prefix;
+  ASSIGN_OR_RETURN(QueryExpansion qe,
+                   ResolveQueryExpansion(engine.bundle().st, overrides, m.late_interaction));
+  if (qe.length > 0) {
+    // The tokenizer's mask token (tokenizer_config.json mask_token, else "[MASK]").
+    std::optional<int32_t> mask;
+    if (tokenizer) {
+      mask = tokenizer->TokenToId(tokenizer->config().mask_token.value_or("[MASK]"));
+    }
+    if (!mask) {
+      return FailedPrecondition(
+          "query_length (ColBERT query augmentation) needs the tokenizer's mask token "
+          "(tokenizer.json with tokenizer_config.json mask_token, or a [MASK] token)");
+    }
+    if (qe.length > m.max_tokens_per_input) {
+      return InvalidArgument("query_length " + std::to_string(qe.length) +
+                             " is over the limit of " + std::to_string(m.max_tokens_per_input) +
+                             " tokens per input");
+    }
+    m.query_length = qe.length;
+    m.query_mask_id = *mask;
+  }
   if (overrides.absa) {
     m.absa = true;
     m.absa_sentiments = overrides.absa->sentiments;

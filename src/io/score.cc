@@ -300,21 +300,37 @@ class ScoreProcessor : public IoProcessor {
   // Queries and documents embedded on their own (each query once), prefixes on texts.
   template <typename Add>
   static Status PreProcessLateInteraction(const ModelContext& m, ScoreState& st, Add& add) {
-    auto encode = [&](const Item& it, const std::string& prefix,
+    auto encode = [&](const Item& it, const std::string& prefix, const Truncate& t,
                       const std::string& path) -> StatusOr<TokenSequence> {
       Item x = it;
       if (!x.is_ids) x.text = prefix + x.text;
-      return EncodeOne(m, x, st.truncate, path);
+      return EncodeOne(m, x, t, path);
     };
     std::vector<size_t> q_index(st.queries.size());
     for (size_t i = 0; i < st.queries.size(); ++i) {
       const std::string path =
           st.queries.size() > 1 ? st.query_field + "[" + std::to_string(i) + "]" : st.query_field;
-      ASSIGN_OR_RETURN(TokenSequence s, encode(st.queries[i], m.query_prefix, path));
+      Truncate qt = st.truncate;
+      bool truncating = false;
+      const int limit = EffectiveLimit(m, qt, &truncating);
+      if (m.query_length > 0 && truncating) qt.tokens = std::min(limit, m.query_length);
+      ASSIGN_OR_RETURN(TokenSequence s, encode(st.queries[i], m.query_prefix, qt, path));
+      if (m.query_length > 0) {
+        // ColBERT query augmentation: [MASK] up to the query length.
+        const size_t n = static_cast<size_t>(m.query_length);
+        if (s.ids.size() > n) {
+          return OutOfRange("\"" + path + "\" has " + std::to_string(s.ids.size()) +
+                            " tokens, over the model's query length of " + std::to_string(n) +
+                            " (query_length, ColBERT query augmentation); shorten it or ask "
+                            "for truncation (\"truncate_prompt_tokens\" or \"truncate\")");
+        }
+        if (!s.type_ids.empty()) s.type_ids.resize(n, 0);
+        s.ids.resize(n, m.query_mask_id);
+      }
       q_index[i] = add(std::move(s));
     }
     for (size_t i = 0; i < st.docs.size(); ++i) {
-      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix,
+      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix, st.truncate,
                                                st.docs_field + "[" + std::to_string(i) + "]"));
       st.q_seq.push_back(q_index[st.queries.size() == 1 ? 0 : i]);
       st.d_seq.push_back(add(std::move(s)));

@@ -487,6 +487,10 @@ Status GenerationService::PrepareChat(Call& call) {
   cr.model = req.model;
   cr.prompts = {std::move(enc.ids)};
   cr.params = req.params;
+  if (auto tc = io::ToolCallConstraint(req, call.chat_ctx.thinking)) {
+    cr.params.constraint = std::move(*tc);
+    cr.params.grammar.reset();
+  }
   cr.stream = req.stream;
   cr.include_usage = req.include_usage;
   cr.user = req.user;

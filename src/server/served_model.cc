@@ -29,25 +29,47 @@ ScoringModel::ScoringModel(std::unique_ptr<Engine> engine, ScoringModelOptions o
     metrics_.RecordBatch(b.num_seqs, b.num_tokens, b.device_seconds);
     metrics_.RecordPrefixReuse(b.prefix_groups, b.prefix_tokens_saved);
   };
+  if (o.companion) {
+    // The companion's batches are not this model's: its loop reports none.
+    EngineLoopOptions co = lo;
+    co.on_batch = nullptr;
+    co.limits.max_batch_tokens = o.companion->options().max_batch_tokens;
+    co.limits.max_num_seqs = o.companion->options().max_num_seqs;
+    companion_loop_ = std::make_unique<EngineLoop>(std::move(o.companion), std::move(co));
+  }
   loop_ = std::make_unique<EngineLoop>(std::move(engine), std::move(lo));
-  service_ = std::make_unique<Service>(o.service, loop_.get(), &ctx_, &metrics_);
+  service_ =
+      std::make_unique<Service>(o.service, loop_.get(), &ctx_, &metrics_, companion_loop_.get());
 }
 
 ScoringModel::~ScoringModel() {
   service_.reset();
   loop_.reset();
+  companion_loop_.reset();
 }
 
 bool ScoringModel::ServesRoute(const std::string& path) const { return IsScoringRoute(path); }
 
-Status ScoringModel::WarmUp() {
+namespace {
+
+Status WarmUpLoop(EngineLoop& loop, int max_tokens) {
   auto promise = std::make_shared<std::promise<Status>>();
   auto r = std::make_shared<EngineRequest>();
-  const int n = std::min(16, ctx_.model_max_tokens);
-  r->inputs.push_back(TokenSequence{std::vector<int32_t>(n, 0), {}});
+  r->inputs.push_back(TokenSequence{std::vector<int32_t>(std::min(16, max_tokens), 0), {}});
   r->sink.on_done = [promise](EngineRequest&, const Status& s) { promise->set_value(s); };
-  RETURN_IF_ERROR(loop_->Submit(r));
-  return promise->get_future().get().WithContext("warm-up");
+  RETURN_IF_ERROR(loop.Submit(r));
+  return promise->get_future().get();
+}
+
+}  // namespace
+
+Status ScoringModel::WarmUp() {
+  RETURN_IF_ERROR(WarmUpLoop(*loop_, ctx_.model_max_tokens).WithContext("warm-up"));
+  if (companion_loop_ && ctx_.companion) {
+    RETURN_IF_ERROR(WarmUpLoop(*companion_loop_, ctx_.companion->model_max_tokens)
+                        .WithContext("warm-up of the absa sentiment model"));
+  }
+  return Status::Ok();
 }
 
 std::string ScoringModel::RenderMetrics() const {

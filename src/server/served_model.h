@@ -43,6 +43,9 @@ std::string ModelLabels(const std::string& name, const std::string& version);
 
 struct ScoringModelOptions {
   ModelContext context;  // built by io::BuildModelContext
+  // The companion (sluice.json absa.sentiment_model) whose context is context.companion:
+  // served on its own engine loop beside the model's (same loop options).
+  std::unique_ptr<Engine> companion;
   EngineLoopOptions loop;
   ServiceOptions service;  // service.plugin_io: from io::BindPluginIoProcessors(*plugins)
   std::string name, version;
@@ -63,7 +66,10 @@ class ScoringModel : public ServedModel {
     service_->Handle(std::move(req), std::move(ex));
   }
   std::string RenderMetrics() const override;
-  void Shutdown() override { loop_->Shutdown(); }
+  void Shutdown() override {
+    loop_->Shutdown();
+    if (companion_loop_) companion_loop_->Shutdown();
+  }
   const ModelContext* context() const override { return &ctx_; }
   Service& service() { return *service_; }
   EngineLoop& loop() { return *loop_; }
@@ -73,7 +79,8 @@ class ScoringModel : public ServedModel {
   const ModelContext ctx_;
   Metrics metrics_;
   std::unique_ptr<EngineLoop> loop_;
-  std::unique_ptr<Service> service_;  // destroyed first: its workers joined
+  std::unique_ptr<EngineLoop> companion_loop_;  // null: no companion
+  std::unique_ptr<Service> service_;            // destroyed first: its workers joined
 };
 
 class GenerationModel : public ServedModel {

@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <mutex>
 #include <optional>
 
 #include "io/json.h"
@@ -16,6 +17,10 @@ struct Service::Call {
   const IoProcessor* proc = nullptr;
   std::unique_ptr<IoState> state;
   std::shared_ptr<EngineRequest> er;
+  std::shared_ptr<EngineRequest> companion;  // the companion model's request, if any
+  std::mutex mu;
+  int pending = 0;       // engine requests not yet done (mu)
+  Status status;         // the first failure among them (mu)
   bool counted = false;  // holds an in_flight_ slot
 };
 
@@ -39,8 +44,12 @@ HttpResponse Json(std::string body) {
 }  // namespace
 
 Service::Service(ServiceOptions options, EngineLoop* loop, const ModelContext* model,
-                 Metrics* metrics)
-    : options_(std::move(options)), loop_(loop), model_(model), metrics_(*metrics) {
+                 Metrics* metrics, EngineLoop* companion_loop)
+    : options_(std::move(options)),
+      loop_(loop),
+      companion_loop_(companion_loop),
+      model_(model),
+      metrics_(*metrics) {
   pool_ = std::make_unique<WorkerPool>(options_.workers);
 }
 
@@ -221,33 +230,66 @@ void Service::RunProcessor(std::shared_ptr<Call> call) {
   std::vector<TokenSequence> seqs;
   Status s = call->proc->PreProcess(*model_, *call->state, &seqs);
   if (!s.ok()) return Respond(call, StatusResponse(s));
+  std::vector<TokenSequence> side;
+  if (model_->companion && companion_loop_) {
+    s = call->proc->PreProcessCompanion(*model_->companion, *call->state, &side);
+    if (!s.ok()) return Respond(call, StatusResponse(s));
+  }
   metrics_.RecordStage(Stage::kParse, Seconds(t0, t1));
   metrics_.RecordStage(Stage::kTokenize, Seconds(t1, SteadyClock::now()));
-  auto er = std::make_shared<EngineRequest>();
-  er->inputs = std::move(seqs);
-  if (options_.request_timeout_s > 0) {
-    er->deadline =
-        SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
-                                 std::chrono::duration<double>(options_.request_timeout_s));
-  }
-  // call -> er -> sink -> call is a cycle until Finish (or a failed Submit) drops er.
-  call->er = er;
-  er->sink.on_done = [this, call](EngineRequest&, const Status& st) {
-    // Post-processing runs on the worker pool, not on the engine's threads.
-    pool_->Post([this, call, st] { Finish(call, st); });
+  auto make = [&](std::vector<TokenSequence> inputs) {
+    auto er = std::make_shared<EngineRequest>();
+    er->inputs = std::move(inputs);
+    if (options_.request_timeout_s > 0) {
+      er->deadline =
+          SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                   std::chrono::duration<double>(options_.request_timeout_s));
+    }
+    // call -> er -> sink -> call is a cycle until Finish (or a failed Submit) drops er.
+    er->sink.on_done = [this, call](EngineRequest&, const Status& st) { Done(call, st); };
+    return er;
   };
-  call->ex->OnDisconnect([this, weak = std::weak_ptr<EngineRequest>(er)] {
-    if (auto r = weak.lock()) loop_->Cancel(*r);
-  });
+  auto er = make(std::move(seqs));
+  std::shared_ptr<EngineRequest> cr = side.empty() ? nullptr : make(std::move(side));
+  call->er = er;
+  call->companion = cr;
+  call->pending = cr ? 2 : 1;
+  call->ex->OnDisconnect(
+      [this, weak = std::weak_ptr<EngineRequest>(er), weak_c = std::weak_ptr<EngineRequest>(cr)] {
+        if (auto r = weak.lock()) loop_->Cancel(*r);
+        if (auto r = weak_c.lock()) companion_loop_->Cancel(*r);
+      });
   Status sub = loop_->Submit(std::move(er));
   if (!sub.ok()) {
     call->er.reset();
+    call->companion.reset();
     return Respond(call, StatusResponse(sub));
   }
+  if (cr) {
+    Status csub = companion_loop_->Submit(cr);
+    if (!csub.ok()) {
+      // The main request is running: cancel it; its completion answers with this failure.
+      if (auto r = call->er) loop_->Cancel(*r);
+      Done(call, csub);
+    }
+  }
+}
+
+void Service::Done(const std::shared_ptr<Call>& call, const Status& status) {
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    if (!status.ok() && call->status.ok()) call->status = status;
+    if (--call->pending > 0) return;
+    st = call->status;
+  }
+  // Post-processing runs on the worker pool, not on the engine's threads.
+  pool_->Post([this, call, st] { Finish(call, st); });
 }
 
 void Service::Finish(std::shared_ptr<Call> call, Status status) {
   std::shared_ptr<EngineRequest> er = std::move(call->er);
+  std::shared_ptr<EngineRequest> cr = std::move(call->companion);
   if (!status.ok()) {
     if (call->ex->disconnected()) metrics_.AddCancelled();
     return Respond(call, StatusResponse(status));
@@ -260,6 +302,8 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
   metrics_.AddTokens(call->state->prompt_tokens);
   std::vector<PooledOutput> outs = std::move(er->outputs);
   er.reset();
+  if (cr) call->state->companion_outputs = std::move(cr->outputs);
+  cr.reset();
   auto resp = call->proc->PostProcess(*model_, *call->state, outs);
   if (!resp.ok()) return Respond(call, StatusResponse(resp.status()));
   HttpResponse r;

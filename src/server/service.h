@@ -30,8 +30,10 @@ struct ServiceOptions {
 
 class Service {
  public:
-  // `loop`, `model` and `metrics` must outlive the service.
-  Service(ServiceOptions options, EngineLoop* loop, const ModelContext* model, Metrics* metrics);
+  // `loop`, `model`, `metrics` (and `companion_loop`) must outlive the service.
+  // `companion_loop` runs the sequences of model->companion (null when it has none).
+  Service(ServiceOptions options, EngineLoop* loop, const ModelContext* model, Metrics* metrics,
+          EngineLoop* companion_loop = nullptr);
   ~Service();
 
   // The HTTP handler (runs on an I/O thread; returns at once).
@@ -48,6 +50,8 @@ class Service {
   void Respond(const std::shared_ptr<Call>& call, HttpResponse r);
   void RunProcessor(std::shared_ptr<Call> call);
   void Finish(std::shared_ptr<Call> call, Status status);
+  // One of the call's engine requests is done; the last one posts Finish.
+  void Done(const std::shared_ptr<Call>& call, const Status& status);
   HttpResponse Health(bool ready_check) const;
   HttpResponse Models() const;
   bool Authorized(const HttpRequest& req) const;
@@ -56,6 +60,7 @@ class Service {
 
   ServiceOptions options_;
   EngineLoop* loop_;
+  EngineLoop* companion_loop_;
   const ModelContext* model_;
   io::ProcessorRegistry processors_;
   Metrics& metrics_;

@@ -3,6 +3,7 @@
 #include "structured/grammar.h"
 #include "structured/json_schema.h"
 #include "structured/regex.h"
+#include "structured/tool_calls.h"
 
 namespace sluice::structured {
 
@@ -44,6 +45,11 @@ StatusOr<ExprP> CompileConstraint(const ConstraintSpec& spec) {
       auto e = CompileGrammar(spec.text);
       if (!e.ok()) return fail(e.status());
       return *e;
+    }
+    case ConstraintSpec::Kind::kToolCalls: {
+      // Errors name the tool's own field (tools[i].function.parameters).
+      ASSIGN_OR_RETURN(ToolCallSpec tc, DecodeToolCallSpec(spec.text));
+      return CompileToolCalls(tc, jo);
     }
   }
   return Internal("unknown constraint kind");

@@ -16,9 +16,11 @@
 namespace sluice::structured {
 
 struct ConstraintSpec {
-  enum class Kind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
+  enum class Kind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar, kToolCalls };
   Kind kind = Kind::kJsonObject;
-  std::string text;  // kJsonSchema: the schema (JSON); kRegex: the pattern; kGrammar: the grammar
+  // kJsonSchema: the schema (JSON); kRegex: the pattern; kGrammar: the grammar; kToolCalls: the
+  // tool calls (structured/tool_calls.h EncodeToolCallSpec)
+  std::string text;
   std::vector<std::string> choices;  // kChoice
   // Whitespace between JSON tokens: a regex (guided_whitespace_pattern); unset = none (compact).
   std::optional<std::string> whitespace;

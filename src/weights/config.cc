@@ -402,10 +402,35 @@ Status ParseDenseConfig(const std::string& dir, StDense* d) {
   return Status::Ok();
 }
 
+// PyLate's ColBERT settings (config_sentence_transformers.json); the file's other fields
+// (versions, prompts) are not ours.
+Status ReadPylateSettings(const std::string& dir, SentenceTransformersConfig* st) {
+  const fs::path stc = fs::path(dir) / "config_sentence_transformers.json";
+  if (!fs::exists(stc)) return Status::Ok();
+  ASSIGN_OR_RETURN(std::string sc, ReadFile(stc.string()));
+  simdjson::dom::parser parser;
+  element cd;
+  object co;
+  if (parser.parse(sc).get(cd) || cd.get(co)) {
+    return InvalidArgument(stc.string() + ": invalid JSON object");
+  }
+  Fields cf(co, stc.string());
+  element e;
+  RETURN_IF_ERROR(cf.OptInt("query_length", &st->query_length));
+  RETURN_IF_ERROR(cf.Bool("do_query_expansion", &st->do_query_expansion));
+  if (cf.Get("attend_to_expansion_tokens", &e)) {
+    bool b = false;
+    RETURN_IF_ERROR(cf.Bool("attend_to_expansion_tokens", &b));
+    st->attend_to_expansion_tokens = b;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<SentenceTransformersConfig> LoadSentenceTransformersConfig(const std::string& dir) {
   SentenceTransformersConfig st;
+  RETURN_IF_ERROR(ReadPylateSettings(dir, &st));
   const fs::path modules = fs::path(dir) / "modules.json";
   if (!fs::exists(modules)) return st;
   st.present = true;
@@ -479,7 +504,8 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
                                  "is_matryoshka", "matryoshka_dimensions",
                                  "normalize",     "late_interaction",
                                  "query_prefix",  "document_prefix",
-                                 "absa",          "plugins"};
+                                 "absa",          "plugins",
+                                 "query_length",  "attend_to_expansion_tokens"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;
@@ -518,6 +544,13 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   RETURN_IF_ERROR(f.Bool("late_interaction", &o.late_interaction));
   RETURN_IF_ERROR(f.String("query_prefix", &o.query_prefix));
   RETURN_IF_ERROR(f.String("document_prefix", &o.document_prefix));
+  RETURN_IF_ERROR(f.OptInt("query_length", &o.query_length));
+  element e_attend;
+  if (f.Get("attend_to_expansion_tokens", &e_attend)) {
+    bool attend = false;
+    RETURN_IF_ERROR(f.Bool("attend_to_expansion_tokens", &attend));
+    o.attend_to_expansion_tokens = attend;
+  }
   element plugins;
   if (f.Get("plugins", &plugins)) {
     simdjson::dom::array pa;
@@ -540,9 +573,10 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
     SluiceOverrides::Absa a;
     Fields af(ao, origin + " absa");
     for (auto kv : ao) {
-      if (kv.key != "sentiments" && kv.key != "aggregation" && kv.key != "max_aspects") {
+      if (kv.key != "sentiments" && kv.key != "aggregation" && kv.key != "max_aspects" &&
+          kv.key != "sentiment_model") {
         return InvalidArgument(origin + ": unknown field \"absa." + std::string(kv.key) +
-                               "\" (sentiments, aggregation, max_aspects)");
+                               "\" (sentiments, aggregation, max_aspects, sentiment_model)");
       }
     }
     element sent;
@@ -564,6 +598,16 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
     }
     RETURN_IF_ERROR(af.Int("max_aspects", &a.max_aspects));
     if (a.max_aspects < 1) return InvalidArgument(origin + ": absa.max_aspects must be >= 1");
+    element sm;
+    if (af.Get("sentiment_model", &sm)) {
+      std::string_view v;
+      if (sm.get(v) || v.empty()) {
+        return InvalidArgument(origin +
+                               ": absa.sentiment_model must be a model directory (a string)");
+      }
+      const fs::path mp(v);
+      a.sentiment_model = mp.is_absolute() ? mp.string() : (fs::path(dir) / mp).string();
+    }
     o.absa = std::move(a);
   }
   auto floats = [&](element e, const std::string& what, std::vector<float>* out) -> Status {
@@ -623,6 +667,39 @@ Matryoshka ResolveMatryoshka(const ModelConfig& config, const SluiceOverrides& o
     if (!m.enabled) m.dimensions.clear();
   }
   return m;
+}
+
+StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig& st,
+                                               const SluiceOverrides& overrides,
+                                               bool late_interaction) {
+  QueryExpansion q;
+  const bool from_sluice = overrides.query_length.has_value();
+  if (from_sluice) {
+    q.length = *overrides.query_length;
+  } else if (st.query_length && st.do_query_expansion) {
+    q.length = *st.query_length;
+  }
+  q.attend =
+      overrides.attend_to_expansion_tokens.value_or(st.attend_to_expansion_tokens.value_or(false));
+  const std::string origin =
+      from_sluice ? "sluice.json query_length" : "config_sentence_transformers.json query_length";
+  if (q.length < 0) return InvalidArgument(origin + " must be >= 0 (0 = no query augmentation)");
+  if (q.length == 0) return q;
+  if (!late_interaction) {
+    if (!from_sluice) return QueryExpansion{};  // PyLate's settings of a model served otherwise
+    return InvalidArgument(origin +
+                           " (ColBERT query augmentation) applies to late-interaction "
+                           "models (sluice.json \"late_interaction\": true)");
+  }
+  if (!q.attend) {
+    return Unsupported(origin + " " + std::to_string(q.length) +
+                       " asks for ColBERT query augmentation with [MASK] tokens the other tokens "
+                       "do not attend (attend_to_expansion_tokens false), which sluice cannot "
+                       "compute; set sluice.json \"attend_to_expansion_tokens\": true if the "
+                       "model was trained so, or \"query_length\": 0 to serve it without "
+                       "augmentation (scores then differ from PyLate's)");
+  }
+  return q;
 }
 
 std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim) {

@@ -107,6 +107,11 @@ struct SentenceTransformersConfig {
   bool normalize = false;
   int max_seq_length = 0;
   std::vector<std::string> module_types;  // for `sluice inspect`
+  // PyLate's ColBERT settings (config_sentence_transformers.json): query augmentation pads
+  // queries with [MASK] to query_length when do_query_expansion (PyLate's default true).
+  std::optional<int> query_length;
+  bool do_query_expansion = true;
+  std::optional<bool> attend_to_expansion_tokens;
 };
 
 // generation_config.json (transformers GenerationConfig): the model's sampling defaults and
@@ -154,13 +159,20 @@ struct SluiceOverrides {
   // /score and /v1/rerank; query_prefix / document_prefix are prepended to the texts.
   bool late_interaction = false;
   std::string query_prefix, document_prefix;
+  // ColBERT query augmentation (late interaction): `query_length` (0 = off) and
+  // `attend_to_expansion_tokens`, over PyLate's config_sentence_transformers.json.
+  std::optional<int> query_length;
+  std::optional<bool> attend_to_expansion_tokens;
   // Aspect-based sentiment (POST /absa) on a token classifier with BIO labels (O, B-X,
   // I-X): `sentiments` maps a tag X to the sentiment it reports (default: X lower-cased),
   // `aggregation` is the word aggregation of the token-classification pipeline used to
   // build spans (first | average | max | simple; default first), `max_aspects` caps the
-  // aspects of one request (default 32).
+  // aspects of one request (default 32). `sentiment_model` (a model directory, resolved against
+  // this one; empty = none) is a sequence classifier loaded beside the token classifier: each
+  // (aspect, review) pair's sentiment is its most probable label (mapped by `sentiments`).
   struct Absa {
     std::vector<std::pair<std::string, std::string>> sentiments;
+    std::string sentiment_model;
     std::string aggregation = "first";
     int max_aspects = 32;
   };
@@ -181,6 +193,20 @@ Matryoshka ResolveMatryoshka(const ModelConfig& config, const SluiceOverrides& o
 // Why `dimensions` cannot be asked of a model with `output_dim` values per embedding
 // ("must be ..." / "is ..."), or "" when it can.
 std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim);
+
+// ColBERT query augmentation of a late-interaction model: queries are padded with the mask
+// token to `length` tokens (0 = no augmentation), the [MASK] tokens attended by all tokens
+// (`attend`). sluice.json's query_length / attend_to_expansion_tokens over PyLate's
+// config_sentence_transformers.json (query_length when do_query_expansion). An error where it
+// cannot be served: asked of a model without late interaction, a negative length, or
+// expansion tokens that the other tokens must not attend (PyLate's default; not supported).
+struct QueryExpansion {
+  int length = 0;
+  bool attend = false;
+};
+StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig& st,
+                                               const SluiceOverrides& overrides,
+                                               bool late_interaction);
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& origin);

@@ -2,7 +2,9 @@
 (temperature 1) constrained generations over chat and completions, every one that ends with
 "stop" validated by an independent validator (python3-jsonschema) or checked against its
 regex / choice / grammar; streaming gives the same text as non-streaming for the same seed;
-several constraints or an unsupported feature are 400 naming the field and the feature."""
+several constraints or an unsupported feature are 400 naming the field and the feature; chat
+tool calls under tool_choice "required" / a named function / strict tools parse and their
+arguments validate against the function's schema."""
 import json
 import os
 import re
@@ -157,6 +159,98 @@ with Server(MODEL, "--max-model-len", "512") as s:
         ({"prompt": "x", "response_format": {"type": "yaml"}}, "response_format.type"),
     ]:
         st, _, b = s.post("/v1/completions", body)
+        c.error_shape(st, b, 400, f"{body}")
+        c.check(needle in json.dumps(b).replace('\\"', '"'), f"{body}: names {needle!r}: {b}")
+
+    # Tool calls: the demo model knows nothing of tools; the constraint alone makes its output a
+    # tool call the chat parser reads, with arguments valid under the function's schema.
+    weather = {"type": "object",
+               "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 10},
+                              "unit": {"enum": ["celsius", "fahrenheit"]},
+                              "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+               "required": ["city", "unit"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": weather,
+                                               "strict": True}},
+             {"type": "function", "function": {"name": "get_time"}}]
+    schemas = {"get_weather": weather,
+               "get_time": {"type": "object", "additionalProperties": False}}
+    calls = {}
+    for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+        for seed in range(6):
+            body = {"messages": MSGS, "tools": tools, "tool_choice": choice, "n": 4,
+                    "seed": seed, "temperature": 1.0, "max_tokens": 300}
+            st, _, b = s.post("/v1/chat/completions", body)
+            c.check(st == 200, f"tool_choice {choice}: {st} {b}")
+            if st != 200:
+                continue
+            for ch in b["choices"]:
+                if ch["finish_reason"] == "length":
+                    continue
+                msg = ch["message"]
+                c.check(ch["finish_reason"] == "tool_calls" and msg["tool_calls"]
+                        and msg["content"] is None, f"tool_choice {choice}: {ch}")
+                for tc in msg.get("tool_calls") or []:
+                    name = tc["function"]["name"]
+                    if isinstance(choice, dict):
+                        c.check(name == "get_weather", f"named: {name}")
+                    calls[name] = calls.get(name, 0) + 1
+                    try:
+                        jsonschema.validate(json.loads(tc["function"]["arguments"]), schemas[name])
+                    except Exception as e:  # noqa: BLE001
+                        c.check(False, f"{name} arguments do not validate: {tc}: {e}")
+    print(f"tool calls: {calls}", flush=True)
+    c.check(calls.get("get_weather", 0) >= 10, f"tool calls made: {calls}")
+    # Streaming gives the same call.
+    body = {"messages": MSGS, "tools": tools, "seed": 3, "temperature": 1.0, "max_tokens": 300,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    st, _, b = s.post("/v1/chat/completions", body)
+    conn = s.conn()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(dict(body, stream=True)),
+                 headers={"Content-Type": "application/json"})
+    data = conn.getresponse().read().decode()
+    conn.close()
+    streamed = [tc for line in data.splitlines()
+                if line.startswith("data: ") and line != "data: [DONE]"
+                for ch in json.loads(line[6:]).get("choices", [])
+                for tc in ch.get("delta", {}).get("tool_calls") or []]
+    want = b["choices"][0]["message"].get("tool_calls") or []
+    c.check(len(streamed) == len(want) and all(
+        x["function"]["arguments"] == y["function"]["arguments"] for x, y in zip(streamed, want)),
+        f"streamed tool calls {streamed} vs {want}")
+    # strict under auto: text, or calls whose strict arguments validate.
+    texts = ended = 0
+    for seed in range(6):
+        body = {"messages": MSGS, "tools": tools, "n": 4, "seed": seed, "temperature": 1.0,
+                "max_tokens": 300}
+        st, _, b = s.post("/v1/chat/completions", body)
+        c.check(st == 200, f"strict auto: {st} {b}")
+        for ch in b.get("choices", []):
+            if ch["finish_reason"] == "length":
+                continue
+            ended += 1
+            for tc in ch["message"].get("tool_calls") or []:
+                if tc["function"]["name"] == "get_weather":
+                    try:
+                        jsonschema.validate(json.loads(tc["function"]["arguments"]), weather)
+                    except Exception as e:  # noqa: BLE001
+                        c.check(False, f"strict auto arguments do not validate: {tc}: {e}")
+            if "<tool_call>" not in (ch["message"]["content"] or ""):
+                texts += 1
+            else:
+                c.check(False, f"strict auto: a broken call left in the content: {ch}")
+    c.check(ended > 0 and texts == ended,
+            f"strict auto: every choice is text or parsed calls ({texts} of {ended})")
+    for body, needle in [
+        ({"messages": MSGS, "tools": tools, "tool_choice": "required",
+          "response_format": {"type": "json_object"}}, "tool_choice, response_format"),
+        ({"messages": MSGS, "tool_choice": "required"}, "needs"),
+        ({"messages": MSGS, "tools": tools,
+          "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "nope"),
+        ({"messages": MSGS, "tools": [{"type": "function", "function": {
+            "name": "f", "strict": True, "parameters": {"type": "object", "properties": {
+                "a": {"not": {}}}}}}]}, "tools[0].function.parameters"),
+    ]:
+        st, _, b = s.post("/v1/chat/completions", body)
         c.error_shape(st, b, 400, f"{body}")
         c.check(needle in json.dumps(b).replace('\\"', '"'), f"{body}: names {needle!r}: {b}")
 

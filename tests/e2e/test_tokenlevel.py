@@ -1,16 +1,19 @@
 """Token-level serving end to end: /token-classify against the Hugging Face pipeline's
 fixtures (tests/fixtures/token_classification, every aggregation strategy, Korean offsets),
 /pooling token_classify, /absa (spans, offsets into the review, one request = its aspects
-alone), late interaction through /score and /v1/rerank (MaxSim against the golden fixture),
+alone; absa.sentiment_model: sentiments from a second classifier, start-up errors), late interaction through /score and /v1/rerank (MaxSim against the golden fixture; ColBERT
+query augmentation = the query padded with [MASK] given as token ids),
 Cohere v2 /v2/rerank, Bearer auth and --metrics-require-key, --max-connections (health keeps
 answering), file-descriptor exhaustion (no spinning, rate-limited log lines, recovery), and the
 CLI's token classification, --version, tokenize help, bench progress line and missing model
 directory."""
 import json
 import os
+import random
 import resource
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -133,6 +136,114 @@ def absa():
         c.check("absa" in err["error"]["message"], f"says how: {err}")
 
 
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for k, (dtype, shape, blob) in tensors.items():
+        header[k] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def make_sentiment_model(src, dst, labels):
+    """A BertForSequenceClassification with src's encoder and tokenizer (a token classifier)
+    and a seeded random pooler and classifier: labels of its own, answers of its own."""
+    os.makedirs(dst)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, name), dst)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["architectures"] = ["BertForSequenceClassification"]
+    cfg["id2label"] = {str(i): x for i, x in enumerate(labels)}
+    cfg["label2id"] = {x: i for i, x in enumerate(labels)}
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    t = {k: v for k, v in read_safetensors(os.path.join(src, "model.safetensors")).items()
+         if k.startswith("bert.")}
+    h = cfg["hidden_size"]
+    rng = random.Random(17)
+
+    def rand(scale, *shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return ("F32", list(shape),
+                struct.pack(f"<{n}f", *[rng.uniform(-scale, scale) for _ in range(n)]))
+
+    t["bert.pooler.dense.weight"], t["bert.pooler.dense.bias"] = rand(1, h, h), rand(1, h)
+    t["classifier.weight"], t["classifier.bias"] = rand(1, len(labels), h), rand(1, len(labels))
+    write_safetensors(os.path.join(dst, "model.safetensors"), t)
+
+
+def absa_sentiment_model():
+    src = os.path.join(TC, "bert_wordpiece_ko", "model")
+    review = "The food was great but the wait was long, 음식은 맛있었지만 대기 시간이 길었어요"
+    aspects = ["food", "wait", "service", "price", "staff", "음식", "대기 시간", "parking"]
+    mapping = {"POS": "positive", "NEG": "negative", "upbeat": "positive"}
+    with tempfile.TemporaryDirectory() as tmp:
+        sent = os.path.join(tmp, "sent")
+        make_sentiment_model(src, sent, ["upbeat", "grim", "meh"])
+        # The sentiment model alone: its answer for each pair (aspect, review).
+        with Server(sent) as s:
+            st, _, pred = s.post("/predict", {"inputs": [[a, review] for a in aspects]})
+            c.check(st == 200 and len(pred) == len(aspects), f"sentiment model /predict {st}")
+        want = [mapping.get(p[0]["label"], p[0]["label"]) for p in pred]
+        # Its answer depends on the pair (the scores differ by aspect).
+        c.check(len({round(p[0]["score"], 7) for p in pred}) > len(aspects) // 2,
+                f"the sentiment model's answers depend on the aspect: {pred}")
+        model = os.path.join(tmp, "absa")
+        shutil.copytree(src, model)
+
+        def configure(absa):
+            with open(os.path.join(model, "sluice.json"), "w") as f:
+                json.dump({"absa": absa}, f)
+
+        configure({"sentiments": mapping})
+        with Server(model) as s:
+            st, _, spans_only = s.post("/absa", {"review": review, "aspects": aspects})
+            c.check(st == 200, f"absa without a sentiment model {st}")
+        configure({"sentiments": mapping, "sentiment_model": "../sent"})
+        with Server(model) as s:
+            st, _, body = s.post("/absa", {"review": review, "aspects": aspects})
+            c.check(st == 200 and len(body["results"]) == len(aspects), f"absa+model {st} {body}")
+            for a, res, p, w, old in zip(aspects, body["results"], pred, want,
+                                         spans_only["results"]):
+                c.check(res["sentiment"] == w and abs(res["score"] - p[0]["score"]) < 1e-5,
+                        f"absa sentiment from the sentiment model {a}: {res} vs {p[0]}")
+                # The spans are still the token classifier's.
+                c.check(res["spans"] == old["spans"], f"absa spans unchanged {a}")
+            c.check(any(r["sentiment"] in ("grim", "meh") for r in body["results"]) and
+                    any(r["sentiment"] != o["sentiment"]
+                        for r, o in zip(body["results"], spans_only["results"])),
+                    f"labels only the sentiment model has: {body}")
+            c.check(body["usage"]["prompt_tokens"] > spans_only["usage"]["prompt_tokens"],
+                    "usage counts both models' tokens")
+            st, _, alone = s.post("/absa", {"review": review, "aspects": [aspects[1]]})
+            c.check(st == 200 and alone["results"][0]["sentiment"] == want[1]
+                    and abs(alone["results"][0]["score"] - body["results"][1]["score"]) < 1e-5,
+                    f"one aspect alone {alone}")
+        # Start-up errors: a missing directory, a model that is not a sequence classifier.
+        for target, says in (("../nowhere", "no such model directory"),
+                             (src, "not a sequence classifier")):
+            configure({"sentiment_model": target})
+            rc, out = run("serve", "--model", model, "--port", "0")
+            c.check(rc != 0 and "absa.sentiment_model" in out and says in out,
+                    f"sentiment_model {target}: {rc} {out[-400:]}")
+
+
 def late_interaction():
     g = golden("bert_late_interaction")
     ids = [x["ids"] for x in g["inputs"]]
@@ -157,6 +268,73 @@ def late_interaction():
             c.close(flat, g["outputs"][i], g["tolerance"], f"late token vectors {i}")
         st, _, err = s.post("/v1/embeddings", {"input": ids[0]}, conn=conn)
         c.error_shape(st, err, 400, "late interaction on /v1/embeddings")
+
+
+def query_augmentation():
+    """ColBERT query augmentation: a query padded with [MASK] to query_length scores exactly as
+    the same padded query given as token ids to the model without augmentation."""
+    words = ["salmon", "river", "swim", "cold", "spring", "traders", "sell", "shares", "up",
+             "the", "every", "market"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+    vocab += [f"w{i}" for i in range(211 - len(vocab))]  # the fixture's vocabulary size
+    query = "salmon river cold"
+    docs = ["salmon swim up the cold river every spring", "traders sell shares", "river market"]
+    with tempfile.TemporaryDirectory() as tmp:
+        def model(name, sluice, pylate=None):
+            d = os.path.join(tmp, name)
+            shutil.copytree(harness.model_dir("bert_late_interaction"), d)
+            with open(os.path.join(d, "vocab.txt"), "w") as f:
+                f.write("\n".join(vocab) + "\n")
+            with open(os.path.join(d, "sluice.json"), "w") as f:
+                json.dump(dict({"late_interaction": True}, **sluice), f)
+            if pylate is not None:
+                with open(os.path.join(d, "config_sentence_transformers.json"), "w") as f:
+                    json.dump(pylate, f)
+            return d
+
+        def scores(s, q):
+            st, _, body = s.post("/score", {"text_1": q, "text_2": docs})
+            c.check(st == 200, f"augmentation /score {st} {body}")
+            return [x["score"] for x in body["data"]]
+
+        L = 16
+        with Server(model("plain", {})) as s:
+            st, _, tok = s.post("/tokenize", {"prompt": query})
+            ids = tok["tokens"]
+            c.check(st == 200 and len(ids) < L, f"/tokenize {st} {tok}")
+            padded = ids + [4] * (L - len(ids))
+            plain = scores(s, query)
+            want = scores(s, padded)
+        c.check(max(abs(a - b) for a, b in zip(plain, want)) > 1e-3,
+                f"the [MASK] tokens change the scores: {plain} vs {want}")
+        for name, sluice, pylate in (
+                ("sluice", {"query_length": L, "attend_to_expansion_tokens": True}, None),
+                ("pylate", {}, {"query_length": L, "attend_to_expansion_tokens": True,
+                                "document_length": 180, "do_query_expansion": True})):
+            with Server(model(name, sluice, pylate)) as s:
+                got = scores(s, query)
+                c.close(got, want, 1e-5, f"augmented query ({name}) = the padded ids")
+                c.close(scores(s, ids), want, 1e-5, f"augmented id query ({name})")
+                c.close(scores(s, padded), want, 1e-5, f"padded id query kept ({name})")
+                long_q = " ".join(["salmon"] * L)
+                st, _, err = s.post("/score", {"text_1": long_q, "text_2": docs})
+                c.error_shape(st, err, 400, f"query over query_length ({name})")
+                c.check("query_length" in err["error"]["message"], f"says why: {err}")
+                st, _, ok = s.post("/score", {"text_1": long_q, "text_2": docs,
+                                              "truncate_prompt_tokens": -1})
+                c.check(st == 200, f"truncated long query ({name}) {st}")
+        # Off: do_query_expansion false, or sluice.json query_length 0 over PyLate's.
+        for name, sluice, pylate in (
+                ("off1", {}, {"query_length": L, "do_query_expansion": False}),
+                ("off2", {"query_length": 0}, {"query_length": L,
+                                               "attend_to_expansion_tokens": True})):
+            with Server(model(name, sluice, pylate)) as s:
+                c.close(scores(s, query), plain, 1e-6, f"no augmentation ({name})")
+        # Expansion tokens the others must not attend: refused at start-up, saying how.
+        d = model("unattended", {}, {"query_length": L})
+        rc, out = run("serve", "--model", d, "--port", "0")
+        c.check(rc != 0 and "attend_to_expansion_tokens" in out,
+                f"unattended expansion tokens refused: {rc} {out[-400:]}")
 
 
 def cohere_v2_and_auth():
@@ -333,7 +511,9 @@ def cli():
 for name in ("bert_wordpiece_ko", "modernbert_bytelevel", "xlmr_unigram"):
     token_classify(name)
 absa()
+absa_sentiment_model()
 late_interaction()
+query_augmentation()
 cohere_v2_and_auth()
 max_connections()
 fd_exhaustion()

@@ -68,8 +68,28 @@ TEST(Chat, BadRequestsNameTheProblem) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
        "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
-          "function": {"name": "f", "strict": true}}]})",
-       "strict"},
+          "function": {"name": "f", "strict": "yes"}}]})",
+       "tools[0].function.strict"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f", "parameters": [1]}}]})",
+       "tools[0].function.parameters"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f"}}], "tool_choice": {"type": "function", "function":
+          {"name": "g"}}})",
+       "tool_choice.function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f"}}], "tool_choice": {"function": {"name": "f"}}})",
+       "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f"}}], "tool_choice": "sometimes"})",
+       "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f"}}], "tool_choice": "required",
+          "response_format": {"type": "json_object"}})",
+       "tool_choice, response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f", "strict": true}}], "guided_regex": "a"})",
+       "tools (strict), guided_regex"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type":
           "json_schema"}})",
        "response_format.json_schema"},
@@ -94,6 +114,59 @@ TEST(Chat, BadRequestsNameTheProblem) {
     EXPECT_NE(r.status().message().find(needle), std::string::npos)
         << body << " -> " << r.status().message();
   }
+}
+
+TEST(Chat, ToolChoiceAndStrictToolsBuildTheToolCallConstraint) {
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
+      {"type": "function", "function": {"name": "b", "strict": true}}])";
+  auto spec = [&](const std::string& extra) -> std::optional<structured::ToolCallSpec> {
+    auto r = ParseChatRequest(
+        R"({"messages": [{"role": "user", "content": "x"}], )" + tools + extra + "}", kTokens);
+    EXPECT_TRUE(r.ok()) << extra << ": " << r.status().ToString();
+    if (!r.ok()) return std::nullopt;
+    EXPECT_FALSE(r->params.constraint.has_value());  // set once the prompt is rendered
+    return r->tool_calls;
+  };
+  auto req = spec(R"(, "tool_choice": "required")");
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(req->mode, structured::ToolCallSpec::Mode::kRequired);
+  ASSERT_EQ(req->tools.size(), 2u);
+  EXPECT_TRUE(req->tools[0].enforce && req->tools[1].enforce);
+  EXPECT_EQ(req->tools[0].parameters, R"({"type":"object"})");
+  EXPECT_EQ(req->tools[0].field, "tools[0].function.parameters");
+  auto named = spec(R"(, "tool_choice": {"type": "function", "function": {"name": "b"}})");
+  ASSERT_TRUE(named.has_value());
+  EXPECT_EQ(named->mode, structured::ToolCallSpec::Mode::kNamed);
+  ASSERT_EQ(named->tools.size(), 1u);
+  EXPECT_EQ(named->tools[0].name, "b");
+  // auto with a strict tool: only the strict tool's arguments follow its schema.
+  auto aut = spec("");
+  ASSERT_TRUE(aut.has_value());
+  EXPECT_EQ(aut->mode, structured::ToolCallSpec::Mode::kAuto);
+  EXPECT_FALSE(aut->tools[0].enforce);
+  EXPECT_TRUE(aut->tools[1].enforce);
+  // none: nothing rendered, nothing constrained.
+  EXPECT_FALSE(spec(R"(, "tool_choice": "none")").has_value());
+  // No strict tool under auto: no constraint.
+  auto plain = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "a"}}]})",
+                                kTokens);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->tool_calls.has_value());
+  EXPECT_FALSE(ToolCallConstraint(*plain, false).has_value());
+  // The constraint carries whether the prompt left a reasoning block open.
+  ChatRequest r;
+  r.tool_calls = named;
+  r.tool_calls_field = "tool_choice";
+  auto c = ToolCallConstraint(r, true);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->kind, structured::ConstraintSpec::Kind::kToolCalls);
+  EXPECT_EQ(c->field, "tool_choice");
+  auto back = structured::DecodeToolCallSpec(c->text);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->reasoning);
+  EXPECT_NE(c->Key(), ToolCallConstraint(r, false)->Key());
 }
 
 TEST(Chat, OutputParsing) {

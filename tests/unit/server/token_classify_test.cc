@@ -1,6 +1,7 @@
 // Token classification post-processing details the pipeline fixtures may not reach: byte to
 // character offsets inside multi-byte characters (HF tokenizers' converter), and /absa on a
-// sequence classifier (the sentiment of each (aspect, review) pair, no spans).
+// sequence classifier (the sentiment of each (aspect, review) pair, no spans) and on a token
+// classifier with a sentiment model beside it (spans from one, sentiments from the other).
 #include "io/token_classify.h"
 
 #include <gtest/gtest.h>
@@ -61,6 +62,68 @@ TEST(Absa, SequenceClassifierGivesThePairsSentiment) {
   EXPECT_NE(r->body.find(R"({"aspect":"wait","sentiment":"bad","score":0.9,"spans":[]})"),
             std::string::npos)
       << r->body;
+}
+
+TEST(Absa, SentimentModelGivesTheSentimentAndTheTokenClassifierTheSpans) {
+  const std::string fixtures = SLUICE_FIXTURES_DIR;
+  auto tok = Tokenizer::FromDirectory(fixtures + "/token_classification/bert_wordpiece_ko/model");
+  auto side_tok = Tokenizer::FromDirectory(fixtures + "/../../models/demo-reranker");
+  ASSERT_TRUE(tok.ok() && side_tok.ok());
+  ProcessorRegistry reg;
+  ModelContext m;
+  m.name = "m";
+  m.task = "token-classify";
+  m.labels = {"O", "B-POS", "I-POS", "B-NEG", "I-NEG"};
+  m.absa = true;
+  m.absa_sentiments = {{"POS", "positive"}, {"upbeat", "happy"}};
+  m.model_max_tokens = m.max_tokens_per_input = 128;
+  m.tokenizer = tok->get();
+  auto side = std::make_shared<ModelContext>();
+  side->task = "classify";
+  side->labels = {"upbeat", "grim"};
+  side->model_max_tokens = side->max_tokens_per_input = 128;
+  side->tokenizer = side_tok->get();
+  m.companion = side;
+  const IoProcessor* p = reg.Find("/absa");
+  const std::string review = "the food was great";
+  auto st = p->Parse(
+      IoRequest{"/absa", R"({"review": "the food was great", "aspects": ["food", "wait"]})", &m});
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  std::vector<TokenSequence> seqs, side_seqs;
+  ASSERT_TRUE(p->PreProcess(m, **st, &seqs).ok());
+  ASSERT_TRUE(p->PreProcessCompanion(*side, **st, &side_seqs).ok());
+  ASSERT_EQ(seqs.size(), 2u);
+  ASSERT_EQ(side_seqs.size(), 2u);
+  // The sentiment model's sequences are the pairs in its own tokenizer.
+  for (size_t i = 0; i < 2; ++i) {
+    auto want = (*side_tok)->EncodePair(i == 0 ? "food" : "wait", review);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(side_seqs[i].ids, want->ids);
+  }
+  EXPECT_NE(seqs[0].ids, side_seqs[0].ids);
+  // Token outputs: every review token B-POS (spans "positive"); sentiment outputs differ.
+  std::vector<PooledOutput> outs(2);
+  for (size_t i = 0; i < 2; ++i) {
+    outs[i].rows = static_cast<int>(seqs[i].ids.size());
+    for (int r = 0; r < outs[i].rows; ++r) {
+      outs[i].values.insert(outs[i].values.end(), {0.1f, 0.6f, 0.1f, 0.1f, 0.1f});
+    }
+  }
+  (*st)->companion_outputs.resize(2);
+  (*st)->companion_outputs[0].values = {0.2f, 0.8f};
+  (*st)->companion_outputs[1].values = {0.75f, 0.25f};
+  auto r = p->PostProcess(m, **st, outs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->body.find(R"({"aspect":"food","sentiment":"grim","score":0.8,"spans":[{"label":)"
+                         R"("positive")"),
+            std::string::npos)
+      << r->body;
+  EXPECT_NE(r->body.find(R"({"aspect":"wait","sentiment":"happy","score":0.75,"spans":[{)"),
+            std::string::npos)
+      << r->body;
+  // Outputs that do not match the aspects are an internal error, not a guess.
+  (*st)->companion_outputs.resize(1);
+  EXPECT_EQ(p->PostProcess(m, **st, outs).status().code(), StatusCode::kInternal);
 }
 
 }  // namespace

@@ -203,6 +203,76 @@ TEST_F(DirTest, SluiceJson) {
   EXPECT_FALSE(LoadSluiceOverrides(dir_.string()).ok());
 }
 
+TEST_F(DirTest, AbsaSentimentModelIsResolvedAgainstTheModelDirectory) {
+  Write("sluice.json", R"({"absa": {"sentiment_model": "sent", "sentiments": {"POS": "p"}}})");
+  auto o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_TRUE(o->absa.has_value());
+  EXPECT_EQ(o->absa->sentiment_model, (dir_ / "sent").string());
+  Write("sluice.json", R"({"absa": {"sentiment_model": "/abs/sent"}})");
+  o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->absa->sentiment_model, "/abs/sent");
+  Write("sluice.json", R"({"absa": {}})");
+  o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->absa->sentiment_model, "");
+  for (const char* bad :
+       {R"({"absa": {"sentiment_model": 3}})", R"({"absa": {"sentiment_model": ""}})"}) {
+    Write("sluice.json", bad);
+    auto b = LoadSluiceOverrides(dir_.string());
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("absa.sentiment_model"), std::string::npos);
+  }
+}
+
+TEST_F(DirTest, ColbertQueryExpansionFromPylateConfigAndSluiceJson) {
+  // PyLate's config_sentence_transformers.json: expansion on with query_length.
+  Write("config_sentence_transformers.json",
+        R"({"__version__": {"pylate": "1.1"}, "prompts": {}, "query_length": 24,
+            "attend_to_expansion_tokens": true})");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->query_length, 24);
+  EXPECT_TRUE(st->do_query_expansion);
+  SluiceOverrides none;
+  auto q = ResolveQueryExpansion(*st, none, true);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->length, 24);
+  EXPECT_TRUE(q->attend);
+  // Not a late-interaction model: PyLate's settings do nothing; sluice.json's are an error.
+  EXPECT_EQ(ResolveQueryExpansion(*st, none, false)->length, 0);
+  SluiceOverrides o;
+  o.query_length = 16;
+  EXPECT_FALSE(ResolveQueryExpansion(*st, o, false).ok());
+  EXPECT_EQ(ResolveQueryExpansion(*st, o, true)->length, 16);  // sluice.json wins
+  o.query_length = 0;
+  EXPECT_EQ(ResolveQueryExpansion(*st, o, true)->length, 0);  // turned off
+  o.query_length = -1;
+  EXPECT_FALSE(ResolveQueryExpansion(*st, o, true).ok());
+  // Expansion tokens the others must not attend (PyLate's default): refused, saying how.
+  SluiceOverrides unattended;
+  unattended.attend_to_expansion_tokens = false;
+  auto bad = ResolveQueryExpansion(*st, unattended, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("attend_to_expansion_tokens"), std::string::npos);
+  // do_query_expansion false: no augmentation.
+  Write("config_sentence_transformers.json",
+        R"({"query_length": 32, "do_query_expansion": false})");
+  st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(ResolveQueryExpansion(*st, none, true)->length, 0);
+  // sluice.json's fields.
+  Write("sluice.json", R"({"late_interaction": true, "query_length": 20,
+                           "attend_to_expansion_tokens": true})");
+  auto so = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(so.ok()) << so.status().ToString();
+  EXPECT_EQ(so->query_length, 20);
+  EXPECT_EQ(so->attend_to_expansion_tokens, true);
+  Write("sluice.json", R"({"attend_to_expansion_tokens": 1})");
+  EXPECT_FALSE(LoadSluiceOverrides(dir_.string()).ok());
+}
+
 TEST_F(DirTest, NoConfig) {
   auto c = LoadModelConfig(dir_.string());
   ASSERT_FALSE(c.ok());
