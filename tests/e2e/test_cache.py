@@ -296,7 +296,7 @@ try:
         json.dump({"sources": {"1": os.path.join(WORK, "no-such.txt")}}, f)
     p = subprocess.run([harness.ARGS.sluice, "serve", "--model-repository", repo, "--port", "0",
                         "--model-cache", c8], capture_output=True, text=True, timeout=60)
-    c.check(p.returncode != 0 and "sources.1: must be a string naming an archive" in
+    c.check(p.returncode != 0 and '"sources.1" must be a string naming an archive' in
             p.stderr + p.stdout, f"a bad source is refused: {(p.stderr + p.stdout)[-300:]}")
 finally:
     httpd.shutdown()
