@@ -8,7 +8,8 @@
 namespace sluice::structured {
 namespace {
 
-using testing::DfaOf;
+using testing::Lang;
+using testing::LangOf;
 
 ToolCallTool Weather(bool enforce = true) {
   ToolCallTool t;
@@ -32,15 +33,16 @@ std::string Call(const std::string& name, const std::string& args) {
   return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>";
 }
 
-std::shared_ptr<Dfa> Compile(const ToolCallSpec& spec) {
+// Any-object arguments (a tool that is not strict) are recursive JSON: a pushdown language.
+std::shared_ptr<Lang> Compile(const ToolCallSpec& spec) {
   // Through the spec's text, as a request's constraint travels.
   auto decoded = DecodeToolCallSpec(EncodeToolCallSpec(spec));
   EXPECT_TRUE(decoded.ok()) << decoded.status().message();
-  if (!decoded.ok()) return DfaOf(Nothing());
+  if (!decoded.ok()) return LangOf(Nothing());
   auto e = CompileToolCalls(*decoded, {});
   EXPECT_TRUE(e.ok()) << e.status().message();
-  if (!e.ok()) return DfaOf(Nothing());
-  return DfaOf(*e);
+  if (!e.ok()) return LangOf(Nothing());
+  return LangOf(*e);
 }
 
 TEST(ToolCalls, NamedIsOneCallOfThatFunctionWithSchemaArguments) {
