@@ -245,6 +245,12 @@ with tempfile.TemporaryDirectory() as tmp:
         c.error_shape(st, r, 404, "--plugin does not reach the repository model")
         st, _, r = s.post("/v1/rerank", {"query": QUERY, "documents": DOCS})
         c.error_shape(st, r, 400, "an ordinary route still needs the model")
+    # --model NAME=PATH in the versions layout: PATH/model.json's plugins, for both versions.
+    with Server(None, "--model", "v=" + os.path.join(repo, "kw")) as s:
+        for model in ("v:1", "v:2"):
+            st, h, r = kw(s, model)
+            c.check(st == 200 and served(h) == ("v", model[-1]) and r == want,
+                    f"{model}: PATH/model.json plugins: {st} {r}")
     # The single-model form, with sluice.json plugins naming the same file as --plugin.
     single = os.path.join(tmp, "single")
     shutil.copytree(RERANKER, single)
