@@ -333,16 +333,16 @@ void Router::RouteInference(HttpRequest&& req, std::shared_ptr<Exchange> ex,
       int scoring = 0;
       for (const auto& [n, v] : *t) {
         const ServedModel& m = *v.versions.at(v.default_version)->model;
-        if (m.HasIoProcessor(*io)) has.push_back("\"" + n + "\"");
+        if (m.HasIoProcessor(*io)) has.push_back(n);
         if (m.generation()) continue;
         ++scoring;
         listing += (listing.empty() ? "\"" : "; \"") + n + "\": " + m.IoProcessorNames();
       }
       if (has.size() == 1) {
-        name = has[0].substr(1, has[0].size() - 2);
+        name = has[0];
       } else if (has.size() > 1) {
         std::string names;
-        for (const std::string& h : has) names += (names.empty() ? "" : ", ") + h;
+        for (const std::string& h : has) names += (names.empty() ? "\"" : ", \"") + h + "\"";
         return Respond(route, ex,
                        ErrorResponse(400, "\"model\" is required: IO processor \"" + *io +
                                               "\" is served by the models " + names));

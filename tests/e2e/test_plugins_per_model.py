@@ -156,7 +156,19 @@ with tempfile.TemporaryDirectory() as tmp:
                 st2 == 200 and text == d.get("prompt"), f"fsm on gen: {st} {r} vs {d}")
         st, _, r = completion(s, "chat")
         c.error_shape(st, r, 400, "fsm on chat")
-        c.check('"fsm"' in msg(r) and "loaded: none" in msg(r), f"names fsm: {r}")
+        c.check('unknown logits processor "fsm" on model "chat" (loaded: none)' in msg(r),
+                f"names fsm and chat: {r}")
+        st, _, r = s.post("/v1/chat/completions",
+                          {"model": "chat", "max_tokens": 2, "logits_processors": ["fsm"],
+                           "extra_args": FSM_ARGS,
+                           "messages": [{"role": "user", "content": "Where do salmon swim?"}]})
+        c.error_shape(st, r, 400, "fsm on chat, chat completions")
+        c.check('"fsm" on model "chat"' in msg(r), f"names fsm and chat: {r}")
+        st, _, r = s.post("/v1/chat/completions",
+                          {"model": "gen", "max_tokens": 2, "logits_processors": ["fsm"],
+                           "extra_args": FSM_ARGS, "temperature": 0,
+                           "messages": [{"role": "user", "content": "Where do salmon swim?"}]})
+        c.check(st == 200, f"fsm on gen, chat completions: {st} {r}")
         st, _, r = completion(s, "chat", lps=False)
         c.check(st == 200, f"chat without logits processors: {st} {r}")
 
