@@ -1,6 +1,7 @@
 // Linear layers on oneDNN matmul, or on sluice's own GEMM (gemm.h) where oneDNN has no
 // batch-invariant kernel (AVX2 machines: oneDNN 2.6's brgemm needs AVX-512). The path is
-// chosen per compute dtype at Prepare; SLUICE_CPU_LINEAR=onednn|sluice forces one.
+// chosen per compute dtype at Prepare; SLUICE_CPU_LINEAR=onednn|sluice|avx512bf16|avx512fma|amx
+// forces one (amx: sluice's AMX GEMM for bf16 and int8, gemm_x86.h; refused without AMX).
 //
 // Weights ([N, K], torch layout) are converted to the compute dtype (f32 or bf16) and
 // prepacked once into the blocked layout that oneDNN's brgemm matmul prefers.
