@@ -33,7 +33,11 @@ bool AmxI8Usable() { return Features().amx_int8 && amx::Available(); }
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16,amx-int8")
 
-#include "backend/cpu/gemm_amx_inl.h"  // (its includes are already in: only its code is here)
+// Only gemm_amx_inl.h's own code (internal linkage) is compiled for AMX here: its includes
+// are already in above, and templates defined before the pragma (the standard library's)
+// keep the default target where instantiated below (GCC applies a target pragma at a
+// function's definition), so no weak symbol of this file carries AVX-512/AMX code.
+#include "backend/cpu/gemm_amx_inl.h"
 
 namespace sluice::cpu::x86 {
 namespace {
