@@ -61,7 +61,9 @@ struct AmxHwOps {
       c.rows[t] = kAmxRows;
       c.colsb[t] = 64;
     }
-    _tile_loadconfig(&c);
+    // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes of
+    // the configuration, so the other stores to `c` could be dropped as dead.
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
   }
   static void End() { _tile_release(); }
   static void ZeroAcc() {
@@ -71,6 +73,21 @@ struct AmxHwOps {
     _tile_zero(3);
   }
   static void LoadA(const void* p, int64_t stride) { _tile_loadd(4, p, stride); }
+  // GCC's tileloadd asm names no memory operand: the barrier keeps every store to the
+  // accumulator buffer before it (they are tilestored, which clobbers memory, anyway).
+  template <int J>
+  static void LoadAcc(const void* p, int64_t stride) {
+    __asm__ volatile("" ::: "memory");
+    if constexpr (J == 0) {
+      _tile_loadd(0, p, stride);
+    } else if constexpr (J == 1) {
+      _tile_loadd(1, p, stride);
+    } else if constexpr (J == 2) {
+      _tile_loadd(2, p, stride);
+    } else {
+      _tile_loadd(3, p, stride);
+    }
+  }
   template <int J>
   static void LoadB(const void* p) {
     static_assert(AmxBTile(0) == 5 && AmxBTile(1) == 6 && AmxBTile(2) == 7 && AmxBTile(3) == 5);

@@ -98,12 +98,24 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
   return p;
 }
 
-// 16 rows (xa, row stride lda bytes) x one 64-column weight block w -> acc [16, 64]
-// (f32 for bf16, int32 for int8), k groups in order.
+// 16 rows (xa, row stride lda bytes) x one 64-column weight block w, k groups [g0, g1)
+// in order, onto acc [16, 64] (f32 for bf16, int32 for int8; row stride 256 bytes): the
+// accumulators start at zero when g0 == 0, else are loaded from acc (a tile store and
+// load copies the bits, so a K range split into chunks gives exactly the bits of one
+// pass: the same instructions on each element in the same order).
 template <class Ops>
-void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t groups, const uint8_t* w, void* acc) {
-  Ops::ZeroAcc();
-  for (int64_t g = 0; g < groups; g += kAmxGroups) {
+void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const uint8_t* w,
+                  void* acc) {
+  auto* a = static_cast<uint8_t*>(acc);
+  if (g0 == 0) {
+    Ops::ZeroAcc();
+  } else {
+    Ops::template LoadAcc<0>(a, 256);
+    Ops::template LoadAcc<1>(a + 64, 256);
+    Ops::template LoadAcc<2>(a + 128, 256);
+    Ops::template LoadAcc<3>(a + 192, 256);
+  }
+  for (int64_t g = g0; g < g1; g += kAmxGroups) {
     Ops::LoadA(xa + g * 4, lda);
     const uint8_t* wg = w + g * 256;
     Ops::template LoadB<0>(wg);
@@ -115,12 +127,16 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t groups, const uint8_t*
     Ops::template LoadB<3>(wg + 192);
     Ops::template Dp<3>();
   }
-  auto* out = static_cast<uint8_t*>(acc);  // [16, 64] 4-byte elements: row stride 256 bytes
-  Ops::template StoreAcc<0>(out, 256);
-  Ops::template StoreAcc<1>(out + 64, 256);
-  Ops::template StoreAcc<2>(out + 128, 256);
-  Ops::template StoreAcc<3>(out + 192, 256);
+  Ops::template StoreAcc<0>(a, 256);
+  Ops::template StoreAcc<1>(a + 64, 256);
+  Ops::template StoreAcc<2>(a + 128, 256);
+  Ops::template StoreAcc<3>(a + 192, 256);
 }
+
+// k groups per chunk: the weight block's chunk (kAmxChunk * 256 bytes = 32 KB) stays in
+// L1 while the row tiles of a tile pass over it; accumulators are spilled between chunks.
+constexpr int64_t kAmxChunk = 128;
+constexpr int64_t kAmxTileGroup = 4;  // row tiles per scheduling tile: 64 rows
 
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
 // (weight-block group) as in gemm_x86.cc's Drive; the schedule decides only which thread
@@ -142,7 +158,7 @@ void AmxDrive(const AmxPlan& p) {
   }
   const uint8_t* tail_x = tail.data();
   int64_t pb = std::max<int64_t>(1, (1 << 20) / block_bytes);
-  const int64_t gb = 4;  // row tiles per tile: 64 rows
+  const int64_t gb = kAmxTileGroup;
   const int64_t tiles_m = (row_tiles + gb - 1) / gb;
   const int64_t threads = omp_get_max_threads();
   pb = std::min(pb, blocks);
@@ -152,35 +168,42 @@ void AmxDrive(const AmxPlan& p) {
 #pragma omp parallel if (parallel)
   {
     Ops::Begin();
-    alignas(64) int32_t iacc[kAmxRows * kBlockN];
-    alignas(64) float acc[kAmxRows * kBlockN];
+    // Accumulators of the tile's row tiles: [gb][16][64] (f32 or int32).
+    alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
+    alignas(64) float conv[kAmxRows * kBlockN];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t tn = 0; tn < tiles_n; ++tn) {
       for (int64_t tm = 0; tm < tiles_m; ++tm) {
         const int64_t b_end = std::min(blocks, (tn + 1) * pb);
-        const int64_t t_end = std::min(row_tiles, (tm + 1) * gb);
+        const int64_t t0 = tm * gb, t_end = std::min(row_tiles, (tm + 1) * gb);
         for (int64_t b = tn * pb; b < b_end; ++b) {
           const int64_t c0 = b * kBlockN;
           const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
           const uint8_t* w = p.packed + b * block_bytes;
-          for (int64_t t = tm * gb; t < t_end; ++t) {
+          for (int64_t g0 = 0; g0 < p.groups; g0 += kAmxChunk) {
+            const int64_t g1 = std::min(p.groups, g0 + kAmxChunk);
+            for (int64_t t = t0; t < t_end; ++t) {
+              const uint8_t* xa = t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
+              AmxMicroTile<Ops>(xa, p.ldx, g0, g1, w, accs + (t - t0) * kAmxRows * kBlockN);
+            }
+          }
+          for (int64_t t = t0; t < t_end; ++t) {
             const int64_t r0 = t * kAmxRows;
             const int64_t rows = std::min<int64_t>(kAmxRows, p.m - r0);
-            const uint8_t* xa = rows == kAmxRows ? p.x + r0 * p.ldx : tail_x;
+            const int32_t* ia = accs + (t - t0) * kAmxRows * kBlockN;
+            const float* acc = reinterpret_cast<const float*>(ia);  // bf16: f32 bits
             if (p.int8) {
-              AmxMicroTile<Ops>(xa, p.ldx, p.groups, w, iacc);
               // vpdpbusd's integers minus 128 * column sum (q + 128 encoding), as the VNNI
               // kernel: exact (unsigned arithmetic: wrap-around instead of overflow UB).
               const int32_t* cs = p.colsum + c0;
               for (int64_t r = 0; r < rows; ++r) {
                 for (int64_t c = 0; c < kBlockN; ++c) {
-                  const uint32_t v = static_cast<uint32_t>(iacc[r * kBlockN + c]) -
+                  const uint32_t v = static_cast<uint32_t>(ia[r * kBlockN + c]) -
                                      (static_cast<uint32_t>(cs[c]) << 7);
-                  acc[r * kBlockN + c] = static_cast<float>(static_cast<int32_t>(v));
+                  conv[r * kBlockN + c] = static_cast<float>(static_cast<int32_t>(v));
                 }
               }
-            } else {
-              AmxMicroTile<Ops>(xa, p.ldx, p.groups, w, acc);
+              acc = conv;
             }
             gemm::EpilogueArgs e;
             e.acc = acc;
@@ -232,6 +255,10 @@ struct AmxEmuOps {
   template <int J>
   static void LoadB(const void* p) {
     Load(AmxBTile(J), p, 256);
+  }
+  template <int J>
+  static void LoadAcc(const void* p, int64_t stride) {
+    Load(J, p, stride);
   }
   static float Bf16(const uint8_t* p) {
     uint16_t h;

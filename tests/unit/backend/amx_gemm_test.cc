@@ -221,8 +221,8 @@ TEST(AmxGemm, EmuI8MatchesGemmI8BitForBit) { CheckI8VsGemmI8(Impl::kEmu); }
 
 // A probe row's output bits vs alone (M = 1): at positions in batches of many M, with 1
 // and 2 threads.
-void CheckRowInvariance(Impl impl, bool int8, const std::vector<int64_t>& ms) {
-  const int64_t k = 200, n = 150;
+void CheckRowInvariance(Impl impl, bool int8, int64_t k, const std::vector<int64_t>& ms) {
+  const int64_t n = 150;
   auto probe = Random(k, 44, -2.f, 2.f);
   auto run = [&](int64_t m, int64_t at, uint32_t seed) {
     std::vector<float> out(m * (n + 3), 0.f);
@@ -252,7 +252,8 @@ void CheckRowInvariance(Impl impl, bool int8, const std::vector<int64_t>& ms) {
       const int64_t at = (m * 7919) % m;
       const auto got = run(m, at, static_cast<uint32_t>(100 + m));
       EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), n * 4))
-          << (int8 ? "int8" : "bf16") << " m=" << m << " at=" << at << " threads=" << threads;
+          << (int8 ? "int8" : "bf16") << " k=" << k << " m=" << m << " at=" << at
+          << " threads=" << threads;
     }
   }
   omp_set_num_threads(saved);
@@ -261,8 +262,10 @@ void CheckRowInvariance(Impl impl, bool int8, const std::vector<int64_t>& ms) {
 const std::vector<int64_t> kInvarianceMs = {2, 7, 15, 16, 17, 31, 32, 33, 64, 65, 100, 131};
 
 TEST(AmxGemm, EmuRowIndependentOfMPositionAndThreads) {
-  CheckRowInvariance(Impl::kEmu, false, kInvarianceMs);
-  CheckRowInvariance(Impl::kEmu, true, kInvarianceMs);
+  for (int64_t k : {200, 1100}) {  // 1100: several K chunks (kAmxChunk) for bf16 and int8
+    CheckRowInvariance(Impl::kEmu, false, k, kInvarianceMs);
+    CheckRowInvariance(Impl::kEmu, true, k, kInvarianceMs);
+  }
 }
 
 // ---- the real AMX instructions (skipped without AMX) ----
@@ -334,8 +337,10 @@ TEST(AmxGemm, HwRowIndependentOfMPositionAndThreads) {
   SKIP_WITHOUT_AMX(x86::AmxBf16Usable() && x86::AmxI8Usable(), "BF16/INT8");
   std::vector<int64_t> ms = kInvarianceMs;
   for (int64_t m : {300, 1000, 2049}) ms.push_back(m);
-  CheckRowInvariance(Impl::kHw, false, ms);
-  CheckRowInvariance(Impl::kHw, true, ms);
+  for (int64_t k : {200, 1100, 3072}) {
+    CheckRowInvariance(Impl::kHw, false, k, ms);
+    CheckRowInvariance(Impl::kHw, true, k, ms);
+  }
 }
 
 // The path's name and its refusal without AMX (SLUICE_CPU_LINEAR=amx never silently
