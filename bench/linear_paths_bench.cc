@@ -4,7 +4,8 @@
 //   bf16 sluice-gemm (Highway, f32 FMA on widened bf16) | bf16 sluice-avx512bf16 (vdpbf16ps)
 //   bf16 sluice-avx512fma (bf16 weights widened in registers, f32 FMA)
 //   int8 sluice-int8 (VNNI, or portable: run with the ISA capped below AMX)
-//   bf16 / int8 sluice-amx (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without usable AMX)
+//   bf16 sluice-amx / int8 sluice-int8(amx) (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without
+//   usable AMX)
 // The path is fixed per weight at load for every M (batch invariance), so the choice per
 // shape is made from the whole M range; docs/benchmarks.md has the figures.
 //

@@ -269,8 +269,9 @@ const char* PathName(Path p) {
     case Path::kInt8:
       return "sluice-int8";
     case Path::kAmxBf16:
-    case Path::kAmxI8:
       return "sluice-amx";
+    case Path::kAmxI8:  // "sluice-int8(amx)": the int8 path, on its AMX kernel
+      return "sluice-int8";
   }
   return "?";
 }
@@ -285,6 +286,7 @@ std::string KernelName(DType t, Path p) {
   std::string s = std::string(DTypeName(t)) + " " + PathName(p);
   if (p == Path::kOneDnn) s += "(" + IsaNameImpl() + ")";
   if (p == Path::kInt8) s += std::string("(") + x86::I8KernelName() + ")";
+  if (p == Path::kAmxI8) s += "(amx)";
   return s;
 }
 }  // namespace

@@ -23,7 +23,10 @@
 // accumulator tile that runs over the k groups in order, 16 per instruction, with the
 // same instructions for every row: a row tile always has 16 rows (the last rows of a batch
 // are copied into a zero-padded 16-row buffer), so neither M, nor the row's position, nor
-// the thread count changes the instruction sequence a row goes through.
+// the thread count changes the instruction sequence a row goes through. K runs in chunks
+// (kAmxChunk) with the accumulators stored and reloaded between them: bit copies, the same
+// sequence. (This assumes, as for SIMD lanes, that a tile row's result does not depend on
+// the row's index in the tile or on the other rows: the hardware tests check it.)
 #pragma once
 
 #include <omp.h>

@@ -97,7 +97,8 @@ const char* I8KernelName();
 
 // ---- AMX (gemm_amx.cc): the same packed weights and activations, on tiles ----
 // Tiles of 16 rows x 64 columns (4 accumulator tiles), k in 16-group (one tile row) steps
-// in order, K never split; a partial last row tile runs as a zero-padded 16-row tile. So
+// in order, K never split (chunks of K reload the exact accumulators); a partial last row
+// tile runs as a zero-padded 16-row tile. Shown as "bf16 sluice-amx" / "int8 sluice-int8(amx)". So
 // a row's result does not depend on M, its tile or the thread count (bf16: products exact,
 // f32 accumulation in the hardware's order, which may differ from vdpbf16ps's rounding;
 // int8: the same integers as GemmI8, so the same output bits).

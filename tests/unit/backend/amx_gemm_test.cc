@@ -352,6 +352,11 @@ TEST(AmxGemm, LinearPathChoiceAndRefusal) {
   } else {
     EXPECT_EQ(desc.find("sluice-amx"), std::string::npos) << desc;
   }
+  if (x86::AmxI8Usable()) {
+    EXPECT_NE(desc.find("int8 sluice-int8(amx)"), std::string::npos) << desc;
+  } else {
+    EXPECT_EQ(desc.find("(amx)"), std::string::npos) << desc;
+  }
   cpu::SetMaxIsaForTesting("avx512_bf16");  // below AMX: never usable
   EXPECT_FALSE(x86::AmxBf16Usable());
   EXPECT_FALSE(x86::AmxI8Usable());
