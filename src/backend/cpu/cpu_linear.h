@@ -45,11 +45,13 @@ class LinearRunner {
   static std::string IsaName();
   // Which GEMM runs per compute dtype, e.g. "f32 oneDNN-brgemm(amx), bf16 sluice-gemm".
   static std::string Describe();
-  // "auto" (default: oneDNN where it has a brgemm kernel, else sluice's GEMM), "onednn"
-  // or "sluice"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards. Tests only.
+  // "auto" (default: see ChoosePath in cpu_linear.cc), "onednn", "sluice", "avx512bf16",
+  // "avx512fma" or "amx"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards.
+  // Tests and benchmarks only.
   static void SetPathForTesting(const std::string& mode);
-  // BackendOptions::cpu_few_rows: bf16 weights prepared afterwards prefer the AVX-512 kernel
-  // over oneDNN's AMX one (SLUICE_CPU_LINEAR still decides when set).
+  // BackendOptions::cpu_few_rows: bf16 and int8 weights prepared afterwards prefer the
+  // AVX-512 kernels over the AMX ones (sluice's, or oneDNN's where sluice's AMX is not
+  // usable) on AMX machines (SLUICE_CPU_LINEAR still decides when set).
   void SetFewRows(bool few) { few_rows_ = few; }
 
   // The weights prepared so far by kernel, e.g. "int8 sluice-int8(avx512_vnni) x36, f32
