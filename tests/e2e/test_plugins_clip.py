@@ -23,7 +23,7 @@ from harness import Server
 harness.parse_args()
 c = harness.Checker()
 CLIP = os.path.join(harness.ARGS.fixtures, "clip", "clip_quickgelu")
-IMAGES = os.path.join(harness.ARGS.fixtures, "images")
+IMAGES = os.path.abspath(os.path.join(harness.ARGS.fixtures, "images"))
 with open(os.path.join(CLIP, "expected.json")) as f:
     EXP = json.load(f)
 FILES = [im["file"] for im in EXP["images"]]
