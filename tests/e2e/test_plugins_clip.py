@@ -164,6 +164,12 @@ try:
         check_results(r, want[:3], "top_n 3")
         st, _, r = s.post("/plugins/clip_rank", {"query": q_ids, "images": urls, "top_n": 100})
         check_results(r, want, "top_n over the count: every image")
+        # "model" routes the request (the served name, or name:version).
+        for ref in ("clipranker", "clipranker:1"):
+            st, _, r = s.post("/plugins/clip_rank", {"model": ref, "query": q_ids, "images": urls})
+            check_results(r, want, f"model {ref}")
+        st, _, r = s.post("/plugins/clip_rank", {"model": "other", "query": q_ids, "images": urls})
+        c.error_shape(st, r, 404, "model of another name")
         # A text query (the tokenizer) is its token ids.
         emb_t = embeddings(s, [TEXT])
         c.check(bool(emb_t) and emb_t[0] == embeddings(s, [TEXT_IDS])[0],
@@ -257,6 +263,27 @@ try:
         c.error_shape(st, r, 400, "a text query without tokenizer.json")
         c.check("query" in r["error"]["message"] and "tokenizer" in r["error"]["message"],
                 f"names the query and the tokenizer: {r}")
+
+    # A repository model: model.json "plugins" loads the library for both versions, each
+    # reading its own head from its version directory (model_dir): one library, two heads.
+    repo = os.path.join(tmp, "repo")
+    make_model(os.path.join(repo, "clip"), "1", HEAD, plugins=False, tokenizer=False)
+    make_model(os.path.join(repo, "clip"), "2", head2, plugins=False, tokenizer=False)
+    os.makedirs(os.path.join(repo, "clip", "lib"))
+    shutil.copy(ADAPTER, os.path.join(repo, "clip", "lib", "clip_adapter.so"))
+    with open(os.path.join(repo, "clip", "model.json"), "w") as f:
+        json.dump({"version_policy": {"all": {}}, "plugins": ["lib/clip_adapter.so"]}, f)
+    with Server(None, "--model-repository", repo, "--model-control", "explicit",
+                "--load-model", "*", "--allow-private-media-urls") as s:
+        st, _, r = s.post("/v1/embeddings", {"model": "clip:1",
+                                             "input": [q_ids] + [{"image": u} for u in urls]})
+        emb = [d["embedding"] for d in r["data"]] if st == 200 else [[0] * P]
+        for ref, head in (("clip:1", HEAD), ("clip:2", head2), ("clip", head2)):
+            st, h, r = s.post("/plugins/clip_rank", {"model": ref, "query": q_ids, "images": urls})
+            c.check(st == 200, f"repository {ref}: {st} {r}")
+            check_results(r, expected(head, emb[0], emb[1:]), f"repository {ref}: its own head")
+        st, h, r = s.post("/plugins/clip_rank", {"query": q_ids, "images": urls[:2]})
+        c.check(st == 200 and h.get("sluice-model") == "clip", f"routed without model: {st} {h}")
 
     # Heads that do not fit refuse the model at start-up, naming the file and the problem.
     for i, (head, msg) in enumerate([

@@ -1,4 +1,4 @@
-// IO-processor plugins (include/sluice/plugin.h minor 1, io/plugin_io.h): the loader (the
+// IO-processor plugins (include/sluice/plugin.h minors 1 and 2, io/plugin_io.h): the loader (the
 // keyword_rerank example loads; a newer minor version is refused before init; a 1.0 plugin
 // still loads; a refused IO registration names the file and the reason and leaves nothing),
 // registration errors, binding to a model (task mismatch, check_model), and the adapter: the
