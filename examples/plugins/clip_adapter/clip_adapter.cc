@@ -54,7 +54,9 @@ struct Head {
 };
 
 // Heads by the model they were read for (sluice passes the same sluice_io_model to
-// check_model and to every call of that model). A model loaded again replaces its entry.
+// check_model and to every call of that model). An entry outlives its model (P doubles per
+// load: the ABI has no unload hook for IO processors); a model loaded at the same address
+// replaces it.
 std::mutex g_heads_mu;
 std::map<const sluice_io_model*, std::shared_ptr<const Head>> g_heads;
 
