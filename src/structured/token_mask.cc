@@ -72,6 +72,11 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
   }
   t->child_begin_.push_back(static_cast<uint32_t>(t->edge_byte_.size()));
   t->tok_begin_.push_back(static_cast<uint32_t>(t->tok_ids_.size()));
+  t->depth_.assign(nodes.size(), 0);
+  for (size_t n = 1; n < nodes.size(); ++n) {
+    t->depth_[n] = t->depth_[t->parent_[n]] + 1;
+    t->max_depth_ = std::max(t->max_depth_, t->depth_[n]);
+  }
   t->end_.resize(nodes.size());
   for (size_t n = 0; n < nodes.size(); ++n) t->end_[n] = static_cast<uint32_t>(n + 1);
   for (size_t n = nodes.size() - 1; n > 0; --n) {
@@ -216,30 +221,60 @@ constexpr int kMinCommonBytes = 16;
 // the stack below an opaque frame: that path never looked at it), refused when it dies without
 // having met a hole, and else its subtree depends on the stack (out->deps).
 template <typename A>
-void Grammar::Dfs(A& d, uint32_t* words, WalkOut* out) {
+void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out) {
   const TokenTrie& t = *trie_;
+  const uint32_t* depth = t.depth_.data();
+  const uint32_t* end = t.end_.data();
+  const uint8_t* byte = t.byte_.data();
+  const uint32_t* tok_begin = t.tok_begin_.data();
+  const int32_t* tok_ids = t.tok_ids_.data();
+  const uint32_t base = depth[root];
+  if (scan_state_.size() < t.max_depth_ + 2) {
+    scan_state_.resize(t.max_depth_ + 2);
+    scan_taint_.resize(t.max_depth_ + 2);
+  }
+  int32_t* st = scan_state_.data();
+  uint8_t* taint = scan_taint_.data();
+  st[0] = s;  // st[k]: the state at depth base + k on the current path
+  taint[0] = tainted;
+  int max_depth = out->depth;
+  bool cut = out->cut;
+  for (uint32_t n = root + 1, stop = end[root]; n < stop;) {
+    const uint32_t k = depth[n] - base;
+    const int32_t y = d.NextFast(st[k - 1], byte[n]);
+    if (y < 0) {
+      if (taint[k - 1]) out->deps.push_back(n);  // a path through the hole may go on
+      n = end[n];
+      continue;
+    }
+    max_depth = std::max(max_depth, DepthOf(d, y));
+    cut |= CutAt(d, y);
+    if (!HasItems(d, y)) {  // only the hole: everything below depends on the stack
+      out->deps.push_back(n);
+      n = end[n];
+      continue;
+    }
+    for (uint32_t i = tok_begin[n], e = tok_begin[n + 1]; i < e; ++i) {
+      const int32_t id = tok_ids[i];
+      words[id >> 5] |= 1u << (id & 31);
+    }
+    st[k] = y;
+    taint[k] = taint[k - 1] | static_cast<uint8_t>(HasHole(d, y));
+    ++n;
+  }
+  out->depth = max_depth;
+  out->cut = cut;
+}
+
+// Runs the walks of dfs_'s items: a token is allowed when its walk ends in a state with items
+// (whatever the stack below an opaque frame: that path never looked at it), refused when it
+// dies without having met a hole, and else its subtree depends on the stack (out->deps).
+template <typename A>
+void Grammar::Dfs(A& d, uint32_t* words, WalkOut* out) {
   while (!dfs_.empty()) {
     const DfsItem it = dfs_.back();
     dfs_.pop_back();
-    const uint32_t e_end = t.child_begin_[it.node + 1];
-    for (uint32_t e = t.child_begin_[it.node]; e < e_end; ++e) {
-      const int32_t y = d.NextFast(it.state, t.edge_byte_[e]);
-      const uint32_t c = t.edge_child_[e];
-      if (y < 0) {
-        if (it.tainted) out->deps.push_back(c);  // a path through the hole may go on
-        continue;
-      }
-      out->depth = std::max(out->depth, DepthOf(d, y));
-      out->cut |= CutAt(d, y);
-      if (!HasItems(d, y)) {  // only the hole: everything below depends on the stack
-        out->deps.push_back(c);
-        continue;
-      }
-      MarkTokens(c, words);
-      if (t.child_begin_[c + 1] > t.child_begin_[c]) {
-        dfs_.push_back({c, y, it.tainted || HasHole(d, y)});
-      }
-    }
+    Scan(d, it.node, it.state, it.tainted, words, out);
   }
 }
 
@@ -426,7 +461,8 @@ void Grammar::PdaMask(int32_t s, uint32_t* words) {
     }
     if (st < 0) continue;
     MarkTokens(c, words);
-    if (t.child_begin_[c + 1] > t.child_begin_[c]) PlainWalk(d, c, st, words);
+    WalkOut real;  // s is a real configuration: no holes, no deps
+    Scan(d, c, st, false, words, &real);
   }
   AddEos(d.Accepting(s), words);
 }

@@ -92,8 +92,9 @@ class TokenTrie {
   std::vector<int32_t> tok_ids_;
   // The edge into node n (the root: none): its parent and byte. Node ids are in DFS order:
   // n's subtree is the nodes [n, end_[n]).
-  std::vector<uint32_t> parent_, end_;
+  std::vector<uint32_t> parent_, end_, depth_;
   std::vector<uint8_t> byte_;
+  uint32_t max_depth_ = 0;
   mutable std::mutex cover_mu_;
   mutable std::vector<std::pair<ByteSet, std::shared_ptr<const LoopCover>>> covers_;
 };
@@ -153,6 +154,10 @@ class Grammar {
   const WalkOut* After(A& a, int32_t t);
   template <typename A>
   void Dfs(A& a, uint32_t* words, WalkOut* out);
+  // The subtree below `root` (not its own tokens) from state s, scanned in node order (a dead
+  // prefix skips its subtree), with Dfs's rules for holes.
+  template <typename A>
+  void Scan(A& a, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out);
   void PdaMask(int32_t s, uint32_t* words);
   void MarkTokens(uint32_t node, uint32_t* words) const;
   void ClearSubtree(uint32_t node, uint32_t* words) const;
@@ -182,6 +187,8 @@ class Grammar {
     bool tainted;
   };
   std::vector<DfsItem> dfs_;
+  std::vector<int32_t> scan_state_;
+  std::vector<uint8_t> scan_taint_;
   std::vector<std::pair<uint32_t, int32_t>> path_;
   std::vector<uint32_t> chain_;
 };
