@@ -3,12 +3,15 @@
 //   f32  oneDNN (brgemm where it has one)            | bf16 oneDNN 2.6 (brgemm)
 //   bf16 sluice-gemm (Highway, f32 FMA on widened bf16) | bf16 sluice-avx512bf16 (vdpbf16ps)
 //   bf16 sluice-avx512fma (bf16 weights widened in registers, f32 FMA)
-//   int8 sluice-int8 (VNNI, or portable)
+//   int8 sluice-int8 (VNNI, or portable: run with the ISA capped below AMX)
+//   bf16 sluice-amx / int8 sluice-int8(amx) (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without
+//   usable AMX)
 // The path is fixed per weight at load for every M (batch invariance), so the choice per
 // shape is made from the whole M range; docs/benchmarks.md has the figures.
 //
 // Usage: linear_paths_bench [--threads N] [--reps R] [--m 1,2,4,64,1024] [--set encoder|decode]
-//                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8]
+//                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,
+//                                    amx-bf16,amx-int8]
 //                           [--cpu-time] [--only SHAPE-NAME-PART]
 // Prints a markdown table: median GFLOP/s over R repetitions (after 2 warm-ups), spread
 // (min..max), and for M <= 4 the weight bytes streamed per second (GB/s) next to the
@@ -100,6 +103,7 @@ struct PathSpec {
   DType dtype;
   const char* mode;  // SLUICE_CPU_LINEAR
   double weight_bytes;
+  const char* cap = "";  // SLUICE_CPU_MAX_ISA while the weight is prepared ("": none)
 };
 
 }  // namespace
@@ -108,7 +112,8 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 7;
   std::string only;  // --only: shapes whose name contains this
   std::string ms_arg = "1,2,3,4,16,64,256,1024,4096", set = "encoder";
-  std::string paths_arg = "onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8";
+  std::string paths_arg =
+      "onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,amx-bf16,amx-int8";
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--cpu-time")) {
@@ -155,7 +160,8 @@ int main(int argc, char** argv) {
   const std::vector<PathSpec> all = {
       {"onednn-f32", DType::kF32, "onednn", 4},    {"onednn-bf16", DType::kBF16, "onednn", 2},
       {"sluice-bf16", DType::kBF16, "sluice", 2},  {"avx512bf16", DType::kBF16, "avx512bf16", 2},
-      {"avx512fma", DType::kBF16, "avx512fma", 2}, {"int8", DType::kI8, "auto", 1}};
+      {"avx512fma", DType::kBF16, "avx512fma", 2}, {"int8", DType::kI8, "auto", 1, "avx512_bf16"},
+      {"amx-bf16", DType::kBF16, "amx", 2},        {"amx-int8", DType::kI8, "amx", 1}};
   std::vector<PathSpec> paths;
   for (auto& p : Split(paths_arg)) {
     for (auto& a : all) {
@@ -188,7 +194,9 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::string>> cells(ms.size());
     for (const PathSpec& p : paths) {
       cpu::LinearRunner::SetPathForTesting(p.mode);
+      cpu::SetMaxIsaForTesting(p.cap);  // int8: VNNI (auto picks AMX on AMX machines)
       auto lw = be->PrepareLinear(hw, &hb, p.dtype);
+      cpu::SetMaxIsaForTesting("");
       cpu::LinearRunner::SetPathForTesting("");
       for (size_t i = 0; i < ms.size(); ++i) {
         if (!lw.ok()) {

@@ -10,12 +10,20 @@ fp32, seeded random weights saved as a normal model directory):
     timed on all pairs (tokenisation excluded, torch.inference_mode, sdpa attention);
   - sluice: `sluice score` on the same directory and pairs (its own throughput line,
     model loading excluded), then scores are compared with HF's.
+  - --peers adds the other columns of issue 19's table: HF bf16 autocast (`hf-bf16`),
+    ONNX Runtime fp32 (`ort-fp32`: torch.onnx.export of the same model) and ONNX Runtime
+    int8 dynamic quantisation (`ort-int8`: onnxruntime.quantization.quantize_dynamic, QInt8
+    weights), each with the same dynamic padding and batch sweep as HF, intra-op threads =
+    --threads; --sluice-dtypes runs `sluice score --dtype` for each. Every column's max |score
+    difference| against HF fp32 is reported.
 
   taskset -c 0,1 python3 bench/peers/hf_cpu_crossencoder.py --sluice build/release/sluice \
-      --workload .carry/rerank_10k.jsonl --out /tmp/cpu-bench
+      --workload .carry/rerank_10k.jsonl --out /tmp/cpu-bench \
+      [--peers hf-bf16,ort-fp32,ort-int8 --sluice-dtypes float32,bfloat16,int8]
 """
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -34,10 +42,9 @@ SHAPES = {
 }
 
 
-@torch.inference_mode()
-def hf_run(model, pairs, batch):
+def batches(pairs, batch):
+    """Length-sorted dynamic padding: (indices, ids, types, mask) as int64 tensors."""
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
-    scores = [0.0] * len(pairs)
     for s in range(0, len(order), batch):
         idx = order[s:s + batch]
         L = max(len(pairs[i][0]) for i in idx)
@@ -49,10 +56,82 @@ def hf_run(model, pairs, batch):
             ids[r, :n] = torch.tensor(pairs[i][0])
             types[r, :n] = torch.tensor(pairs[i][1])
             mask[r, :n] = 1
+        yield idx, ids, types, mask
+
+
+def hf_bf16_run(model, pairs, batch):
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        return hf_run_inner(model, pairs, batch)
+
+
+@torch.inference_mode()
+def hf_run(model, pairs, batch):
+    return hf_run_inner(model, pairs, batch)
+
+
+def hf_run_inner(model, pairs, batch):
+    scores = [0.0] * len(pairs)
+    for idx, ids, types, mask in batches(pairs, batch):
         logits = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits[:, 0]
+        logits = logits.float()
         for r, i in enumerate(idx):
             scores[i] = float(torch.sigmoid(logits[r]))
     return scores
+
+
+def ort_session(model, mdir, int8, threads):
+    import onnxruntime as ort
+    path = os.path.join(mdir, "model.onnx")
+    if not os.path.exists(path):
+        ids = torch.ones(2, 16, dtype=torch.long)
+        kw = dict(input_names=["input_ids", "attention_mask", "token_type_ids"],
+                  output_names=["logits"], opset_version=17,
+                  dynamic_axes={n: {0: "b", 1: "t"} for n in
+                                ("input_ids", "attention_mask", "token_type_ids")})
+        try:
+            torch.onnx.export(model, (ids, ids, torch.zeros_like(ids)), path, dynamo=False, **kw)
+        except TypeError:  # older torch: no dynamo argument
+            torch.onnx.export(model, (ids, ids, torch.zeros_like(ids)), path, **kw)
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        qpath = os.path.join(mdir, "model.int8.onnx")
+        if not os.path.exists(qpath):
+            quantize_dynamic(path, qpath, weight_type=QuantType.QInt8)
+        path = qpath
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(sess, pairs, batch):
+    scores = [0.0] * len(pairs)
+    for idx, ids, types, mask in batches(pairs, batch):
+        out = sess.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                              "token_type_ids": types.numpy()})[0][:, 0]
+        for r, i in enumerate(idx):
+            scores[i] = 1.0 / (1.0 + math.exp(-float(out[r])))
+    return scores
+
+
+def timed_best(run, pairs, reps):
+    """Sweeps batch sizes on a slice, then times the best on all pairs: (rates, bs, scores)."""
+    warm = pairs[:min(len(pairs), 64)]
+    best_bs, best_rate = None, 0
+    for bs in (8, 32, 128):
+        run(warm[:16], bs)
+        t0 = time.perf_counter()
+        run(warm, bs)
+        rate = len(warm) / (time.perf_counter() - t0)
+        if rate > best_rate:
+            best_bs, best_rate = bs, rate
+    rates, scores = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        scores = run(pairs, best_bs)
+        rates.append(len(pairs) / (time.perf_counter() - t0))
+    return rates, best_bs, scores
 
 
 def main():
@@ -63,7 +142,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pairs", default="bert-base=256,minilm-l6=1024")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--peers", default="", help="comma list of: hf-bf16,ort-fp32,ort-int8")
+    ap.add_argument("--sluice-dtypes", default="float32",
+                    help="comma list of sluice score --dtype values")
     args = ap.parse_args()
+    peers = [p for p in args.peers.split(",") if p]
+    dtypes = [d for d in args.sluice_dtypes.split(",") if d]
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     counts = dict(kv.split("=") for kv in args.pairs.split(","))
@@ -78,52 +162,66 @@ def main():
         model.save_pretrained(mdir)
         pairs = load_pairs(args.workload, n)
         tokens = sum(len(p[0]) for p in pairs)
-        # Sweep batch sizes on a slice, then time the best on all pairs.
-        warm = pairs[:min(len(pairs), 64)]
-        best_bs, best_rate = None, 0
-        for bs in (8, 32, 128):
-            hf_run(model, warm[:16], bs)
-            t0 = time.perf_counter()
-            hf_run(model, warm, bs)
-            rate = len(warm) / (time.perf_counter() - t0)
-            if rate > best_rate:
-                best_bs, best_rate = bs, rate
-        hf_rates = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            hf_scores = hf_run(model, pairs, best_bs)
-            hf_rates.append(len(pairs) / (time.perf_counter() - t0))
+        hf_rates, best_bs, hf_scores = timed_best(lambda p, b: hf_run(model, p, b), pairs,
+                                                  args.reps)
+        row = {"model": name, "pairs": len(pairs), "tokens": tokens, "hf_batch": best_bs,
+               "hf_pairs_per_s": hf_rates, "hf_median": med(hf_rates)}
+        cols = []  # (column, rates, batch, scores)
+        for peer in peers:
+            if peer == "hf-bf16":
+                run = lambda p, b: hf_bf16_run(model, p, b)  # noqa: E731
+            elif peer in ("ort-fp32", "ort-int8"):
+                sess = ort_session(model, mdir, peer == "ort-int8", args.threads)
+                run = lambda p, b, sess=sess: ort_run(sess, p, b)  # noqa: E731
+            else:
+                raise SystemExit("unknown peer " + peer)
+            rates, bs, scores = timed_best(run, pairs, args.reps)
+            cols.append((peer, rates, bs, scores))
         inp = os.path.join(args.out, name + ".jsonl")
         write_jsonl(pairs, inp)
-        sl_rates = []
-        for _ in range(args.reps):
-            outp = os.path.join(args.out, name + ".out.jsonl")
-            r = subprocess.run([args.sluice, "score", "--model", mdir, "--input", inp,
-                                "--output", outp, "--threads", str(args.threads)],
-                               capture_output=True, text=True, check=True)
-            m = re.search(r"done: (\d+) sequences, (\d+) tokens in ([\d.]+) s", r.stderr)
-            sl_rates.append(int(m.group(1)) / float(m.group(3)))
-        sl_scores = [json.loads(l)["score"] for l in open(outp)]
-        diff = max(abs(a - b) for a, b in zip(hf_scores, sl_scores))
-        hf_med = sorted(hf_rates)[len(hf_rates) // 2]
-        sl_med = sorted(sl_rates)[len(sl_rates) // 2]
-        row = {"model": name, "pairs": len(pairs), "tokens": tokens, "hf_batch": best_bs,
-               "hf_pairs_per_s": hf_rates, "sluice_pairs_per_s": sl_rates,
-               "hf_median": hf_med, "sluice_median": sl_med, "speedup": sl_med / hf_med,
-               "max_abs_score_diff": diff}
+        for dtype in dtypes:
+            sl_rates, kernel = [], ""
+            outp = os.path.join(args.out, f"{name}.{dtype}.out.jsonl")
+            for _ in range(args.reps):
+                r = subprocess.run([args.sluice, "score", "--model", mdir, "--input", inp,
+                                    "--output", outp, "--threads", str(args.threads),
+                                    "--dtype", dtype], capture_output=True, text=True, check=True)
+                m = re.search(r"done: (\d+) sequences, (\d+) tokens in ([\d.]+) s", r.stderr)
+                sl_rates.append(int(m.group(1)) / float(m.group(3)))
+                k = re.search(r"linear layers: (.*)", r.stderr)
+                kernel = k.group(1) if k else kernel
+            sl_scores = [json.loads(line)["score"] for line in open(outp)]
+            cols.append((f"sluice-{dtype}", sl_rates, None, sl_scores))
+            row[f"sluice-{dtype}_kernel"] = kernel
+        for col, rates, bs, scores in cols:
+            d = [abs(a - b) for a, b in zip(hf_scores, scores)]
+            row[col] = {"pairs_per_s": rates, "median": med(rates), "batch": bs,
+                        "vs_hf_fp32": med(rates) / row["hf_median"],
+                        "max_abs_score_diff": max(d), "mean_abs_score_diff": sum(d) / len(d)}
+        # The original columns' names (sluice fp32).
+        if "sluice-float32" in row:
+            row["sluice_pairs_per_s"] = row["sluice-float32"]["pairs_per_s"]
+            row["sluice_median"] = row["sluice-float32"]["median"]
+            row["speedup"] = row["sluice-float32"]["vs_hf_fp32"]
+            row["max_abs_score_diff"] = row["sluice-float32"]["max_abs_score_diff"]
+        row["columns"] = [c[0] for c in cols]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| model | pairs (tokens) | HF best (batch) pairs/s | sluice pairs/s | speedup | "
-          "max score diff |")
-    print("|---|---|---|---|---|---|")
+    print("\n| model | pairs (tokens) | HF fp32 (batch) | " +
+          " | ".join(rows[0]["columns"]) + " |")
+    print("|---|---|---|" + "---|" * len(rows[0]["columns"]))
     for r in rows:
+        cells = [f"{r[c]['median']:.1f} ({min(r[c]['pairs_per_s']):.1f}-"
+                 f"{max(r[c]['pairs_per_s']):.1f}; {r[c]['vs_hf_fp32']:.2f}x; max diff "
+                 f"{r[c]['max_abs_score_diff']:.1e})" for c in r["columns"]]
         print(f"| {r['model']} | {r['pairs']} ({r['tokens']}) | {r['hf_median']:.1f} "
-              f"(bs {r['hf_batch']}; {min(r['hf_pairs_per_s']):.1f}-{max(r['hf_pairs_per_s']):.1f})"
-              f" | {r['sluice_median']:.1f} ({min(r['sluice_pairs_per_s']):.1f}-"
-              f"{max(r['sluice_pairs_per_s']):.1f}) | {r['speedup']:.2f}x | "
-              f"{r['max_abs_score_diff']:.2e} |")
+              f"(bs {r['hf_batch']}) | " + " | ".join(cells) + " |")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
+
+
+def med(xs):
+    return sorted(xs)[len(xs) // 2]
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <future>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "cli/command.h"
@@ -166,17 +167,33 @@ StatusOr<std::unique_ptr<Engine>> LoadAbsaSentimentModel(const ModelFlags& mf, c
   return e;
 }
 
+// The plugin libraries of one version before its sluice.json "plugins" (docs/plugins.md):
+// the --plugin flags for a --model entry (a repository model takes none of them), then its
+// model.json "plugins" (resolved by the repository).
+std::vector<std::string> VersionPlugins(const ServeFlags& f, const server::LoadSpec& spec,
+                                        bool cli_entry) {
+  std::vector<std::string> paths;
+  if (cli_entry) paths = f.gen.plugins;
+  paths.insert(paths.end(), spec.config.plugins.begin(), spec.config.plugins.end());
+  return paths;
+}
+
 // Loads one version of a model: the server's flags, overridden by its model.json.
+// `cli_entry`: the name is a --model entry (the --plugin flags apply to it).
 StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags& f,
-                                                               const server::LoadSpec& spec) {
+                                                               const server::LoadSpec& spec,
+                                                               bool cli_entry) {
   const serving::ModelConfig& c = spec.config;
   const ModelFlags mf = VersionFlags(f, spec);
   const int max_queue_depth = static_cast<int>(c.max_queue_depth.value_or(f.max_queue_depth));
   const std::string version = std::to_string(spec.version);
+  const std::vector<std::string> plugin_paths = VersionPlugins(f, spec, cli_entry);
   if (server::IsClipModelDirectory(mf.model)) {
-    if (!f.gen.plugins.empty()) {
-      return InvalidArgument("--plugin does not apply to " + mf.model +
-                             ", a CLIP model (plugins serve text scoring and generation models)");
+    if (!plugin_paths.empty()) {
+      return InvalidArgument(
+          std::string(cli_entry && !f.gen.plugins.empty() ? "--plugin" : "model.json plugins") +
+          " does not apply to " + mf.model +
+          ", a CLIP model (plugins serve text scoring and generation models)");
     }
     if (f.gen.given) {
       return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
@@ -214,6 +231,7 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
     GenerationServeArgs a;
     a.model = mf;
     a.gen = f.gen;
+    a.gen.plugins = plugin_paths;
     a.served_name = spec.name;
     a.served_version = version;
     a.api_key = f.api_key;
@@ -245,7 +263,7 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
                    LoadAbsaSentimentModel(mf, *engine, co, &ctx));
   // Plugins of a scoring model: IO processors (docs/plugins.md), each checked against the model.
   ASSIGN_OR_RETURN(std::shared_ptr<const PluginSet> plugins,
-                   LoadModelPlugins(f.gen.plugins, engine->bundle(), /*generation=*/false));
+                   LoadModelPlugins(plugin_paths, engine->bundle(), /*generation=*/false));
   std::vector<std::shared_ptr<const io::PluginIoProcessor>> plugin_io;
   if (plugins) {
     ASSIGN_OR_RETURN(plugin_io, io::BindPluginIoProcessors(*plugins, ctx));
@@ -407,8 +425,21 @@ int RunServe(const ServeFlags& f) {
       return cache.Pull(source);
     };
   }
+  // --plugin applies to the --model entries only (a repository model lists its libraries in
+  // its model.json): without any, the flag would load nothing.
+  std::set<std::string> cli_names;
+  for (const auto& [name, path] : entries) cli_names.insert(name);
+  if (!f.gen.plugins.empty() && cli_names.empty()) {
+    return ReportError(InvalidArgument(
+        "--plugin applies to the --model entries, and there are none: a repository model "
+        "lists its plugins in DIR/<name>/model.json \"plugins\" (docs/plugins.md)"));
+  }
   server::ModelRegistry registry(
-      &*repo, [&f](const server::LoadSpec& spec) { return LoadServedModel(f, spec); }, rego);
+      &*repo,
+      [&f, &cli_names](const server::LoadSpec& spec) {
+        return LoadServedModel(f, spec, cli_names.count(spec.name) > 0);
+      },
+      rego);
   server::RouterOptions ro;
   ro.api_key = f.api_key;
   ro.metrics_require_key = f.metrics_require_key;
@@ -581,9 +612,11 @@ Registrar serve_cmd(Command{
                       "generation: a Jinja chat template file (default: the model directory's "
                       "chat_template.jinja, else tokenizer_config.json's chat_template)");
       sub->add_option("--plugin", f->gen.plugins,
-                      "a plugin library (docs/plugins.md, repeatable): its logits processors "
-                      "(generation models) requests may name, its IO processors (scoring "
-                      "models) serve POST /plugins/NAME and /pooling with \"io_processor\"");
+                      "a plugin library (docs/plugins.md, repeatable) for every --model entry "
+                      "(not the --model-repository models: their model.json \"plugins\"): its "
+                      "logits processors (generation models) requests may name, its IO "
+                      "processors (scoring models) serve POST /plugins/NAME and /pooling with "
+                      "\"io_processor\"");
       sub->add_option("--logits-threads", f->gen.logits_threads,
                       "generation: threads filling logits-processor masks (0 = hardware "
                       "threads, at most 16)");

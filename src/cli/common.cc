@@ -134,10 +134,10 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   return o;
 }
 
-StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& flags,
+StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
                                                             const ModelBundle& bundle,
                                                             bool generation) {
-  std::vector<std::string> paths = flags;
+  std::vector<std::string> paths = first;
   paths.insert(paths.end(), bundle.overrides.plugins.begin(), bundle.overrides.plugins.end());
   if (paths.empty()) return std::shared_ptr<const PluginSet>();
   ASSIGN_OR_RETURN(std::shared_ptr<PluginSet> set, LoadPlugins(paths));
@@ -153,8 +153,8 @@ StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<st
                               " needs a generation model; " + bundle.dir +
                               " is served as a scoring model");
   }
-  SLUICE_LOG_INFO("plugins: {} libraries; logits processors: {}; IO processors: {}",
-                  set->libraries().size(), set->Names(), set->IoNames());
+  SLUICE_LOG_INFO("plugins of {}: {} libraries; logits processors: {}; IO processors: {}",
+                  bundle.dir, set->libraries().size(), set->Names(), set->IoNames());
   return std::shared_ptr<const PluginSet>(std::move(set));
 }
 

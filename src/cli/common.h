@@ -35,10 +35,12 @@ void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option = true);
 StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f);
 // Loads the engine and logs the resolved model, task, dtype, device and limits.
 StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f);
-// The plugins of a model: the --plugin flags', then the model's sluice.json "plugins"; an
-// error names the file and the reason. A generation model refuses IO processors, a scoring
-// model logits processors (naming the file and the processor). Null when there are none.
-StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& flags,
+// The plugins of a model: `first` (the --plugin flags; for `serve`, those of a --model entry
+// and then its model.json "plugins"), then the model's sluice.json "plugins" (the same file
+// twice is loaded once); an error names the file and the reason. A generation model refuses
+// IO processors, a scoring model logits processors (naming the file and the processor). Null
+// when there are none.
+StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
                                                             const ModelBundle& bundle,
                                                             bool generation = true);
 // Prints "error: ..." to stderr and returns the CLI exit code for a status.

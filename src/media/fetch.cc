@@ -223,15 +223,44 @@ Status TransferStatus(const Transfer& t, CURLcode code, const FetchOptions& o) {
 
 }  // namespace
 
-// Connections and DNS results shared by every transfer (keep-alive across calls).
+// DNS results are shared by every transfer (a CURLSH with locks). Connections are not: libcurl
+// does not support one connection cache used by several threads at once (CURL_LOCK_DATA_CONNECT
+// across threads is a documented known bug; it crashed `sluice serve` in curl_multi_perform
+// under concurrent image requests). Each call takes a multi handle of its own from a pool
+// instead; a multi handle keeps its connections between the calls that use it, so keep-alive
+// still holds across requests, and at most one thread uses a multi handle at a time.
 struct MediaFetcher::Shared {
   CURLSH* share = nullptr;
   std::mutex locks[CURL_LOCK_DATA_LAST];
+  std::mutex pool_mu;
+  std::vector<CURLM*> idle;  // multi handles no call is using, with their open connections
+  static constexpr size_t kMaxIdle = 64;
   static void Lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
     static_cast<Shared*>(user)->locks[data].lock();
   }
   static void Unlock(CURL*, curl_lock_data data, void* user) {
     static_cast<Shared*>(user)->locks[data].unlock();
+  }
+  CURLM* Acquire() {
+    {
+      std::lock_guard<std::mutex> l(pool_mu);
+      if (!idle.empty()) {
+        CURLM* m = idle.back();
+        idle.pop_back();
+        return m;
+      }
+    }
+    return curl_multi_init();
+  }
+  void Release(CURLM* m) {
+    {
+      std::lock_guard<std::mutex> l(pool_mu);
+      if (idle.size() < kMaxIdle) {
+        idle.push_back(m);
+        return;
+      }
+    }
+    curl_multi_cleanup(m);
   }
 };
 
@@ -303,11 +332,11 @@ MediaFetcher::MediaFetcher(FetchOptions options)
   curl_share_setopt(shared_->share, CURLSHOPT_LOCKFUNC, &Shared::Lock);
   curl_share_setopt(shared_->share, CURLSHOPT_UNLOCKFUNC, &Shared::Unlock);
   curl_share_setopt(shared_->share, CURLSHOPT_USERDATA, shared_.get());
-  curl_share_setopt(shared_->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
   curl_share_setopt(shared_->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 }
 
 MediaFetcher::~MediaFetcher() {
+  for (CURLM* m : shared_->idle) curl_multi_cleanup(m);
   if (shared_->share != nullptr) curl_share_cleanup(shared_->share);
 }
 
@@ -332,7 +361,7 @@ std::vector<StatusOr<std::string>> MediaFetcher::FetchAll(const std::vector<std:
     if (out[i].ok()) call_bytes += static_cast<int64_t>(out[i]->size());
   }
   if (transfers.empty()) return out;
-  CURLM* multi = curl_multi_init();
+  CURLM* multi = shared_->Acquire();
   size_t next = 0, running = 0;
   auto start = [&](Transfer& t) {
     CURL* e = curl_easy_init();
@@ -387,7 +416,7 @@ std::vector<StatusOr<std::string>> MediaFetcher::FetchAll(const std::vector<std:
     }
     if (running > 0) curl_multi_poll(multi, nullptr, 0, 100, nullptr);
   }
-  curl_multi_cleanup(multi);
+  shared_->Release(multi);
   return out;
 }
 

@@ -15,7 +15,10 @@
 // data: URIs shortened) and the reason: HTTP status, timeout, refused address, size,
 // malformed URI, file outside the allowed directory.
 //
-// Thread-safe: FetchAll may be called from several threads at once.
+// Thread-safe: FetchAll may be called from several threads at once. Each call uses a libcurl
+// multi handle of its own, taken from a pool: connections are kept alive in the handle
+// between the calls that use it (never used by two threads at once), DNS results are
+// shared by all.
 #pragma once
 
 #include <memory>

@@ -257,6 +257,17 @@ void GenerationService::Complete(std::shared_ptr<Call> call) {
                                                 " prompts, over the limit of " +
                                                 std::to_string(options_.max_prompts_per_request)));
   }
+  // Logits processors are the model's own (docs/plugins.md "Plugins per model"): a name this
+  // model does not load is refused naming the model and what it loads.
+  const PluginSet* plugins = loop_->generator().options().plugins.get();
+  for (const std::string& n : cr.params.logits_processors) {
+    if (plugins == nullptr || plugins->Find(n) == nullptr) {
+      return Respond(
+          call, ErrorResponse(400, "logits_processors: unknown logits processor \"" + n +
+                                       "\" on model \"" + options_.served_name + "\" (loaded: " +
+                                       (plugins ? plugins->Names() : "none") + ")"));
+    }
+  }
   for (size_t i = 0; i < cr.prompts.size(); ++i) {
     Status v = ValidateGeneration(cr.params, cr.prompts[i].size(), loop_->limits());
     if (!v.ok()) {

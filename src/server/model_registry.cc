@@ -363,7 +363,8 @@ Status ModelRegistry::Load(const std::string& name, const std::optional<std::str
   RETURN_IF_ERROR(serving::ValidateName(name));
   ASSIGN_OR_RETURN(serving::ModelConfig config, repo_->Config(name));
   if (config_json) {
-    ASSIGN_OR_RETURN(config, serving::ParseModelConfig(*config_json, "config", std::move(config)));
+    ASSIGN_OR_RETURN(config, serving::ParseModelConfig(*config_json, "config", std::move(config),
+                                                       /*allow_plugins=*/false));
   }
   return Sync(name, config, std::nullopt);
 }

@@ -318,6 +318,47 @@ void Router::RouteInference(HttpRequest&& req, std::shared_ptr<Exchange> ex,
   std::string name = name_in;
   if (name.empty()) {
     auto t = registry_->table();
+    // A plugin IO processor (/plugins/NAME, /pooling with "io_processor") goes to the one
+    // model that has it: plugins are per model (docs/plugins.md).
+    std::optional<std::string> io;
+    if (route.rfind("/plugins/", 0) == 0) {
+      io = route.substr(9);
+    } else if (route == "/pooling") {
+      bool malformed = false;
+      io = PeekStringField(req.body, "io_processor", &malformed);
+    }
+    if (io) {
+      std::vector<std::string> has;
+      std::string listing;
+      int scoring = 0;
+      for (const auto& [n, v] : *t) {
+        const ServedModel& m = *v.versions.at(v.default_version)->model;
+        if (m.HasIoProcessor(*io)) has.push_back(n);
+        if (m.generation()) continue;
+        ++scoring;
+        listing += (listing.empty() ? "\"" : "; \"") + n + "\": " + m.IoProcessorNames();
+      }
+      if (has.size() == 1) {
+        name = has[0];
+      } else if (has.size() > 1) {
+        std::string names;
+        for (const std::string& h : has) names += (names.empty() ? "\"" : ", \"") + h + "\"";
+        return Respond(route, ex,
+                       ErrorResponse(400, "\"model\" is required: IO processor \"" + *io +
+                                              "\" is served by the models " + names));
+      } else if (scoring > 1) {
+        const bool pooling = route == "/pooling";
+        return Respond(
+            route, ex,
+            ErrorResponse(pooling ? 400 : 404, std::string(pooling ? "io_processor: " : "") +
+                                                   "no model serves IO processor \"" + *io +
+                                                   "\" (IO processors by model: " + listing + ")"));
+      }
+      // Otherwise the one scoring model's service explains (below).
+    }
+  }
+  if (name.empty()) {
+    auto t = registry_->table();
     std::vector<std::string> fit;
     for (const auto& [n, v] : *t) {
       if (v.versions.at(v.default_version)->model->ServesRoute(route)) fit.push_back(n);

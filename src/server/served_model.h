@@ -36,6 +36,13 @@ class ServedModel {
   virtual void Shutdown() = 0;
   // The scoring model's context (null for generation models): KServe infer.
   virtual const ModelContext* context() const { return nullptr; }
+  // Plugin IO processors (docs/plugins.md) this version serves: whether it has `name`, and
+  // "a, b" (or "none"). Const after construction.
+  virtual bool HasIoProcessor(const std::string& name) const {
+    (void)name;
+    return false;
+  }
+  virtual std::string IoProcessorNames() const { return "none"; }
 };
 
 // `model="NAME",version="V"` (escaped for the exposition format).
@@ -71,6 +78,10 @@ class ScoringModel : public ServedModel {
     if (companion_loop_) companion_loop_->Shutdown();
   }
   const ModelContext* context() const override { return &ctx_; }
+  bool HasIoProcessor(const std::string& name) const override {
+    return service_->FindPluginIo(name) != nullptr;
+  }
+  std::string IoProcessorNames() const override { return service_->PluginIoNames(); }
   Service& service() { return *service_; }
   EngineLoop& loop() { return *loop_; }
 

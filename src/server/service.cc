@@ -134,7 +134,9 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
     if (!proc) {
       plugin_error = ErrorResponse(
           404, "no IO processor \"" + name + "\" is registered for model \"" + model_->name +
-                   "\" (IO processors: " + PluginIoNames() + "; load one with --plugin)");
+                   "\" (IO processors: " + PluginIoNames() +
+                   "; a model loads plugins from its model.json or sluice.json \"plugins\", "
+                   "or --plugin)");
     }
   } else if (p == "/pooling") {
     bool malformed = false;

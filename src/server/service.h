@@ -44,6 +44,10 @@ class Service {
   // Readiness turns 503 and new work is refused with 503; in-flight work continues.
   void BeginDrain() { draining_ = true; }
   int in_flight() const { return in_flight_.load(); }
+  // The plugin IO processor of that name (null: none); "a, b" (or "none"). Const after
+  // construction: safe from any thread.
+  const IoProcessor* FindPluginIo(const std::string& name) const;
+  std::string PluginIoNames() const;
 
  private:
   struct Call;
@@ -55,8 +59,6 @@ class Service {
   HttpResponse Health(bool ready_check) const;
   HttpResponse Models() const;
   bool Authorized(const HttpRequest& req) const;
-  const IoProcessor* FindPluginIo(const std::string& name) const;
-  std::string PluginIoNames() const;
 
   ServiceOptions options_;
   EngineLoop* loop_;

@@ -119,7 +119,7 @@ bool CanonicalUnder(const fs::path& p, const fs::path& root, std::string* real) 
 }  // namespace
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& where,
-                                       ModelConfig base) {
+                                       ModelConfig base, bool allow_plugins) {
   auto obj = io::ParseObject(json);
   if (!obj.ok()) return obj.status().WithContext(where);
   io::Fields f(*obj, "");
@@ -169,6 +169,27 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string&
             "or file:// URL of one, optionally with #sha256=HEX"));
       }
       c.sources[*v] = std::string(src);
+    }
+  }
+  if (f.Get("plugins", &e)) {
+    if (!allow_plugins) {
+      return ctx(
+          io::FieldError("plugins",
+                         "may be set only in the model's model.json (a load request cannot name "
+                         "libraries to load)"));
+    }
+    simdjson::dom::array pa;
+    if (e.get(pa)) return ctx(io::FieldError("plugins", "must be a list of shared-library paths"));
+    c.plugins.clear();
+    size_t i = 0;
+    for (auto x : pa) {
+      std::string_view path;
+      if (x.get(path) || path.empty() || path.find('\0') != std::string_view::npos) {
+        return ctx(io::FieldError("plugins[" + std::to_string(i) + "]",
+                                  "must be a non-empty string (a shared-library path)"));
+      }
+      c.plugins.emplace_back(path);
+      ++i;
     }
   }
   if (Status s = f.CheckNoUnknown(); !s.ok()) return ctx(s);
@@ -303,7 +324,7 @@ StatusOr<Repository> Repository::Open(
     const fs::path c = fs::canonical(path, ec);
     if (ec) return NotFound("model directory " + path + " does not exist");
     if (!fs::is_directory(c)) return NotFound("model directory " + path + " is not a directory");
-    Extra e{name, c.string(), fs::exists(c / "config.json")};
+    Extra e{name, c.string(), fs::exists(c / "config.json"), /*extra=*/true};
     r.extra_.push_back(std::move(e));
   }
   return r;
@@ -378,7 +399,33 @@ StatusOr<ModelConfig> Repository::Config(std::string_view name) const {
   if (!in) return NotFound("cannot read " + p.string());
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseModelConfig(ss.str(), std::string(name) + "/model.json");
+  const std::string where = std::string(name) + "/model.json";
+  ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(ss.str(), where));
+  // Plugins: relative to the name's directory, and inside the repository (an extra entry's
+  // directory is its own repository), symlinks resolved.
+  const fs::path bound = e.extra ? fs::path(e.path) : fs::path(root_);
+  for (size_t i = 0; i < c.plugins.size(); ++i) {
+    const std::string at = "plugins[" + std::to_string(i) + "]";
+    const fs::path written = c.plugins[i];
+    const fs::path full = written.is_absolute() ? written : fs::path(e.path) / written;
+    std::error_code ec;
+    if (!fs::exists(full, ec)) {
+      return io::FieldError(at, "is " + c.plugins[i] + ": no such file (" + full.string() + ")")
+          .WithContext(where);
+    }
+    std::string real;
+    if (!CanonicalUnder(full, bound, &real)) {
+      return io::FieldError(at, "is " + c.plugins[i] + ", which leaves the repository " +
+                                    bound.string() + " (plugins must lie inside it)")
+          .WithContext(where);
+    }
+    if (!fs::is_regular_file(real, ec)) {
+      return io::FieldError(at, "is " + c.plugins[i] + ": not a file (" + real + ")")
+          .WithContext(where);
+    }
+    c.plugins[i] = real;
+  }
+  return c;
 }
 
 }  // namespace sluice::serving

@@ -4,7 +4,7 @@
 //   DIR/<name>/<version>/      a model directory as `--model` takes (config.json, ...);
 //                              <version> is a positive integer
 //   DIR/<name>/model.json      optional: version policy, default version, task, dtype,
-//                              device, limits
+//                              device, limits, plugins
 //   DIR/<name>/config.json     instead of versions: DIR/<name> is one model directory,
 //                              served as version 1
 //
@@ -49,13 +49,19 @@ struct ModelConfig {
   // "sources": {"3": "https://.../v3.tar.zst#sha256=..."}: versions materialised through the
   // model cache (serving/model_cache.h) when they load, beside the version directories.
   std::map<int64_t, std::string> sources;
+  // "plugins": ["lib/rules.so"]: plugin libraries (docs/plugins.md) every version of the name
+  // loads, before its sluice.json "plugins". As parsed: the paths written; through
+  // Repository::Config: canonical paths, each a file inside the repository.
+  std::vector<std::string> plugins;
   bool operator==(const ModelConfig&) const = default;
 };
 
 // Parses model.json's fields over `base` (fields present replace base's). Unknown fields
-// and wrong types are InvalidArgument naming the field, prefixed by `where`.
+// and wrong types are InvalidArgument naming the field, prefixed by `where`. Without
+// `allow_plugins` (a load request's override) "plugins" is refused: only the repository's
+// own files name libraries to load.
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& where,
-                                       ModelConfig base = {});
+                                       ModelConfig base = {}, bool allow_plugins = true);
 std::string DescribePolicy(const VersionPolicy& p);
 
 Status ValidateName(std::string_view name);
@@ -89,13 +95,17 @@ class Repository {
   bool Has(std::string_view name) const;
   // The name's versions on disk, ascending. NotFound for an unknown name.
   StatusOr<std::vector<VersionDir>> Versions(std::string_view name) const;
-  // The name's model.json (defaults when there is none).
+  // The name's model.json (defaults when there is none), its "plugins" resolved: a relative
+  // path against the name's directory; each must be a file whose real path (symlinks
+  // resolved) lies inside the repository (for a --model NAME=PATH entry: inside PATH),
+  // else InvalidArgument "NAME/model.json: plugins[i]: ...".
   StatusOr<ModelConfig> Config(std::string_view name) const;
 
  private:
   struct Extra {
     std::string name, path;
     bool single = false;  // PATH is one model directory (version 1)
+    bool extra = false;   // a --model NAME=PATH entry (else a directory of the repository)
   };
   // The directory holding the name's versions (and model.json), or the single model dir.
   StatusOr<Extra> Locate(std::string_view name) const;

@@ -177,8 +177,9 @@ struct SluiceOverrides {
     int max_aspects = 32;
   };
   std::optional<Absa> absa;
-  // Plugin libraries (docs/plugins.md) a generation model loads, resolved against the model
-  // directory; the --plugin flags add to them.
+  // Plugin libraries (docs/plugins.md) the model loads (logits processors of a generation
+  // model, IO processors of a scoring model), resolved against the model directory; they come
+  // after the --plugin flags and a repository model's model.json "plugins".
   std::vector<std::string> plugins;
 };
 

@@ -71,7 +71,7 @@ struct Primitive {
 
 // Which kernel runs a weight: fixed at Prepare for every M, so that a row's result never
 // depends on the batch it is in.
-enum class Path { kOneDnn, kHwy, kAvx512Bf16, kAvx512Fma, kInt8 };
+enum class Path { kOneDnn, kHwy, kAvx512Bf16, kAvx512Fma, kInt8, kAmxBf16, kAmxI8 };
 
 class CpuLinearWeight final : public LinearWeight {
  public:
@@ -184,12 +184,28 @@ std::string PathMode() {
   return env ? env : "auto";
 }
 
-// int8 always runs gemm_x86.h's kernels. Otherwise SLUICE_CPU_LINEAR=onednn|sluice|
-// avx512bf16 forces a path (avx512bf16: bf16 only, and only where the CPU has it); auto
-// picks, per compute dtype, what docs/benchmarks.md measured fastest at the models' shapes.
+// int8 always runs gemm_x86.h's kernels (VNNI/portable, or AMX). Otherwise
+// SLUICE_CPU_LINEAR=onednn|sluice|avx512bf16|avx512fma|amx forces a path (avx512*: bf16
+// only, and only where the CPU has it; amx: bf16 and int8, only where AMX is usable);
+// auto picks, per compute dtype, what docs/benchmarks.md measured fastest at the models'
+// shapes.
 StatusOr<Path> ChoosePath(DType dtype, bool few_rows = false) {
-  if (dtype == DType::kI8) return Path::kInt8;
   const std::string mode = PathMode();
+  if (dtype == DType::kI8) {
+    if (mode == "amx") {
+      if (!x86::AmxI8Usable()) {
+        return Unsupported(
+            "SLUICE_CPU_LINEAR=amx: this CPU (or SLUICE_CPU_MAX_ISA, or the OS) has no usable "
+            "AMX-INT8");
+      }
+      return Path::kAmxI8;
+    }
+    // sluice's AMX int8 GEMM for many-row GEMMs (prefill, encoders) where AMX is usable;
+    // VNNI for few rows. Not measured yet: to be measured on the GPU machine (AMX), see
+    // docs/benchmarks.md, "The GPU machine's CPU".
+    if (mode == "auto" && !few_rows && x86::AmxI8Usable()) return Path::kAmxI8;
+    return Path::kInt8;
+  }
   if (mode == "sluice") return Path::kHwy;
   if (mode == "onednn") return Path::kOneDnn;
   if (mode == "avx512bf16") {
@@ -210,11 +226,25 @@ StatusOr<Path> ChoosePath(DType dtype, bool few_rows = false) {
     }
     return Path::kAvx512Fma;
   }
+  if (mode == "amx") {
+    if (dtype != DType::kBF16) return OneDnnHasBrgemm(dtype) ? Path::kOneDnn : Path::kHwy;
+    if (!x86::AmxBf16Usable()) {
+      return Unsupported(
+          "SLUICE_CPU_LINEAR=amx: this CPU (or SLUICE_CPU_MAX_ISA, or the OS) has no usable "
+          "AMX-BF16");
+    }
+    return Path::kAmxBf16;
+  }
   if (mode != "auto") {
     return InvalidArgument(
-        "SLUICE_CPU_LINEAR must be auto, onednn, sluice, avx512bf16 or avx512fma, not '" + mode +
-        "'");
+        "SLUICE_CPU_LINEAR must be auto, onednn, sluice, avx512bf16, avx512fma or amx, not '" +
+        mode + "'");
   }
+  // bf16 on AMX machines, many rows (not BackendOptions::cpu_few_rows): sluice's AMX GEMM
+  // (gemm_amx.cc) instead of oneDNN's AMX kernel, which reached only 0.42-0.97 TFLOP/s of
+  // the 4.6 TFLOP/s tile peak at Qwen3-0.6B shapes (docs/benchmarks.md). Its own speed is
+  // to be measured on the GPU machine (bench/linear_paths_bench --paths ...,amx-bf16).
+  if (dtype == DType::kBF16 && !few_rows && x86::AmxBf16Usable()) return Path::kAmxBf16;
   // bf16 without AMX: sluice's AVX-512 FMA kernel measured 1.3-1.9x oneDNN 2.6's bf16
   // brgemm at M >= 4 and on par at M = 1 (docs/benchmarks.md, "CPU bf16 kernels"); on
   // AMX machines oneDNN's AMX kernel stays until sluice's AMX GEMM is measured there.
@@ -238,6 +268,10 @@ const char* PathName(Path p) {
       return "sluice-avx512fma";
     case Path::kInt8:
       return "sluice-int8";
+    case Path::kAmxBf16:
+      return "sluice-amx";
+    case Path::kAmxI8:  // "sluice-int8(amx)": the int8 path, on its AMX kernel
+      return "sluice-int8";
   }
   return "?";
 }
@@ -252,6 +286,7 @@ std::string KernelName(DType t, Path p) {
   std::string s = std::string(DTypeName(t)) + " " + PathName(p);
   if (p == Path::kOneDnn) s += "(" + IsaNameImpl() + ")";
   if (p == Path::kInt8) s += std::string("(") + x86::I8KernelName() + ")";
+  if (p == Path::kAmxI8) s += "(amx)";
   return s;
 }
 }  // namespace
@@ -400,10 +435,11 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
       ++it->second;
     }
   }
-  if (path == Path::kAvx512Bf16 || path == Path::kAvx512Fma || path == Path::kInt8) {
+  if (path == Path::kAvx512Bf16 || path == Path::kAvx512Fma || path == Path::kInt8 ||
+      path == Path::kAmxBf16 || path == Path::kAmxI8) {
     std::vector<float> wf;
     RETURN_IF_ERROR(HostToF32(weight, &wf));
-    if (path != Path::kInt8) {
+    if (path != Path::kInt8 && path != Path::kAmxI8) {
       w->x86_bf16.resize(x86::PackedBf16Size(n, k));
       x86::PackBf16(wf.data(), n, k, w->x86_bf16.data());
     } else {
@@ -480,9 +516,9 @@ void LinearRunner::Run(const LinearParams& p) {
     CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
   }
 
-  if (w.path == Path::kAvx512Bf16 || w.path == Path::kAvx512Fma) {
+  if (w.path == Path::kAvx512Bf16 || w.path == Path::kAvx512Fma || w.path == Path::kAmxBf16) {
     x86::Bf16Args a;
-    if (w.path == Path::kAvx512Bf16) {
+    if (w.path != Path::kAvx512Fma) {
       auto* xb = im.ws_src.Get<uint16_t>(m * 2 * x86::KPairs(k));
       x86::ConvertBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xb);
       a.x = xb;
@@ -501,10 +537,14 @@ void LinearRunner::Run(const LinearParams& p) {
     a.sum = sum;
     a.out = out;
     a.ldo = ldo;
-    x86::GemmBf16(a);
+    if (w.path == Path::kAmxBf16) {
+      x86::GemmBf16Amx(a);
+    } else {
+      x86::GemmBf16(a);
+    }
     return;
   }
-  if (w.path == Path::kInt8) {
+  if (w.path == Path::kInt8 || w.path == Path::kAmxI8) {
     auto* xq = im.ws_src.Get<uint8_t>(m * 4 * x86::KQuads(k));
     float* xs = im.ws_scale.Get<float>(m);
     x86::QuantizeI8(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
@@ -522,7 +562,11 @@ void LinearRunner::Run(const LinearParams& p) {
     a.sum = sum;
     a.out = out;
     a.ldo = ldo;
-    x86::GemmI8(a);
+    if (w.path == Path::kAmxI8) {
+      x86::GemmI8Amx(a);
+    } else {
+      x86::GemmI8(a);
+    }
     return;
   }
   if (w.own_gemm) {

@@ -1,6 +1,7 @@
 // Linear layers on oneDNN matmul, or on sluice's own GEMM (gemm.h) where oneDNN has no
 // batch-invariant kernel (AVX2 machines: oneDNN 2.6's brgemm needs AVX-512). The path is
-// chosen per compute dtype at Prepare; SLUICE_CPU_LINEAR=onednn|sluice forces one.
+// chosen per compute dtype at Prepare; SLUICE_CPU_LINEAR=onednn|sluice|avx512bf16|avx512fma|amx
+// forces one (amx: sluice's AMX GEMM for bf16 and int8, gemm_x86.h; refused without AMX).
 //
 // Weights ([N, K], torch layout) are converted to the compute dtype (f32 or bf16) and
 // prepacked once into the blocked layout that oneDNN's brgemm matmul prefers.
@@ -44,11 +45,13 @@ class LinearRunner {
   static std::string IsaName();
   // Which GEMM runs per compute dtype, e.g. "f32 oneDNN-brgemm(amx), bf16 sluice-gemm".
   static std::string Describe();
-  // "auto" (default: oneDNN where it has a brgemm kernel, else sluice's GEMM), "onednn"
-  // or "sluice"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards. Tests only.
+  // "auto" (default: see ChoosePath in cpu_linear.cc), "onednn", "sluice", "avx512bf16",
+  // "avx512fma" or "amx"; overrides SLUICE_CPU_LINEAR for weights prepared afterwards.
+  // Tests and benchmarks only.
   static void SetPathForTesting(const std::string& mode);
-  // BackendOptions::cpu_few_rows: bf16 weights prepared afterwards prefer the AVX-512 kernel
-  // over oneDNN's AMX one (SLUICE_CPU_LINEAR still decides when set).
+  // BackendOptions::cpu_few_rows: bf16 and int8 weights prepared afterwards prefer the
+  // AVX-512 kernels over the AMX ones (sluice's, or oneDNN's where sluice's AMX is not
+  // usable) on AMX machines (SLUICE_CPU_LINEAR still decides when set).
   void SetFewRows(bool few) { few_rows_ = few; }
 
   // The weights prepared so far by kernel, e.g. "int8 sluice-int8(avx512_vnni) x36, f32

@@ -95,4 +95,22 @@ void GemmI8(const I8Args& a);
 // Which int8 kernel GemmI8 runs: "avx512_vnni" or "portable".
 const char* I8KernelName();
 
+// ---- AMX (gemm_amx.cc): the same packed weights and activations, on tiles ----
+// Tiles of 16 rows x 64 columns (4 accumulator tiles), k in 16-group (one tile row) steps
+// in order, K never split (chunks of K reload the exact accumulators); a partial last row
+// tile runs as a zero-padded 16-row tile. Shown as "bf16 sluice-amx" / "int8 sluice-int8(amx)". So
+// a row's result does not depend on M, its tile or the thread count (bf16: products exact,
+// f32 accumulation in the hardware's order, which may differ from vdpbf16ps's rounding;
+// int8: the same integers as GemmI8, so the same output bits).
+// Where the CPU (after the ISA cap) has AMX-BF16 / AMX-INT8 and Linux granted the tile
+// state (amx.h); false elsewhere, and then no AMX instruction ever runs.
+bool AmxBf16Usable();
+bool AmxI8Usable();
+// a.kernel must be kDpbf16 (ConvertBf16 activations). Requires AmxBf16Usable() (aborts
+// otherwise). Runs on the calling thread's OpenMP team; each thread loads its own tile
+// configuration and releases it.
+void GemmBf16Amx(const Bf16Args& a);
+// Requires AmxI8Usable() (aborts otherwise).
+void GemmI8Amx(const I8Args& a);
+
 }  // namespace sluice::cpu::x86

@@ -3,6 +3,7 @@
 // (tight: only f32 rounding of the epilogue), against fp32 (loose: quantisation error),
 // for batch/thread invariance (bit for bit), and VNNI vs portable kernel (bit for bit).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -94,14 +95,19 @@ TEST(Int8Linear, MatchesQuantisedReference) {
   CheckInt8(*be, {700, 768, 130, Activation::kGeluErf, true});
 }
 
-// Runs a [m, k] x [n, k] int8 Linear with the given ISA cap (the kernel is chosen per call).
+// Runs a [m, k] x [n, k] int8 Linear with the given ISA cap (the kernel is chosen per call)
+// and SLUICE_CPU_LINEAR mode ("" = the environment's).
 std::vector<float> RunInt8(const std::string& cap, int threads, const std::vector<float>& w,
-                           const std::vector<float>& x, int64_t m, int64_t k, int64_t n) {
+                           const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
+                           const std::string& mode = "") {
   cpu::SetMaxIsaForTesting(cap);
+  cpu::LinearRunner::SetPathForTesting(mode);
   auto be = MakeCpu(threads);
   HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
   auto lw = be->PrepareLinear(hw, nullptr, DType::kI8);
-  EXPECT_TRUE(lw.ok());
+  cpu::LinearRunner::SetPathForTesting("");
+  EXPECT_TRUE(lw.ok()) << lw.status().ToString();
+  if (!lw.ok()) return {};
   std::vector<float> out(m * n), xc = x;
   be->Linear(LinearParams{lw->get(), View(xc, m, k), View(out, m, n), Activation::kGeluErf});
   cpu::SetMaxIsaForTesting("");
@@ -122,7 +128,29 @@ TEST(Int8Linear, VnniMatchesPortableBitForBit) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
 }
 
-// A row's result does not depend on M, on its position or on the thread count.
+// sluice's AMX int8 GEMM (SLUICE_CPU_LINEAR=amx) computes the same integers as VNNI (and
+// the same epilogue): identical outputs, through Backend::Linear. Needs AMX-INT8.
+TEST(Int8Linear, AmxMatchesVnniBitForBit) {
+  if (!cpu::x86::AmxI8Usable()) {
+    GTEST_SKIP() << "AMX-INT8 not usable here (" << cpu::FeatureSummary()
+                 << "): run on an AMX machine";
+  }
+  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 3, 1},
+                         {15, 64, 63},
+                         {17, 203, 150},
+                         {300, 1024, 200},
+                         {33, 3072, 768}}) {
+    auto w = Random(n * k, 73), x = Random(m * k, 74, -3.f, 3.f);
+    auto amx = RunInt8("", 2, w, x, m, k, n, "amx");
+    auto vnni = RunInt8("avx512_bf16", 2, w, x, m, k, n);  // cap below AMX: VNNI
+    ASSERT_EQ(amx.size(), vnni.size());
+    EXPECT_EQ(0, std::memcmp(amx.data(), vnni.data(), amx.size() * 4))
+        << "m=" << m << " k=" << k << " n=" << n;
+  }
+}
+
+// A row's result does not depend on M, on its position or on the thread count (on the
+// default path: sluice's AMX int8 GEMM where usable, else VNNI or portable).
 TEST(Int8Linear, BatchAndThreadInvariance) {
   const int64_t k = 384, n = 200;
   auto w = Random(n * k, 81);

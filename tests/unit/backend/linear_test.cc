@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_linear.h"
+#include "backend/cpu/gemm_x86.h"
 #include "backend/cpu/reference.h"
 #include "test_util.h"
 
@@ -68,7 +69,8 @@ void CheckLinear(Backend& be, DType dtype, const LinearCase& c, bool strided) {
 // picks, "sluice": sluice's Highway GEMM forced, "avx512bf16": sluice's vdpbf16ps kernel
 // for bf16 (skipped without AVX512-BF16), "avx512fma": sluice's bf16-weight f32-FMA
 // AVX-512 kernel (skipped without AVX-512), "onednn": oneDNN forced (skipped where oneDNN
-// 2.6 has no batch-invariant brgemm kernel, i.e. below AVX-512)).
+// 2.6 has no batch-invariant brgemm kernel, i.e. below AVX-512), "amx": sluice's AMX GEMM
+// for bf16 (skipped where AMX-BF16 is not usable: CPU, ISA cap or OS permission).
 class CpuLinear : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -77,6 +79,10 @@ class CpuLinear : public ::testing::TestWithParam<std::string> {
     }
     if (GetParam() == "avx512fma" && !cpu::Features().avx512) {
       GTEST_SKIP() << "no AVX-512 on this CPU";
+    }
+    if (GetParam() == "amx" && !cpu::x86::AmxBf16Usable()) {
+      GTEST_SKIP() << "AMX-BF16 not usable here (" << cpu::FeatureSummary()
+                   << "): run on an AMX machine";
     }
     const std::string isa = cpu::LinearRunner::IsaName();
     if (GetParam() == "onednn" && isa.rfind("avx512", 0) != 0 && isa != "amx") {
@@ -214,9 +220,11 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
         be->Linear(LinearParams{lw->get(), View(x, m, k), View(out[t], m, n)});
       }
       // oneDNN's AMX bf16 kernels block the K reduction by thread count: there the rows
-      // agree within f32 rounding (the batch-invariance tolerance), elsewhere bit for bit.
-      if (dtype == DType::kBF16 && GetParam() != "sluice" &&
-          cpu::LinearRunner::IsaName() == "amx") {
+      // agree within f32 rounding (the batch-invariance tolerance), elsewhere (sluice's
+      // kernels, AMX included) bit for bit. "auto" runs sluice's AMX GEMM where usable.
+      const bool onednn_bf16 =
+          GetParam() == "onednn" || (GetParam() == "auto" && !cpu::x86::AmxBf16Usable());
+      if (dtype == DType::kBF16 && onednn_bf16 && cpu::LinearRunner::IsaName() == "amx") {
         double worst = 0, scale = 0;
         for (int64_t i = 0; i < m * n; ++i) {
           worst = std::max(worst, static_cast<double>(std::fabs(out[0][i] - out[1][i])));
@@ -232,7 +240,8 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear,
-                         ::testing::Values("auto", "sluice", "avx512bf16", "avx512fma", "onednn"));
+                         ::testing::Values("auto", "sluice", "avx512bf16", "avx512fma", "onednn",
+                                           "amx"));
 
 // The ISA cap (SLUICE_CPU_MAX_ISA / ONEDNN_MAX_CPU_ISA) turns the AVX-512 kernels off, and
 // forcing the AVX512-BF16 path without the ISA is refused, not silently replaced.

@@ -17,9 +17,10 @@ TEST(ModelConfig, ParsesEveryField) {
       R"({"version_policy": {"latest": {"num_versions": 2}}, "default_version": "3",
           "task": "score", "dtype": "float32", "device": "cpu", "max_batch_tokens": 512,
           "max_num_seqs": 8, "max_queue_depth": 4, "max_inputs_per_request": 10,
-          "max_tokens_per_input": 0, "truncate": true})",
+          "max_tokens_per_input": 0, "truncate": true, "plugins": ["lib/a.so", "/opt/b.so"]})",
       "m/model.json");
   ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->plugins, (std::vector<std::string>{"lib/a.so", "/opt/b.so"}));
   EXPECT_EQ(c->policy.kind, VersionPolicy::Kind::kLatest);
   EXPECT_EQ(c->policy.latest, 2);
   EXPECT_EQ(c->default_version, 3);
@@ -46,14 +47,16 @@ TEST(ModelConfig, OverridesOnlyWhatIsGiven) {
 }
 
 TEST(ModelConfig, RefusesWhatItDoesNotKnow) {
-  for (const char* bad : {R"({"plugins": []})", R"({"version_policy": {"latest": {}}})",
-                          R"({"version_policy": {"latest": {"num_versions": 0}}})",
-                          R"({"version_policy": {"all": {}, "latest": {"num_versions": 1}}})",
-                          R"({"version_policy": {"specific": {"versions": []}}})",
-                          R"({"version_policy": {"specific": {"versions": ["01"]}}})",
-                          R"({"version_policy": "latest"})", R"({"default_version": 0})",
-                          R"({"default_version": "x"})", R"({"max_num_seqs": 0})", R"({"task": 3})",
-                          R"({"truncate": "yes"})", R"([1])", R"({)"}) {
+  for (const char* bad :
+       {R"({"plugins": "a.so"})", R"({"plugins": [3]})", R"({"plugins": [""]})",
+        R"({"plugins": {"a": "b"}})", R"({"plugin": []})", R"({"version_policy": {"latest": {}}})",
+        R"({"version_policy": {"latest": {"num_versions": 0}}})",
+        R"({"version_policy": {"all": {}, "latest": {"num_versions": 1}}})",
+        R"({"version_policy": {"specific": {"versions": []}}})",
+        R"({"version_policy": {"specific": {"versions": ["01"]}}})",
+        R"({"version_policy": "latest"})", R"({"default_version": 0})",
+        R"({"default_version": "x"})", R"({"max_num_seqs": 0})", R"({"task": 3})",
+        R"({"truncate": "yes"})", R"([1])", R"({)"}) {
     auto c = ParseModelConfig(bad, "m/model.json");
     EXPECT_FALSE(c.ok()) << bad;
     if (!c.ok()) {
@@ -62,8 +65,32 @@ TEST(ModelConfig, RefusesWhatItDoesNotKnow) {
           << c.status().message();
     }
   }
-  auto c = ParseModelConfig(R"({"plugins": []})", "m/model.json");
-  EXPECT_NE(c.status().message().find("plugins"), std::string::npos) << c.status().message();
+  auto c = ParseModelConfig(R"({"plugins": [3]})", "m/model.json");
+  EXPECT_NE(c.status().message().find("\"plugins[0]\""), std::string::npos) << c.status().message();
+  auto u = ParseModelConfig(R"({"plugin": ["a.so"]})", "m/model.json");
+  EXPECT_NE(u.status().message().find("\"plugin\""), std::string::npos) << u.status().message();
+}
+
+TEST(ModelConfig, PluginsReplaceTheBaseAndAreRefusedInAnOverride) {
+  auto base = ParseModelConfig(R"({"plugins": ["a.so", "b.so"]})", "base");
+  ASSERT_TRUE(base.ok());
+  auto none = ParseModelConfig(R"({"plugins": []})", "config", *base);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->plugins.empty());
+  auto kept = ParseModelConfig(R"({"max_num_seqs": 2})", "config", *base);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->plugins, base->plugins);
+  // A load request's override (allow_plugins false) may not name libraries, not even none.
+  for (const char* j : {R"({"plugins": []})", R"({"plugins": ["a.so"]})"}) {
+    auto o = ParseModelConfig(j, "config", *base, /*allow_plugins=*/false);
+    ASSERT_FALSE(o.ok()) << j;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find("config: \"plugins\" may be set only in the model's "
+                                        "model.json"),
+              std::string::npos)
+        << o.status().message();
+  }
+  EXPECT_TRUE(ParseModelConfig(R"({"max_num_seqs": 2})", "config", *base, false).ok());
 }
 
 TEST(Names, RefuseTraversalAndOddCharacters) {
@@ -169,6 +196,65 @@ TEST_F(RepositoryTest, ListsVersionsInsideOnly) {
   EXPECT_EQ(r->Versions("nope").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(r->Versions("..").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r->Versions("../repo/m").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(RepositoryTest, ResolvesPluginsInsideTheRepository) {
+  fs::create_directories(root_ / "m" / "lib");
+  std::ofstream(root_ / "m" / "lib" / "p.so") << "x";
+  fs::create_directories(root_ / "_shared");
+  std::ofstream(root_ / "_shared" / "q.so") << "x";
+  std::ofstream(dir_ / "outside" / "x.so") << "x";
+  fs::create_symlink(dir_ / "outside" / "x.so", root_ / "m" / "lib" / "link.so");
+  fs::create_symlink(root_ / "_shared" / "q.so", root_ / "m" / "lib" / "inside.so");
+  // A --model NAME=PATH entry in the versions layout: PATH is its repository.
+  fs::create_directories(dir_ / "entry" / "1");
+  fs::create_directories(dir_ / "entry" / "lib");
+  std::ofstream(dir_ / "entry" / "lib" / "e.so") << "x";
+  auto r = Repository::Open(root_.string(), {{"e", (dir_ / "entry").string()}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  auto with = [&](const fs::path& dir, const std::string& plugins) {
+    std::ofstream(dir / "model.json") << R"({"plugins": )" + plugins + "}";
+  };
+  const std::string real_root = fs::canonical(root_).string();
+  with(root_ / "m",
+       R"(["lib/p.so", "../_shared/q.so", "lib/inside.so", ")" + real_root + R"(/m/lib/p.so"])");
+  auto ok = r->Config("m");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->plugins,
+            (std::vector<std::string>{real_root + "/m/lib/p.so", real_root + "/_shared/q.so",
+                                      real_root + "/_shared/q.so", real_root + "/m/lib/p.so"}));
+  EXPECT_EQ(ok->policy.kind, VersionPolicy::Kind::kLatest);  // the file's other fields: none
+  struct Bad {
+    std::string plugins, want;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {R"(["lib/p.so", "lib/missing.so"])",
+            "m/model.json: \"plugins[1]\" is lib/missing.so: no such file"},
+           {R"(["../../outside/x.so"])",
+            "m/model.json: \"plugins[0]\" is ../../outside/x.so, which leaves the repository"},
+           {R"(["lib/link.so"])", "\"plugins[0]\" is lib/link.so, which leaves the repository"},
+           {R"([")" + (dir_ / "outside" / "x.so").string() + R"("])", "leaves the repository"},
+           {R"(["lib"])", "\"plugins[0]\" is lib: not a file"},
+           {R"([7])", "\"plugins[0]\" must be a non-empty string"}}) {
+    with(root_ / "m", b.plugins);
+    auto c = r->Config("m");
+    ASSERT_FALSE(c.ok()) << b.plugins;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << b.plugins;
+    EXPECT_NE(c.status().message().find(b.want), std::string::npos)
+        << b.plugins << ": " << c.status().message();
+  }
+  // The entry: relative to PATH, and inside PATH (not the repository root).
+  with(dir_ / "entry", R"(["lib/e.so"])");
+  auto e = r->Config("e");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->plugins,
+            (std::vector<std::string>{fs::canonical(dir_ / "entry" / "lib" / "e.so").string()}));
+  with(dir_ / "entry", R"([")" + real_root + R"(/m/lib/p.so"])");
+  auto out = r->Config("e");
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("e/model.json: \"plugins[0]\""), std::string::npos)
+      << out.status().message();
+  EXPECT_NE(out.status().message().find("leaves the repository"), std::string::npos);
 }
 
 TEST_F(RepositoryTest, RefusesBadEntries) {

@@ -1,0 +1,169 @@
+// sluice's AMX GEMM (gemm_x86.h GemmBf16Amx / GemmI8Amx): gemm_amx_inl.h's driver over
+// the real tile instructions. The tile operations and the driver's instantiation are
+// compiled for AMX + AVX-512 through a target pragma; the entry points check
+// AmxBf16Usable() / AmxI8Usable() (CPU, ISA cap and Linux permission) before any tile
+// instruction runs, and refuse (abort) otherwise: callers (cpu_linear.cc) choose the path
+// only where these are true.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/amx.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_x86.h"
+
+namespace sluice::cpu::x86 {
+
+bool AmxBf16Usable() { return Features().amx_bf16 && amx::Available(); }
+bool AmxI8Usable() { return Features().amx_int8 && amx::Available(); }
+
+}  // namespace sluice::cpu::x86
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16,amx-int8")
+
+// Only gemm_amx_inl.h's own code (internal linkage) is compiled for AMX here: its includes
+// are already in above, and templates defined before the pragma (the standard library's)
+// keep the default target where instantiated below (GCC applies a target pragma at a
+// function's definition), so no weak symbol of this file carries AVX-512/AMX code.
+#include "backend/cpu/gemm_amx_inl.h"
+
+namespace sluice::cpu::x86 {
+namespace {
+
+// ldtilecfg's 64-byte configuration, palette 1.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The tile macros of GCC's headers stringify the tile number: literals only, hence the
+// `if constexpr` ladders.
+template <bool kInt8>
+struct AmxHwOps {
+  static void Begin() {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) {
+      c.rows[t] = kAmxRows;
+      c.colsb[t] = 64;
+    }
+    // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes of
+    // the configuration, so the other stores to `c` could be dropped as dead.
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
+  }
+  static void End() { _tile_release(); }
+  static void ZeroAcc() {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  static void LoadA(const void* p, int64_t stride) { _tile_loadd(4, p, stride); }
+  // GCC's tileloadd asm names no memory operand: the barrier keeps every store to the
+  // accumulator buffer before it (they are tilestored, which clobbers memory, anyway).
+  template <int J>
+  static void LoadAcc(const void* p, int64_t stride) {
+    __asm__ volatile("" ::: "memory");
+    if constexpr (J == 0) {
+      _tile_loadd(0, p, stride);
+    } else if constexpr (J == 1) {
+      _tile_loadd(1, p, stride);
+    } else if constexpr (J == 2) {
+      _tile_loadd(2, p, stride);
+    } else {
+      _tile_loadd(3, p, stride);
+    }
+  }
+  template <int J>
+  static void LoadB(const void* p) {
+    static_assert(AmxBTile(0) == 5 && AmxBTile(1) == 6 && AmxBTile(2) == 7 && AmxBTile(3) == 5);
+    if constexpr (J == 0 || J == 3) {
+      _tile_loadd(5, p, 256);
+    } else if constexpr (J == 1) {
+      _tile_loadd(6, p, 256);
+    } else {
+      _tile_loadd(7, p, 256);
+    }
+  }
+  template <int J>
+  static void Dp() {
+    if constexpr (kInt8) {  // uint8 activations (A) x int8 weights (B)
+      if constexpr (J == 0) {
+        _tile_dpbusd(0, 4, 5);
+      } else if constexpr (J == 1) {
+        _tile_dpbusd(1, 4, 6);
+      } else if constexpr (J == 2) {
+        _tile_dpbusd(2, 4, 7);
+      } else {
+        _tile_dpbusd(3, 4, 5);
+      }
+    } else {
+      if constexpr (J == 0) {
+        _tile_dpbf16ps(0, 4, 5);
+      } else if constexpr (J == 1) {
+        _tile_dpbf16ps(1, 4, 6);
+      } else if constexpr (J == 2) {
+        _tile_dpbf16ps(2, 4, 7);
+      } else {
+        _tile_dpbf16ps(3, 4, 5);
+      }
+    }
+  }
+  template <int J>
+  static void StoreAcc(void* p, int64_t stride) {
+    if constexpr (J == 0) {
+      _tile_stored(0, p, stride);
+    } else if constexpr (J == 1) {
+      _tile_stored(1, p, stride);
+    } else if constexpr (J == 2) {
+      _tile_stored(2, p, stride);
+    } else {
+      _tile_stored(3, p, stride);
+    }
+  }
+};
+
+void DriveBf16(const AmxPlan& p) { AmxDrive<AmxHwOps<false>>(p); }
+void DriveI8(const AmxPlan& p) { AmxDrive<AmxHwOps<true>>(p); }
+
+}  // namespace
+}  // namespace sluice::cpu::x86
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
+namespace sluice::cpu::x86 {
+
+void GemmBf16Amx(const Bf16Args& a) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.kernel != Bf16Kernel::kDpbf16 || !AmxBf16Usable()) {
+    std::fprintf(stderr, "sluice: GemmBf16Amx called without AMX-BF16 or with FMA activations\n");
+    std::abort();
+  }
+  DriveBf16(AmxPlanBf16(a));
+}
+
+void GemmI8Amx(const I8Args& a) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (!AmxI8Usable()) {
+    std::fprintf(stderr, "sluice: GemmI8Amx called without AMX-INT8\n");
+    std::abort();
+  }
+  DriveI8(AmxPlanI8(a));
+}
+
+}  // namespace sluice::cpu::x86

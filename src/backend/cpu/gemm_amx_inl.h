@@ -1,0 +1,327 @@
+// Internal to gemm_amx.cc and its test: sluice's AMX GEMM (gemm_x86.h, GemmBf16Amx /
+// GemmI8Amx) written once over a tile-operations policy `Ops`:
+//   AmxHwOps (gemm_amx.cc): the real instructions (ldtilecfg, tileloadd, tdpbf16ps,
+//     tdpbusd, tilestored), compiled for AMX; run only where amx::Available().
+//   AmxEmuOps (below): the same operations in portable C++ after the ISA's pseudo-code,
+//     so that the tile indexing, the M/N/K tails and the epilogue of the very same driver
+//     run (and are tested) on machines without AMX.
+// Everything here is in an anonymous namespace: each including file gets its own copies,
+// so the AMX-compiled instantiations of gemm_amx.cc can never be picked by the linker for
+// another file (no ODR sharing across target options).
+//
+// Tiles (palette 1, every tile 16 rows x 64 bytes):
+//   0..3  accumulators C_j: 16 rows x 16 columns (f32 or int32), columns 16j..16j+15 of a
+//         64-column weight block (gemm_x86.h kBlockN)
+//   4     A: 16 activation rows x 16 k groups (k pairs of bf16 / k quads of uint8)
+//   5..7  B: 16 k groups x 16 columns; B_j for C_j is tile 5, 6, 7, 5 (j = 0..3)
+// The packed weights already are B tiles: k group g of block b is 256 bytes, 64 columns
+// x 4 bytes, so B_j of the 16 groups from g is 16 rows of 64 bytes at w + g * 256 + 64 j,
+// row stride 256. K is padded to 16 groups (gemm_x86.h KPairs / KQuads), so K steps by
+// whole tiles and never splits.
+//
+// Batch invariance (DESIGN.md principle 3): each output element is one lane of one
+// accumulator tile that runs over the k groups in order, 16 per instruction, with the
+// same instructions for every row: a row tile always has 16 rows (the last rows of a batch
+// are copied into a zero-padded 16-row buffer), so neither M, nor the row's position, nor
+// the thread count changes the instruction sequence a row goes through. K runs in chunks
+// (kAmxChunk) with the accumulators stored and reloaded between them: bit copies, the same
+// sequence. (This assumes, as for SIMD lanes, that a tile row's result does not depend on
+// the row's index in the tile or on the other rows: the hardware tests check it.)
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_x86.h"
+
+namespace sluice::cpu::x86 {
+namespace {
+
+constexpr int64_t kAmxRows = 16;    // rows per A tile / row tile
+constexpr int64_t kAmxGroups = 16;  // k groups per A tile (64 bytes)
+// The B tile that pairs with accumulator j.
+constexpr int AmxBTile(int j) { return j == 3 ? 5 : 5 + j; }
+
+struct AmxPlan {
+  bool int8 = false;
+  const uint8_t* x = nullptr;  // ConvertBf16 or QuantizeI8 rows
+  int64_t ldx = 0;             // bytes: 4 * groups
+  int64_t groups = 0;          // KPairs(k) or KQuads(k): a multiple of 16
+  const uint8_t* packed = nullptr;
+  const int32_t* colsum = nullptr;  // int8: [Blocks(n) * 64]
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
+  const float* bias = nullptr;
+  Activation act = Activation::kNone;
+  bool sum = false;
+  int64_t m = 0, n = 0;
+  float* out = nullptr;
+  int64_t ldo = 0;
+};
+
+inline AmxPlan AmxPlanBf16(const Bf16Args& a) {
+  AmxPlan p;
+  p.x = static_cast<const uint8_t*>(a.x);
+  p.groups = KPairs(a.k);
+  p.ldx = 4 * p.groups;
+  p.packed = reinterpret_cast<const uint8_t*>(a.packed);
+  p.bias = a.bias;
+  p.act = a.act;
+  p.sum = a.sum;
+  p.m = a.m;
+  p.n = a.n;
+  p.out = a.out;
+  p.ldo = a.ldo;
+  return p;
+}
+
+inline AmxPlan AmxPlanI8(const I8Args& a) {
+  AmxPlan p;
+  p.int8 = true;
+  p.x = a.x;
+  p.groups = KQuads(a.k);
+  p.ldx = 4 * p.groups;
+  p.packed = reinterpret_cast<const uint8_t*>(a.packed);
+  p.colsum = a.colsum;
+  p.x_scale = a.x_scale;
+  p.w_scale = a.w_scale;
+  p.bias = a.bias;
+  p.act = a.act;
+  p.sum = a.sum;
+  p.m = a.m;
+  p.n = a.n;
+  p.out = a.out;
+  p.ldo = a.ldo;
+  return p;
+}
+
+// 16 rows (xa, row stride lda bytes) x one 64-column weight block w, k groups [g0, g1)
+// in order, onto acc [16, 64] (f32 for bf16, int32 for int8; row stride 256 bytes): the
+// accumulators start at zero when g0 == 0, else are loaded from acc (a tile store and
+// load copies the bits, so a K range split into chunks gives exactly the bits of one
+// pass: the same instructions on each element in the same order).
+template <class Ops>
+void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const uint8_t* w,
+                  void* acc) {
+  auto* a = static_cast<uint8_t*>(acc);
+  if (g0 == 0) {
+    Ops::ZeroAcc();
+  } else {
+    Ops::template LoadAcc<0>(a, 256);
+    Ops::template LoadAcc<1>(a + 64, 256);
+    Ops::template LoadAcc<2>(a + 128, 256);
+    Ops::template LoadAcc<3>(a + 192, 256);
+  }
+  for (int64_t g = g0; g < g1; g += kAmxGroups) {
+    Ops::LoadA(xa + g * 4, lda);
+    const uint8_t* wg = w + g * 256;
+    Ops::template LoadB<0>(wg);
+    Ops::template Dp<0>();
+    Ops::template LoadB<1>(wg + 64);
+    Ops::template Dp<1>();
+    Ops::template LoadB<2>(wg + 128);
+    Ops::template Dp<2>();
+    Ops::template LoadB<3>(wg + 192);
+    Ops::template Dp<3>();
+  }
+  Ops::template StoreAcc<0>(a, 256);
+  Ops::template StoreAcc<1>(a + 64, 256);
+  Ops::template StoreAcc<2>(a + 128, 256);
+  Ops::template StoreAcc<3>(a + 192, 256);
+}
+
+// k groups per chunk: the weight block's chunk (kAmxChunk * 256 bytes = 32 KB) stays in
+// L1 while the row tiles of a tile pass over it; accumulators are spilled between chunks.
+constexpr int64_t kAmxChunk = 128;
+constexpr int64_t kAmxTileGroup = 4;  // row tiles per scheduling tile: 64 rows
+
+// The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
+// (weight-block group) as in gemm_x86.cc's Drive; the schedule decides only which thread
+// computes an element, never how. Each thread loads its tile configuration (Ops::Begin)
+// and releases it (Ops::End).
+template <class Ops>
+void AmxDrive(const AmxPlan& p) {
+  if (p.m <= 0 || p.n <= 0) return;
+  const int64_t blocks = Blocks(p.n);
+  const int64_t row_tiles = (p.m + kAmxRows - 1) / kAmxRows;
+  const int64_t block_bytes = p.groups * 256;
+  // The last, partial row tile: its rows in a 16-row buffer, the rest zero (bf16 0.0,
+  // uint8 128 = int8 0). Those padding rows are computed and dropped.
+  const int64_t full_rows = p.m / kAmxRows * kAmxRows, tail_rows = p.m - full_rows;
+  static thread_local std::vector<uint8_t> tail;
+  if (tail_rows > 0) {
+    tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
+    std::memcpy(tail.data(), p.x + full_rows * p.ldx, tail_rows * p.ldx);
+  }
+  const uint8_t* tail_x = tail.data();
+  int64_t pb = std::max<int64_t>(1, (1 << 20) / block_bytes);
+  const int64_t gb = kAmxTileGroup;
+  const int64_t tiles_m = (row_tiles + gb - 1) / gb;
+  const int64_t threads = omp_get_max_threads();
+  pb = std::min(pb, blocks);
+  while (pb > 1 && tiles_m * ((blocks + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t tiles_n = (blocks + pb - 1) / pb;
+  const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
+#pragma omp parallel if (parallel)
+  {
+    Ops::Begin();
+    // Accumulators of the tile's row tiles: [gb][16][64] (f32 or int32).
+    alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
+    alignas(64) float conv[kAmxRows * kBlockN];
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t tn = 0; tn < tiles_n; ++tn) {
+      for (int64_t tm = 0; tm < tiles_m; ++tm) {
+        const int64_t b_end = std::min(blocks, (tn + 1) * pb);
+        const int64_t t0 = tm * gb, t_end = std::min(row_tiles, (tm + 1) * gb);
+        for (int64_t b = tn * pb; b < b_end; ++b) {
+          const int64_t c0 = b * kBlockN;
+          const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
+          const uint8_t* w = p.packed + b * block_bytes;
+          for (int64_t g0 = 0; g0 < p.groups; g0 += kAmxChunk) {
+            const int64_t g1 = std::min(p.groups, g0 + kAmxChunk);
+            for (int64_t t = t0; t < t_end; ++t) {
+              const uint8_t* xa = t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
+              AmxMicroTile<Ops>(xa, p.ldx, g0, g1, w, accs + (t - t0) * kAmxRows * kBlockN);
+            }
+          }
+          for (int64_t t = t0; t < t_end; ++t) {
+            const int64_t r0 = t * kAmxRows;
+            const int64_t rows = std::min<int64_t>(kAmxRows, p.m - r0);
+            const int32_t* ia = accs + (t - t0) * kAmxRows * kBlockN;
+            const float* acc = reinterpret_cast<const float*>(ia);  // bf16: f32 bits
+            if (p.int8) {
+              // vpdpbusd's integers minus 128 * column sum (q + 128 encoding), as the VNNI
+              // kernel: exact (unsigned arithmetic: wrap-around instead of overflow UB).
+              const int32_t* cs = p.colsum + c0;
+              for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c = 0; c < kBlockN; ++c) {
+                  const uint32_t v = static_cast<uint32_t>(ia[r * kBlockN + c]) -
+                                     (static_cast<uint32_t>(cs[c]) << 7);
+                  conv[r * kBlockN + c] = static_cast<float>(static_cast<int32_t>(v));
+                }
+              }
+              acc = conv;
+            }
+            gemm::EpilogueArgs e;
+            e.acc = acc;
+            e.ldacc = kBlockN;
+            e.rows = rows;
+            e.cols = cols;
+            e.row_scale = p.x_scale ? p.x_scale + r0 : nullptr;
+            e.col_scale = p.w_scale ? p.w_scale + c0 : nullptr;
+            e.bias = p.bias ? p.bias + c0 : nullptr;
+            e.act = p.act;
+            e.sum = p.sum;
+            e.out = p.out + r0 * p.ldo + c0;
+            e.ldo = p.ldo;
+            gemm::Epilogue(e);
+          }
+        }
+      }
+    }
+    Ops::End();
+  }
+}
+
+// Portable emulation of the tile operations above, after the pseudo-code of the Intel
+// SDM (TILELOADD, TDPBF16PS, TDPBUSD, TILESTORED) for the configuration used here (every
+// tile 16 x 64 bytes). Per thread, like the hardware's tile registers. For tests only:
+// it checks the indexing of AmxMicroTile / AmxDrive, not the hardware's rounding.
+// TDPBF16PS: per k pair, c += a[2k] * b[2k] then c += a[2k + 1] * b[2k + 1], each in f32
+// with RNE (no fusion), bf16 denormal inputs as zero, denormal results flushed to zero.
+template <bool kInt8>
+struct AmxEmuOps {
+  struct State {
+    alignas(64) uint8_t t[8][kAmxRows * 64];
+  };
+  static State& S() {
+    static thread_local State s;
+    return s;
+  }
+  static void Begin() { std::memset(&S(), 0, sizeof(State)); }  // ldtilecfg zeroes tiles
+  static void End() {}
+  static void ZeroAcc() {
+    for (int j = 0; j < 4; ++j) std::memset(S().t[j], 0, sizeof(S().t[j]));
+  }
+  static void Load(int tile, const void* p, int64_t stride) {
+    for (int64_t r = 0; r < kAmxRows; ++r) {
+      std::memcpy(S().t[tile] + r * 64, static_cast<const uint8_t*>(p) + r * stride, 64);
+    }
+  }
+  static void LoadA(const void* p, int64_t stride) { Load(4, p, stride); }
+  template <int J>
+  static void LoadB(const void* p) {
+    Load(AmxBTile(J), p, 256);
+  }
+  template <int J>
+  static void LoadAcc(const void* p, int64_t stride) {
+    Load(J, p, stride);
+  }
+  static float Bf16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if ((h & 0x7f80) == 0) h &= 0x8000;  // denormal (or zero) input: signed zero
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  static float Ftz(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  template <int J>
+  static void Dp() {
+    const uint8_t* a = S().t[4];
+    const uint8_t* b = S().t[AmxBTile(J)];
+    uint8_t* c = S().t[J];
+    for (int m = 0; m < kAmxRows; ++m) {
+      for (int n = 0; n < 16; ++n) {
+        if constexpr (kInt8) {
+          int32_t acc;
+          std::memcpy(&acc, c + m * 64 + n * 4, 4);
+          uint32_t s = static_cast<uint32_t>(acc);
+          for (int k = 0; k < kAmxGroups; ++k) {
+            for (int i = 0; i < 4; ++i) {
+              const int32_t av = a[m * 64 + k * 4 + i];
+              const int32_t bv = static_cast<int8_t>(b[k * 64 + n * 4 + i]);
+              s += static_cast<uint32_t>(av * bv);
+            }
+          }
+          acc = static_cast<int32_t>(s);
+          std::memcpy(c + m * 64 + n * 4, &acc, 4);
+        } else {
+          float acc;
+          std::memcpy(&acc, c + m * 64 + n * 4, 4);
+          for (int k = 0; k < kAmxGroups; ++k) {
+            for (int i = 0; i < 2; ++i) {
+              // volatile: one f32 rounding per product and per sum (never a fused FMA).
+              volatile float prod =
+                  Bf16(a + m * 64 + k * 4 + 2 * i) * Bf16(b + k * 64 + n * 4 + 2 * i);
+              acc = Ftz(acc + prod);
+            }
+          }
+          std::memcpy(c + m * 64 + n * 4, &acc, 4);
+        }
+      }
+    }
+  }
+  template <int J>
+  static void StoreAcc(void* p, int64_t stride) {
+    for (int64_t r = 0; r < kAmxRows; ++r) {
+      std::memcpy(static_cast<uint8_t*>(p) + r * stride, S().t[J] + r * 64, 64);
+    }
+  }
+};
+
+}  // namespace
+}  // namespace sluice::cpu::x86
