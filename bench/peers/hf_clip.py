@@ -414,6 +414,14 @@ def square_pngs(args, n):
 # Hugging Face
 
 
+def features(out):
+    """get_*_features: a tensor in transformers 4, an output object (projected pooler_output)
+    in transformers 5 (as tests/golden/generate_clip.py reads it)."""
+    if hasattr(out, "pooler_output"):
+        return out.pooler_output
+    return out if hasattr(out, "norm") else out[0]
+
+
 class HfPath:
     def __init__(self, model_dir, dtype, device):
         import torch
@@ -440,8 +448,8 @@ class HfPath:
         torch = self.torch
         px = torch.cat(list(self.pool.map(self.load, urls)))
         with self.lock, torch.inference_mode():
-            img = self.model.get_image_features(pixel_values=px.to(self.device, self.dt))
-            txt = self.model.get_text_features(input_ids=self.q)
+            img = features(self.model.get_image_features(pixel_values=px.to(self.device, self.dt)))
+            txt = features(self.model.get_text_features(input_ids=self.q))
             img = img / img.norm(dim=-1, keepdim=True)
             txt = txt / txt.norm(dim=-1, keepdim=True)
             return (img @ txt.T).float().cpu()

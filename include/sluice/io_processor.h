@@ -30,7 +30,7 @@ class Tokenizer;
 struct ModelContext {
   std::string name;           // served model name (the `model` field must match when given)
   std::string version = "1";  // served version: `model` may also be "name:version"
-  std::string task;           // "embed" | "classify" | "score" | "token-classify"
+  std::string task;           // "embed" | "classify" | "score" | "token-classify" | "clip"
   std::string family;         // "bert" | "qwen3" (architecture family)
   int output_dim = 0;         // values per row
   // Embeddings are L2-normalised unless a request asks otherwise ("normalize"): sluice.json
@@ -84,6 +84,12 @@ struct ModelContext {
   // companion): processors give it sequences through PreProcessCompanion and read its
   // outputs from IoState::companion_outputs. Null: no companion.
   std::shared_ptr<const ModelContext> companion;
+  // The loaded version's directory (plugins read their own files from it).
+  std::string model_dir;
+  // A CLIP model as plugin IO processors see it (task "clip", server/clip_served.h): which
+  // towers it has. Its plugins' inputs are images and texts, embedded by the CLIP path.
+  bool clip = false;
+  bool clip_vision = false, clip_text = false;
 };
 
 struct IoRequest {

@@ -20,6 +20,11 @@
  * boundary starts with its size (struct_size) so that later minor additions append fields without
  * breaking plugins built against this header.
  *
+ * A plugin that uses a field appended in a later minor version tests for it first: a field of
+ * the host table with SLUICE_PLUGIN_HOST_HAS, of sluice_io_call with SLUICE_IO_CALL_HAS, of
+ * sluice_io_model with SLUICE_IO_MODEL_HAS (an older sluice passes the shorter struct; a plugin
+ * built against an older header never reads past the struct it knows).
+ *
  * Logits processors follow vLLM V1's batch-level shape, with the events it lacks made
  * explicit. A processor instance (create) serves one generation engine (one loaded model);
  * the requests that name it (the request's "logits_processors") are its rows, numbered
@@ -45,8 +50,14 @@ extern "C" {
 /* Bumped on any incompatible change of this header. */
 #define SLUICE_PLUGIN_ABI_VERSION 1u
 /* Bumped on compatible additions (fields appended to structs, new host functions):
- *   0: logits processors;  1: IO processors (register_io_processor, sluice_io_*). */
-#define SLUICE_PLUGIN_ABI_MINOR 1u
+ *   0: logits processors;  1: IO processors (register_io_processor, sluice_io_*);
+ *   2: IO processors on CLIP models: SLUICE_TASK_CLIP, sluice_io_call.add_image,
+ *      sluice_io_model.model_dir (plugins of minor 0 and 1 load and behave as before). */
+#define SLUICE_PLUGIN_ABI_MINOR 2u
+
+/* Whether *p (a struct of `type` that sluice passed, starting with struct_size) has `field`. */
+#define SLUICE_STRUCT_HAS(p, type, field) \
+  ((p)->struct_size >= offsetof(type, field) + sizeof((p)->field))
 
 #if defined(__GNUC__)
 #define SLUICE_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -178,29 +189,44 @@ typedef struct sluice_logits_processor {
  * allocates outlives it. parse and respond run on sluice's worker threads, several requests at
  * once: state shared between requests (user_data) must be read-only or synchronised. */
 
-/* The task an IO processor needs of the served model. */
+/* The task an IO processor needs of the served model (the model's task must be this one:
+ * SLUICE_TASK_EMBED processors do not load on CLIP models, nor SLUICE_TASK_CLIP ones on text
+ * embedding models). */
 #define SLUICE_TASK_EMBED 1u          /* embeddings: values = the vector (rows x dim) */
 #define SLUICE_TASK_CLASSIFY 2u       /* sequence classification: one score per label */
 #define SLUICE_TASK_SCORE 3u          /* cross-encoder / reranker: one relevance score */
 #define SLUICE_TASK_TOKEN_CLASSIFY 4u /* token classification: rows = tokens, dim = labels */
+/* Minor 2: a CLIP model (image and text towers in one embedding space; sluice_io_model.task
+ * "clip"). Images (add_image) run the vision tower, texts (add_text, add_tokens) the text
+ * tower; every output is one row of projection_dim values (output_dim): values = the
+ * projected embedding L2-normalised (so a dot product of two is their cosine similarity),
+ * raw = the same projection before normalisation. */
+#define SLUICE_TASK_CLIP 5u
 
 /* The served model, as a processor sees it (valid while the model is loaded). */
 typedef struct sluice_io_model {
   uint32_t struct_size;
   const char* name;      /* served model name */
-  const char* task;      /* "embed" | "classify" | "score" | "token-classify" */
+  const char* task;      /* "embed" | "classify" | "score" | "token-classify" | "clip" */
   int32_t output_dim;    /* values per output row */
   int32_t has_tokenizer; /* 0: add_text fails; token ids only */
   int32_t max_inputs;    /* sequences one request may add (--max-inputs-per-request) */
   int32_t max_tokens;    /* tokens one sequence may have (--max-tokens-per-input) */
   int32_t num_labels;    /* classify / token-classify */
   const char* const* labels;
+  /* ---- minor 2 (test with SLUICE_IO_MODEL_HAS(model, model_dir)) ---- */
+  /* The loaded version's directory (NUL-terminated, no trailing '/'): check_model may read
+   * the plugin's own files from it (a ranking head's weights). */
+  const char* model_dir;
 } sluice_io_model;
+
+#define SLUICE_IO_MODEL_HAS(model, field) SLUICE_STRUCT_HAS(model, sluice_io_model, field)
 
 /* The model's output for one sequence (views valid during respond only). */
 typedef struct sluice_io_output {
   const float* values; /* rows * dim: the vector (embed), the activated scores (others) */
-  const float* raw;    /* rows * dim before activation (score, classify); NULL when none */
+  const float* raw;    /* rows * dim before activation (score, classify) or normalisation
+                        (clip); NULL when none */
   int32_t rows;        /* 1, or the tokens kept (token-level pooling, token-classify) */
   int32_t dim;
   const int32_t* token_indices; /* rows positions (step pooling), else NULL */
@@ -226,7 +252,9 @@ typedef struct sluice_io_call {
   /* In parse: adds a text (b NULL) or a text pair, tokenised with the model's tokenizer and
    * its special tokens (pairs with its pair template; a causal-LM reranker's prompt
    * template). truncate: 0 = a text over the limit is an error, -1 = cut to the limit,
-   * n > 0 = cut to n tokens (pairs cut the second text). Returns the index or -1 with err. */
+   * n > 0 = cut to n tokens (pairs cut the second text). Returns the index or -1 with err.
+   * On a CLIP model (minor 2): one text only (b NULL), tokenised with the CLIP tokenizer and
+   * run through the text tower; add_tokens gives the text tower token ids. */
   int32_t (*add_text)(struct sluice_io_call* call, const char* a, size_t a_len, const char* b,
                       size_t b_len, int32_t truncate, sluice_plugin_error* err);
   /* In respond: appends to the response body (JSON; sluice refuses a body that is not). */
@@ -236,7 +264,18 @@ typedef struct sluice_io_call {
   /* In respond: appends a number the way sluice writes floats (shortest round trip;
    * non-finite as null). */
   void (*write_float)(struct sluice_io_call* call, float v);
+  /* ---- minor 2 (test with SLUICE_IO_CALL_HAS(call, add_image)) ---- */
+  /* In parse, on a CLIP model (SLUICE_TASK_CLIP): adds an image, source (len bytes, not
+   * NUL-terminated) as the CLIP routes take it: an http(s) URL, a data: URI or a local path
+   * under --allowed-local-media-path, fetched after parse with the same SSRF guard, size
+   * limits and feature cache as /v1/embeddings. Returns the index, or -1 with err set (not a
+   * CLIP model, no vision tower, an empty source, over the request's sequence limit). A
+   * source that cannot be fetched or decoded fails the request with a 400 naming it. */
+  int32_t (*add_image)(struct sluice_io_call* call, const char* source, size_t len,
+                       sluice_plugin_error* err);
 } sluice_io_call;
+
+#define SLUICE_IO_CALL_HAS(call, field) SLUICE_STRUCT_HAS(call, sluice_io_call, field)
 
 /* Return values of parse and respond: 0, or the HTTP status of the error (its message in err):
  * 400, 404, 429, 500 or 503; any other non-zero value is 400 from parse and 500 from respond
@@ -279,8 +318,7 @@ typedef struct sluice_plugin_host {
 } sluice_plugin_host;
 
 /* Whether a host table has `field` (a sluice of an older minor version has a shorter one). */
-#define SLUICE_PLUGIN_HOST_HAS(host, field) \
-  ((host)->struct_size >= offsetof(sluice_plugin_host, field) + sizeof((host)->field))
+#define SLUICE_PLUGIN_HOST_HAS(host, field) SLUICE_STRUCT_HAS(host, sluice_plugin_host, field)
 
 typedef uint32_t (*sluice_plugin_abi_version_fn)(void);
 typedef uint32_t (*sluice_plugin_abi_minor_fn)(void);

@@ -189,12 +189,6 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   const std::string version = std::to_string(spec.version);
   const std::vector<std::string> plugin_paths = VersionPlugins(f, spec, cli_entry);
   if (server::IsClipModelDirectory(mf.model)) {
-    if (!plugin_paths.empty()) {
-      return InvalidArgument(
-          std::string(cli_entry && !f.gen.plugins.empty() ? "--plugin" : "model.json plugins") +
-          " does not apply to " + mf.model +
-          ", a CLIP model (plugins serve text scoring and generation models)");
-    }
     if (f.gen.given) {
       return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
                              ", a CLIP model");
@@ -208,6 +202,9 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
     co.max_inputs_per_request =
         static_cast<int>(c.max_inputs_per_request.value_or(f.max_inputs_per_request));
     co.workers = f.image.image_workers;
+    // IO processors of plugins (docs/plugins.md, "Ranking heads on CLIP features"): the
+    // --plugin flags, model.json and sluice.json "plugins", as for a text scoring model.
+    ASSIGN_OR_RETURN(co.plugins, LoadModelPlugins(plugin_paths, mf.model));
     return server::LoadClipServedModel(co);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(mf.model));

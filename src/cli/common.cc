@@ -134,28 +134,45 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
   return o;
 }
 
-StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
-                                                            const ModelBundle& bundle,
-                                                            bool generation) {
+namespace {
+
+StatusOr<std::shared_ptr<const PluginSet>> LoadPluginPaths(const std::vector<std::string>& first,
+                                                           const std::vector<std::string>& more,
+                                                           const std::string& dir,
+                                                           bool generation) {
   std::vector<std::string> paths = first;
-  paths.insert(paths.end(), bundle.overrides.plugins.begin(), bundle.overrides.plugins.end());
+  paths.insert(paths.end(), more.begin(), more.end());
   if (paths.empty()) return std::shared_ptr<const PluginSet>();
   ASSIGN_OR_RETURN(std::shared_ptr<PluginSet> set, LoadPlugins(paths));
   if (generation && !set->io_processors().empty()) {
     const IoProcessorEntry& e = *set->io_processors()[0];
     return FailedPrecondition("plugin " + e.origin + ": IO processor " + e.name +
                               " needs a scoring model (task " + IoTaskName(e.desc.task) + "); " +
-                              bundle.dir + " is served as a generation model");
+                              dir + " is served as a generation model");
   }
   if (!generation && !set->processors().empty()) {
     const LogitsProcessorFactory& f = *set->processors()[0];
     return FailedPrecondition("plugin " + f.origin() + ": logits processor " + f.name() +
-                              " needs a generation model; " + bundle.dir +
+                              " needs a generation model; " + dir +
                               " is served as a scoring model");
   }
-  SLUICE_LOG_INFO("plugins of {}: {} libraries; logits processors: {}; IO processors: {}",
-                  bundle.dir, set->libraries().size(), set->Names(), set->IoNames());
+  SLUICE_LOG_INFO("plugins of {}: {} libraries; logits processors: {}; IO processors: {}", dir,
+                  set->libraries().size(), set->Names(), set->IoNames());
   return std::shared_ptr<const PluginSet>(std::move(set));
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
+                                                            const ModelBundle& bundle,
+                                                            bool generation) {
+  return LoadPluginPaths(first, bundle.overrides.plugins, bundle.dir, generation);
+}
+
+StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
+                                                            const std::string& dir) {
+  ASSIGN_OR_RETURN(SluiceOverrides overrides, LoadSluiceOverrides(dir));
+  return LoadPluginPaths(first, overrides.plugins, dir, /*generation=*/false);
 }
 
 StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {

@@ -43,6 +43,10 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f);
 StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
                                                             const ModelBundle& bundle,
                                                             bool generation = true);
+// The same for a model without a bundle (a CLIP directory): `first`, then `dir`'s sluice.json
+// "plugins"; served as a scoring model (logits processors are refused).
+StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
+                                                            const std::string& dir);
 // Prints "error: ..." to stderr and returns the CLI exit code for a status.
 int ReportError(const Status& s);
 

@@ -181,6 +181,8 @@ const char* IoTaskName(uint32_t task) {
       return "score";
     case SLUICE_TASK_TOKEN_CLASSIFY:
       return "token-classify";
+    case SLUICE_TASK_CLIP:
+      return "clip";
     default:
       return nullptr;
   }
@@ -195,8 +197,9 @@ Status PluginSet::RegisterIo(const sluice_io_processor& desc, const std::string&
   RETURN_IF_ERROR(CheckName(desc.name, "IO processor"));
   const std::string name = desc.name;
   if (IoTaskName(desc.task) == nullptr) {
-    return InvalidArgument("IO processor " + name + ": task " + std::to_string(desc.task) +
-                           " is none of SLUICE_TASK_EMBED, _CLASSIFY, _SCORE, _TOKEN_CLASSIFY");
+    return InvalidArgument(
+        "IO processor " + name + ": task " + std::to_string(desc.task) +
+        " is none of SLUICE_TASK_EMBED, _CLASSIFY, _SCORE, _TOKEN_CLASSIFY, _CLIP");
   }
   if (desc.parse == nullptr || desc.respond == nullptr) {
     return InvalidArgument("IO processor " + name + ": parse and respond are required");

@@ -40,7 +40,8 @@ struct IoProcessorEntry {
   std::string name, origin;
 };
 
-// "embed", "classify", "score", "token-classify" (nullptr for an unknown SLUICE_TASK_*).
+// "embed", "classify", "score", "token-classify", "clip" (nullptr for an unknown
+// SLUICE_TASK_*).
 const char* IoTaskName(uint32_t task);
 
 class PluginSet {

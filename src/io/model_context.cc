@@ -29,6 +29,7 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
   m.version = options.served_version;
   m.task = TaskName(info.task);
   m.family = info.family;
+  m.model_dir = engine.bundle().dir;
   m.output_dim = head.output_dim;
   m.normalize = head.normalize;
   m.token_level = head.pooling == PoolingKind::kAll || head.pooling == PoolingKind::kStep;

@@ -37,7 +37,8 @@ struct PluginIoState final : IoState {
   const ModelContext* model = nullptr;
   Phase phase = Phase::kParse;
   std::vector<TokenSequence> seqs;
-  std::string route;  // call.route
+  std::vector<PluginClipInput> clip_inputs;  // a CLIP model's inputs (instead of seqs)
+  std::string route;                         // call.route
   std::string out;
   std::string misuse;  // a call outside its phase (the request fails with 500)
   size_t allocated = 0;
@@ -59,12 +60,28 @@ void* Alloc(sluice_io_call* call, size_t size, void (*cleanup)(void*)) {
   return p;
 }
 
-// The sequence's index, or -1 with err.
-int32_t AddSequence(PluginIoState& s, StatusOr<TokenSequence> seq, sluice_plugin_error* err) {
+size_t Count(const PluginIoState& s) { return s.seqs.size() + s.clip_inputs.size(); }
+
+// The sequence's index, or -1 with err. On a CLIP model the sequence is a text's input.
+int32_t AddSequence(PluginIoState& s, StatusOr<TokenSequence> seq, const std::string& path,
+                    sluice_plugin_error* err) {
   if (!seq.ok()) return Refuse(err, seq.status().message());
   s.prompt_tokens += static_cast<int64_t>(seq->ids.size());
-  s.seqs.push_back(std::move(seq).value());
-  return static_cast<int32_t>(s.seqs.size() - 1);
+  if (s.model->clip) {
+    PluginClipInput in;
+    in.ids = std::move(seq->ids);
+    in.path = path;
+    s.clip_inputs.push_back(std::move(in));
+  } else {
+    s.seqs.push_back(std::move(seq).value());
+  }
+  return static_cast<int32_t>(Count(s) - 1);
+}
+
+// A CLIP model without a text tower takes no texts (empty when it has one).
+std::string NoTextTower(const PluginIoState& s, const std::string& path) {
+  if (!s.model->clip || s.model->clip_text) return "";
+  return path + ": a text, but CLIP model \"" + s.model->name + "\" has no text tower";
 }
 
 // Whether another sequence may be added (else err says why).
@@ -75,7 +92,7 @@ bool CanAdd(PluginIoState& s, const char* fn, sluice_plugin_error* err) {
     return false;
   }
   const int max = s.model->max_inputs_per_request;
-  if (max > 0 && s.seqs.size() >= static_cast<size_t>(max)) {
+  if (max > 0 && Count(s) >= static_cast<size_t>(max)) {
     Fail(err, "more than " + std::to_string(max) +
                   " sequences in one request (--max-inputs-per-request)");
     return false;
@@ -83,9 +100,7 @@ bool CanAdd(PluginIoState& s, const char* fn, sluice_plugin_error* err) {
   return true;
 }
 
-std::string SeqPath(const PluginIoState& s) {
-  return "sequence[" + std::to_string(s.seqs.size()) + "]";
-}
+std::string SeqPath(const PluginIoState& s) { return "sequence[" + std::to_string(Count(s)) + "]"; }
 
 int32_t AddTokens(sluice_io_call* call, const int32_t* ids, int64_t n, const int32_t* type_ids,
                   sluice_plugin_error* err) {
@@ -93,6 +108,7 @@ int32_t AddTokens(sluice_io_call* call, const int32_t* ids, int64_t n, const int
   if (!CanAdd(s, "add_tokens", err)) return -1;
   const std::string path = SeqPath(s);
   if (n < 1 || ids == nullptr) return Refuse(err, path + ": no token ids");
+  if (std::string m = NoTextTower(s, path); !m.empty()) return Refuse(err, m);
   Item item;
   item.is_ids = true;
   item.ids.assign(ids, ids + n);
@@ -106,7 +122,7 @@ int32_t AddTokens(sluice_io_call* call, const int32_t* ids, int64_t n, const int
     }
     if (nonzero) seq->type_ids = std::move(types);
   }
-  return AddSequence(s, std::move(seq), err);
+  return AddSequence(s, std::move(seq), path, err);
 }
 
 int32_t AddText(sluice_io_call* call, const char* a, size_t a_len, const char* b, size_t b_len,
@@ -114,6 +130,12 @@ int32_t AddText(sluice_io_call* call, const char* a, size_t a_len, const char* b
   PluginIoState& s = StateOf(call);
   if (!CanAdd(s, "add_text", err)) return -1;
   const std::string path = SeqPath(s);
+  if (std::string m = NoTextTower(s, path); !m.empty()) return Refuse(err, m);
+  if (s.model->clip && b != nullptr) {
+    return Refuse(err, path +
+                           ": a text pair, but a CLIP model embeds one text at a time (add the "
+                           "texts on their own and compare their embeddings)");
+  }
   if (s.model->tokenizer == nullptr) {
     return Refuse(err, path + ": this model has no tokenizer.json; add token ids");
   }
@@ -124,11 +146,32 @@ int32_t AddText(sluice_io_call* call, const char* a, size_t a_len, const char* b
   const Truncate t{truncate};
   if (b == nullptr) {
     if (ia.text.empty()) return Refuse(err, path + ": an empty text");
-    return AddSequence(s, EncodeOne(*s.model, ia, t, path), err);
+    return AddSequence(s, EncodeOne(*s.model, ia, t, path), path, err);
   }
   Item ib;
   ib.text.assign(b, b_len);
-  return AddSequence(s, EncodePair(*s.model, ia, ib, t, path), err);
+  return AddSequence(s, EncodePair(*s.model, ia, ib, t, path), path, err);
+}
+
+int32_t AddImage(sluice_io_call* call, const char* source, size_t len, sluice_plugin_error* err) {
+  PluginIoState& s = StateOf(call);
+  if (!CanAdd(s, "add_image", err)) return -1;
+  const std::string path = SeqPath(s);
+  if (!s.model->clip) {
+    return Refuse(err, path + ": add_image needs a CLIP model (SLUICE_TASK_CLIP); model \"" +
+                           s.model->name + "\" is served with task " + s.model->task);
+  }
+  if (!s.model->clip_vision) {
+    return Refuse(
+        err, path + ": an image, but CLIP model \"" + s.model->name + "\" has no vision tower");
+  }
+  if (source == nullptr || len == 0) return Refuse(err, path + ": an empty image source");
+  PluginClipInput in;
+  in.image = true;
+  in.source.assign(source, len);
+  in.path = path;
+  s.clip_inputs.push_back(std::move(in));
+  return static_cast<int32_t>(Count(s) - 1);
 }
 
 bool CanWrite(PluginIoState& s, const char* fn) {
@@ -161,7 +204,12 @@ bool IsPooling(std::string_view route) { return route == "/pooling"; }
 }  // namespace
 
 PluginIoProcessor::PluginIoProcessor(const IoProcessorEntry& entry, const ModelContext& m)
-    : entry_(entry), model_name_(m.name), model_task_(m.task), labels_(m.labels) {
+    : entry_(entry),
+      model_name_(m.name),
+      model_task_(m.task),
+      model_dir_(m.model_dir),
+      labels_(m.labels) {
+  while (model_dir_.size() > 1 && model_dir_.back() == '/') model_dir_.pop_back();
   entry_.desc.name = entry_.name.c_str();
   for (const std::string& l : labels_) label_ptrs_.push_back(l.c_str());
   info_.struct_size = sizeof info_;
@@ -173,6 +221,14 @@ PluginIoProcessor::PluginIoProcessor(const IoProcessorEntry& entry, const ModelC
   info_.max_tokens = m.max_tokens_per_input;
   info_.num_labels = static_cast<int32_t>(label_ptrs_.size());
   info_.labels = label_ptrs_.empty() ? nullptr : label_ptrs_.data();
+  info_.model_dir = model_dir_.c_str();
+}
+
+std::vector<PluginClipInput> PluginIoProcessor::TakeClipInputs(IoState& state) {
+  auto& st = static_cast<PluginIoState&>(state);
+  std::vector<PluginClipInput> out = std::move(st.clip_inputs);
+  st.clip_inputs.clear();
+  return out;
 }
 
 Status PluginIoProcessor::FromPlugin(int rc, const sluice_plugin_error& err, bool in_parse) const {
@@ -225,6 +281,7 @@ StatusOr<std::unique_ptr<IoState>> PluginIoProcessor::Parse(const IoRequest& req
   c.write = Write;
   c.write_string = WriteString;
   c.write_float = WriteFloat;
+  c.add_image = AddImage;
   sluice_plugin_error err{};
   const int rc = entry_.desc.parse(entry_.desc.user_data, &c, body.data(), body.size(), &err);
   st->phase = PluginIoState::Phase::kBetween;

@@ -13,6 +13,11 @@
 // state, on every path (response, error, client gone). The plugin's return codes map to
 // Status codes (400 InvalidArgument, 404 NotFound, 429 ResourceExhausted, 500 Internal,
 // 503 Unavailable); messages are prefixed with the processor's name.
+//
+// On a CLIP model (ModelContext::clip, task "clip"; server/clip_served.cc runs it) the
+// sequences are PluginClipInputs instead (texts as token ids, images as sources): the CLIP
+// path takes them with TakeClipInputs after Parse, embeds them, and passes PostProcess one
+// output per input (values L2-normalised, raw the projection).
 #pragma once
 
 #include <memory>
@@ -23,6 +28,14 @@
 #include "sluice/io_processor.h"
 
 namespace sluice::io {
+
+// One input of a plugin request on a CLIP model, in the order added.
+struct PluginClipInput {
+  bool image = false;
+  std::vector<int32_t> ids;  // a text's token ids (add_text tokenised it)
+  std::string source;        // an image's URL, data: URI or local path
+  std::string path;          // "sequence[i]", for errors
+};
 
 class PluginIoProcessor : public IoProcessor {
  public:
@@ -39,12 +52,15 @@ class PluginIoProcessor : public IoProcessor {
 
   const sluice_io_model& model_info() const { return info_; }
 
+  // The inputs a request added on a CLIP model (moved out of the state; empty elsewhere).
+  static std::vector<PluginClipInput> TakeClipInputs(IoState& state);
+
  private:
   Status FromPlugin(int rc, const sluice_plugin_error& err, bool in_parse) const;
 
   IoProcessorEntry entry_;
   // The model as the plugin sees it (owns its strings: the context may move).
-  std::string model_name_, model_task_;
+  std::string model_name_, model_task_, model_dir_;
   std::vector<std::string> labels_;
   std::vector<const char*> label_ptrs_;
   sluice_io_model info_{};

@@ -268,6 +268,12 @@ void ClipEmbedder::EngineLoop() {
   }
 }
 
+int ClipEmbedder::max_text_tokens() const {
+  if (!model_->has_text()) return 0;
+  return o_.max_tokens_per_input > 0 ? o_.max_tokens_per_input
+                                     : model_->text_config().max_position_embeddings;
+}
+
 Status ClipEmbedder::Embed(const std::vector<ClipItem>& items, std::vector<float>* out,
                            int64_t* tokens) {
   const int P = model_->projection_dim();
@@ -297,8 +303,7 @@ Status ClipEmbedder::Embed(const std::vector<ClipItem>& items, std::vector<float
       if (!enc.ok()) return io::FieldError(it.path, enc.status().message());
       ids = std::move(enc->ids);
     }
-    const int limit = o_.max_tokens_per_input > 0 ? o_.max_tokens_per_input
-                                                  : model_->text_config().max_position_embeddings;
+    const int limit = max_text_tokens();
     if (ids.empty()) return io::FieldError(it.path, "has no tokens");
     if (static_cast<int>(ids.size()) > limit) {
       return io::FieldError(it.path, "has " + std::to_string(ids.size()) + " tokens; at most " +

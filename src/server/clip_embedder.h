@@ -70,6 +70,10 @@ class ClipEmbedder {
   const ClipModel& model() const { return *model_; }
   const ClipEmbedderOptions& options() const { return o_; }
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }  // null: token ids only
+  // Tokens one text may have: max_tokens_per_input, else the text tower's positions (0: no
+  // text tower).
+  int max_text_tokens() const;
   std::string Describe() const;  // for the start-up log
 
   // Projected, unnormalised embeddings of the items, in order ([n, projection_dim]).

@@ -14,9 +14,11 @@
 #include "core/log.h"
 #include "io/builtins.h"
 #include "io/json.h"
+#include "io/plugin_io.h"
 #include "models/clip.h"
 #include "server/clip_embedder.h"
 #include "server/errors.h"
+#include "server/router.h"
 #include "server/worker_pool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -169,12 +171,18 @@ StatusOr<std::vector<Item>> ReadScoreSide(simdjson::dom::element e, const std::s
   return items;
 }
 
+using PluginIo = std::vector<std::shared_ptr<const io::PluginIoProcessor>>;
+
 class ClipServed final : public ServedModel {
  public:
-  ClipServed(ClipServeOptions o, std::unique_ptr<ClipEmbedder> embedder)
-      : o_(std::move(o)),
+  ClipServed(ClipServeOptions o, std::unique_ptr<ClipEmbedder> embedder, ModelContext context,
+             PluginIo plugin_io)
+      : plugins_(o.plugins),
+        o_(std::move(o)),
         embedder_(std::move(embedder)),
         model_(&embedder_->model()),
+        ctx_(std::move(context)),
+        plugin_io_(std::move(plugin_io)),
         pool_(std::make_unique<WorkerPool>(o_.workers)) {}
   ~ClipServed() override { Shutdown(); }
 
@@ -198,8 +206,9 @@ class ClipServed final : public ServedModel {
     pool_->Post([this, r, ex] {
       if (ex->disconnected()) return;
       StatusOr<std::string> body =
-          r->path == "/v1/embeddings"                     ? Embeddings(r->body)
-          : r->path == "/score" || r->path == "/v1/score" ? Score(r->body)
+          r->path.rfind("/plugins/", 0) == 0 || r->path == "/pooling" ? Plugin(r->path, r->body)
+          : r->path == "/v1/embeddings"                               ? Embeddings(r->body)
+          : r->path == "/score" || r->path == "/v1/score"             ? Score(r->body)
           : ServesRoute(r->path)
               ? Rerank(r->body)
               : StatusOr<std::string>(NotFound("no route POST " + r->path + " for a CLIP model"));
@@ -219,8 +228,86 @@ class ClipServed final : public ServedModel {
     if (stopped_.exchange(true)) return;
     pool_.reset();  // runs what was posted, then joins
   }
+  bool HasIoProcessor(const std::string& name) const override {
+    return FindPluginIo(name) != nullptr;
+  }
+  std::string IoProcessorNames() const override {
+    std::string s;
+    for (const auto& p : plugin_io_) s += (s.empty() ? "" : ", ") + std::string(p->name());
+    return s.empty() ? "none" : s;
+  }
 
  private:
+  const io::PluginIoProcessor* FindPluginIo(const std::string& name) const {
+    for (const auto& p : plugin_io_) {
+      if (p->name() == name) return p.get();
+    }
+    return nullptr;
+  }
+
+  // POST /plugins/NAME or /pooling with "io_processor": the plugin's parse adds the inputs,
+  // they are embedded in one call (in order), respond gets the normalised embeddings (raw:
+  // the projections). The request's state (the plugin's allocations) goes when this returns.
+  StatusOr<std::string> Plugin(const std::string& route, const std::string& body) {
+    const io::PluginIoProcessor* proc = nullptr;
+    if (route.rfind("/plugins/", 0) == 0) {
+      const std::string name = route.substr(9);
+      proc = FindPluginIo(name);
+      if (!proc) {
+        return NotFound("no IO processor \"" + name + "\" is registered for model \"" + o_.name +
+                        "\" (IO processors: " + IoProcessorNames() +
+                        "; a model loads plugins from its model.json or sluice.json \"plugins\", "
+                        "or --plugin)");
+      }
+    } else {
+      bool malformed = false;
+      const std::optional<std::string> name = PeekStringField(body, "io_processor", &malformed);
+      if (!name) {
+        return FieldError("io_processor",
+                          "is required: a CLIP model serves /pooling through the IO processors "
+                          "of its plugins (IO processors: " +
+                              IoProcessorNames() + ")");
+      }
+      proc = FindPluginIo(*name);
+      if (!proc) {
+        return FieldError("io_processor", "no IO processor \"" + *name +
+                                              "\" is registered for model \"" + o_.name +
+                                              "\" (IO processors: " + IoProcessorNames() + ")");
+      }
+    }
+    const IoRequest req{route, body, &ctx_};
+    ASSIGN_OR_RETURN(std::unique_ptr<IoState> state, proc->Parse(req));
+    std::vector<io::PluginClipInput> inputs = io::PluginIoProcessor::TakeClipInputs(*state);
+    std::vector<Item> items(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Item& it = items[i];
+      it.image = inputs[i].image;
+      it.path = std::move(inputs[i].path);
+      if (it.image) {
+        it.text = std::move(inputs[i].source);
+      } else {
+        it.ids = std::move(inputs[i].ids);
+        it.has_ids = true;
+      }
+    }
+    std::vector<float> emb;
+    int64_t tokens = 0;
+    if (!items.empty()) {
+      Status st = Embed(items, &emb, &tokens);
+      if (!st.ok()) return Status(st.code(), std::string(proc->name()) + ": " + st.message());
+    }
+    const int P = model_->projection_dim();
+    std::vector<PooledOutput> outs(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      outs[i].raw.assign(emb.begin() + static_cast<long>(i * P),
+                         emb.begin() + static_cast<long>((i + 1) * P));
+      outs[i].values = outs[i].raw;
+      Normalize(outs[i].values.data(), P);
+    }
+    ASSIGN_OR_RETURN(IoResponse resp, proc->PostProcess(ctx_, *state, outs));
+    return std::move(resp.body);
+  }
+
   Status Embed(const std::vector<Item>& items, std::vector<float>* out, int64_t* tokens) {
     return embedder_->Embed(items, out, tokens);
   }
@@ -450,9 +537,12 @@ class ClipServed final : public ServedModel {
     return w.Take();
   }
 
+  std::shared_ptr<const PluginSet> plugins_;  // destroyed last: after the workers joined
   const ClipServeOptions o_;
   std::unique_ptr<ClipEmbedder> embedder_;
   const ClipModel* model_;
+  const ModelContext ctx_;  // the model as plugins see it (task "clip")
+  const PluginIo plugin_io_;
   std::atomic<bool> ready_{false}, stopped_{false};
   std::unique_ptr<WorkerPool> pool_;
 };
@@ -487,7 +577,29 @@ StatusOr<std::unique_ptr<ServedModel>> LoadClipServedModel(const ClipServeOption
       fo.concurrency, fo.connect_timeout_ms, fo.total_timeout_ms, fo.max_bytes,
       fo.allow_private ? "allowed" : "refused", fo.local_root.empty() ? "refused" : fo.local_root,
       embedder->Describe(), o.embedder.cache_bytes >> 20);
-  return std::unique_ptr<ServedModel>(std::make_unique<ClipServed>(o, std::move(embedder)));
+  // The model as plugin IO processors see it (SLUICE_TASK_CLIP).
+  ModelContext ctx;
+  ctx.name = o.name;
+  ctx.version = o.version;
+  ctx.task = "clip";
+  ctx.family = "clip";
+  ctx.output_dim = model.projection_dim();
+  ctx.model_max_tokens = model.has_text() ? model.text_config().max_position_embeddings : 0;
+  ctx.max_inputs_per_request = o.max_inputs_per_request;
+  ctx.max_tokens_per_input = embedder->max_text_tokens();
+  ctx.tokenizer = embedder->tokenizer();
+  ctx.model_dir = o.embedder.dir;
+  ctx.clip = true;
+  ctx.clip_vision = model.has_vision();
+  ctx.clip_text = model.has_text();
+  PluginIo plugin_io;
+  if (o.plugins) {
+    ASSIGN_OR_RETURN(plugin_io, io::BindPluginIoProcessors(*o.plugins, ctx));
+    SLUICE_LOG_INFO("model \"{}\" version {}: IO processors of plugins: {}", o.name, o.version,
+                    o.plugins->IoNames());
+  }
+  return std::unique_ptr<ServedModel>(
+      std::make_unique<ClipServed>(o, std::move(embedder), std::move(ctx), std::move(plugin_io)));
 }
 
 }  // namespace sluice::server

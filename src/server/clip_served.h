@@ -10,11 +10,17 @@
 // batches gathered across requests, duplicates computed once).
 //   POST /score, /v1/score  vLLM's shape: text_1/queries and text_2/documents (1:1, 1:N,
 //                        N:N), items as above or vLLM content parts ({"content": [...]})
+//   POST /plugins/NAME, /pooling {"io_processor": NAME, "data": ...}
+//                        IO processors of plugins (SLUICE_TASK_CLIP, docs/plugins.md "Ranking
+//                        heads on CLIP features"): the plugin's parse adds images and texts,
+//                        the embedder embeds them (one call, in order), respond gets the
+//                        L2-normalised embeddings (raw: the projections)
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "engine/plugins.h"
 #include "server/clip_embedder.h"
 #include "server/served_model.h"
 
@@ -25,6 +31,9 @@ struct ClipServeOptions {
   ClipEmbedderOptions embedder;  // model, fetch, cache, decode pool, batching
   int max_inputs_per_request = 1000;
   int workers = 16;  // requests in progress at once (--image-workers)
+  // Plugin libraries whose IO processors this model serves (each bound with task "clip";
+  // kept loaded while the model is). Null: none.
+  std::shared_ptr<const PluginSet> plugins;
 };
 
 // Whether `dir/config.json` names a CLIP architecture.

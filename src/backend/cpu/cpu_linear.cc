@@ -201,8 +201,8 @@ StatusOr<Path> ChoosePath(DType dtype, bool few_rows = false) {
       return Path::kAmxI8;
     }
     // sluice's AMX int8 GEMM for many-row GEMMs (prefill, encoders) where AMX is usable;
-    // VNNI for few rows. Not measured yet: to be measured on the GPU machine (AMX), see
-    // docs/benchmarks.md, "The GPU machine's CPU".
+    // VNNI for few rows. Measured on the GPU machine's Xeon (docs/benchmarks.md): AMX int8
+    // 1.2-2.9x the VNNI kernel at every encoder shape from M = 16, 0.3-0.5x at M = 1.
     if (mode == "auto" && !few_rows && x86::AmxI8Usable()) return Path::kAmxI8;
     return Path::kInt8;
   }
@@ -240,11 +240,11 @@ StatusOr<Path> ChoosePath(DType dtype, bool few_rows = false) {
         "SLUICE_CPU_LINEAR must be auto, onednn, sluice, avx512bf16, avx512fma or amx, not '" +
         mode + "'");
   }
-  // bf16 on AMX machines, many rows (not BackendOptions::cpu_few_rows): sluice's AMX GEMM
-  // (gemm_amx.cc) instead of oneDNN's AMX kernel, which reached only 0.42-0.97 TFLOP/s of
-  // the 4.6 TFLOP/s tile peak at Qwen3-0.6B shapes (docs/benchmarks.md). Its own speed is
-  // to be measured on the GPU machine (bench/linear_paths_bench --paths ...,amx-bf16).
-  if (dtype == DType::kBF16 && !few_rows && x86::AmxBf16Usable()) return Path::kAmxBf16;
+  // bf16 on AMX machines, many rows: oneDNN's AMX kernel stays the default. Measured on the
+  // GPU machine's Xeon (2 cores, docs/benchmarks.md "sluice's AMX GEMM, measured"): sluice's
+  // first AMX GEMM (SLUICE_CPU_LINEAR=amx) wins at some encoder shapes (MiniLM, K = 384:
+  // 1.2-1.5x at M >= 77) and loses at others (M = 16: 0.5-0.8x; BERT-base qkv / ffn up at
+  // M >= 300: 0.7-0.9x), about even over a batch. int8 (above) is where it wins everywhere.
   // bf16 without AMX: sluice's AVX-512 FMA kernel measured 1.3-1.9x oneDNN 2.6's bf16
   // brgemm at M >= 4 and on par at M = 1 (docs/benchmarks.md, "CPU bf16 kernels"); on
   // AMX machines oneDNN's AMX kernel stays until sluice's AMX GEMM is measured there.

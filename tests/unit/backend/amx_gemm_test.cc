@@ -347,11 +347,9 @@ TEST(AmxGemm, HwRowIndependentOfMPositionAndThreads) {
 // falls back for bf16/int8; f32 has no AMX path and keeps its own).
 TEST(AmxGemm, LinearPathChoiceAndRefusal) {
   const std::string desc = cpu::LinearRunner::Describe();
-  if (x86::AmxBf16Usable()) {
-    EXPECT_NE(desc.find("bf16 sluice-amx"), std::string::npos) << desc;
-  } else {
-    EXPECT_EQ(desc.find("sluice-amx"), std::string::npos) << desc;
-  }
+  // bf16's default stays oneDNN's AMX kernel where AMX is usable (measured: even overall,
+  // behind at M = 16); sluice's AMX bf16 GEMM only when asked for.
+  EXPECT_EQ(desc.find("sluice-amx"), std::string::npos) << desc;
   if (x86::AmxI8Usable()) {
     EXPECT_NE(desc.find("int8 sluice-int8(amx)"), std::string::npos) << desc;
   } else {

@@ -1,4 +1,4 @@
-// IO-processor plugins (include/sluice/plugin.h minor 1, io/plugin_io.h): the loader (the
+// IO-processor plugins (include/sluice/plugin.h minors 1 and 2, io/plugin_io.h): the loader (the
 // keyword_rerank example loads; a newer minor version is refused before init; a 1.0 plugin
 // still loads; a refused IO registration names the file and the reason and leaves nothing),
 // registration errors, binding to a model (task mismatch, check_model), and the adapter: the
@@ -31,6 +31,32 @@ TEST(IoPluginLoader, LoadsTheKeywordRerankExample) {
   EXPECT_TRUE(Contains(e->origin, "keyword_rerank.so"));
   EXPECT_EQ((*set)->IoNames(), "keyword_rerank");
   EXPECT_EQ((*set)->Names(), "fsm");  // logits processors: their own namespace
+}
+
+TEST(IoPluginLoader, LoadsTheClipAdapterExampleAndAnAbi11Plugin) {
+  auto set = LoadPlugins({kDir + "/clip_adapter.so", kDir + "/keyword_rerank_abi11.so"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const IoProcessorEntry* e = (*set)->FindIo("clip_rank");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->desc.task, SLUICE_TASK_CLIP);
+  EXPECT_STREQ(IoTaskName(SLUICE_TASK_CLIP), "clip");
+  const IoProcessorEntry* old = (*set)->FindIo("keyword_rerank");
+  ASSERT_NE(old, nullptr);  // built against the ABI 1.1 header
+  EXPECT_TRUE(Contains(old->origin, "keyword_rerank_abi11.so"));
+  ModelContext m;
+  m.name = "c";
+  m.task = "clip";
+  m.output_dim = 4;
+  m.clip = m.clip_vision = m.clip_text = true;
+  m.model_dir = "/nonexistent/model";
+  PluginSet only;
+  ASSERT_TRUE(only.RegisterIo(e->desc, e->origin).ok());
+  auto bound = io::BindPluginIoProcessors(only, m);  // check_model reads clip_adapter.json
+  ASSERT_FALSE(bound.ok());
+  EXPECT_TRUE(Contains(bound.status().message(),
+                       "IO processor clip_rank refused model \"c\": "
+                       "/nonexistent/model/clip_adapter.json"))
+      << bound.status().message();
 }
 
 TEST(IoPluginLoader, RefusesANewerMinorVersionBeforeInit) {
@@ -108,6 +134,24 @@ int TestParse(void*, sluice_io_call* call, const char* body, size_t len, sluice_
       if (call->add_text(call, s.data(), s.size(), nullptr, 0, 0, &e) < 0) {
         return sluice_plugin_fail(err, "add_text: %s", e.message);
       }
+    }
+  }
+  simdjson::dom::array images, pair;
+  if (obj["images"].get(images) == simdjson::SUCCESS) {
+    if (!SLUICE_IO_CALL_HAS(call, add_image)) return sluice_plugin_fail(err, "no add_image");
+    for (auto t : images) {
+      std::string_view s = t;
+      sluice_plugin_error e{};
+      if (call->add_image(call, s.data(), s.size(), &e) < 0) {
+        return sluice_plugin_fail(err, "add_image: %s", e.message);
+      }
+    }
+  }
+  if (obj["pair"].get(pair) == simdjson::SUCCESS) {
+    std::string_view a = pair.at(0), b = pair.at(1);
+    sluice_plugin_error e{};
+    if (call->add_text(call, a.data(), a.size(), b.data(), b.size(), 0, &e) < 0) {
+      return sluice_plugin_fail(err, "add_text: %s", e.message);
     }
   }
   int64_t rc = 0;
@@ -275,6 +319,128 @@ TEST_F(IoAdapter, PoolingEnvelope) {
   EXPECT_TRUE(Contains(unknown.status().message(), "input")) << unknown.status().message();
   auto other = Run(R"({"io_processor": "echo", "data": {}, "model": "x"})", "/pooling");
   EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(IoAdapter, AddImageOnATextModelFailsCleanly) {
+  EXPECT_TRUE(SLUICE_IO_MODEL_HAS(&proc_->model_info(), model_dir));
+  auto r = Run(R"({"seqs": [[1]], "images": ["http://example.com/a.png"]})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(r.status().message(),
+                       "echo: add_image: sequence[1]: add_image needs a CLIP model "
+                       "(SLUICE_TASK_CLIP); model \"m\" is served with task embed"))
+      << r.status().message();
+  EXPECT_EQ(g_cleanups.load(), g_allocs.load());
+}
+
+ModelContext ClipModelContext() {
+  ModelContext m = TestModel();
+  m.name = "c";
+  m.task = "clip";
+  m.output_dim = 3;
+  m.clip = true;
+  m.clip_vision = true;
+  m.clip_text = true;
+  m.model_dir = "/models/c/3/";
+  return m;
+}
+
+class ClipIoAdapter : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sluice_io_processor p{};
+    p.struct_size = sizeof p;
+    p.name = "echo";
+    p.task = SLUICE_TASK_CLIP;
+    p.parse = TestParse;
+    p.respond = TestRespond;
+    ASSERT_TRUE(set_.RegisterIo(p, "test.so").ok());
+  }
+  StatusOr<std::vector<io::PluginClipInput>> Parse(const ModelContext& m, const std::string& body) {
+    auto bound = io::BindPluginIoProcessors(set_, m);
+    if (!bound.ok()) return bound.status();
+    proc_ = (*bound)[0];
+    IoRequest req{"/plugins/echo", body, &m};
+    auto st = proc_->Parse(req);
+    if (!st.ok()) return st.status();
+    std::vector<TokenSequence> seqs;
+    RETURN_IF_ERROR(proc_->PreProcess(m, **st, &seqs));
+    EXPECT_TRUE(seqs.empty());  // a CLIP model's inputs are not engine sequences
+    auto in = io::PluginIoProcessor::TakeClipInputs(**st);
+    std::vector<PooledOutput> outs(in.size());
+    for (size_t i = 0; i < outs.size(); ++i) outs[i].values = {0.5f * static_cast<float>(i)};
+    auto r = proc_->PostProcess(m, **st, outs);
+    if (!r.ok()) return r.status();
+    body_ = r->body;
+    return in;
+  }
+  PluginSet set_;
+  std::shared_ptr<const io::PluginIoProcessor> proc_;
+  std::string body_;
+};
+
+TEST_F(ClipIoAdapter, ImagesAndTextsInOrder) {
+  const ModelContext m = ClipModelContext();
+  auto in = Parse(m, R"({"seqs": [[7, 2]], "images": ["http://h/a.png", "data:x"]})");
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  ASSERT_EQ(in->size(), 3u);
+  EXPECT_FALSE((*in)[0].image);
+  EXPECT_EQ((*in)[0].ids, (std::vector<int32_t>{7, 2}));
+  EXPECT_EQ((*in)[0].path, "sequence[0]");
+  EXPECT_TRUE((*in)[1].image);
+  EXPECT_EQ((*in)[1].source, "http://h/a.png");
+  EXPECT_EQ((*in)[1].path, "sequence[1]");
+  EXPECT_EQ((*in)[2].source, "data:x");
+  EXPECT_EQ(body_, R"([0,0.5,1,"a\"b"])");
+  EXPECT_STREQ(proc_->model_info().task, "clip");
+  EXPECT_STREQ(proc_->model_info().model_dir, "/models/c/3");
+  EXPECT_EQ(proc_->model_info().output_dim, 3);
+}
+
+TEST_F(ClipIoAdapter, Refusals) {
+  ModelContext m = ClipModelContext();
+  struct Case {
+    const char* body;
+    const char* message;
+  } cases[] = {
+      {R"({"images": ["a", "b", "c", "d", "e"]})", "more than 4 sequences in one request"},
+      {R"({"seqs": [[1], [2]], "images": ["a", "b", "c"]})", "more than 4 sequences"},
+      {R"({"images": [""]})", "sequence[0]: an empty image source"},
+      {R"({"texts": ["hello"]})", "sequence[0]: this model has no tokenizer.json"},
+      {R"({"pair": ["a", "b"]})", "a text pair, but a CLIP model embeds one text at a time"},
+      {R"({"seqs": [[1, 2, 3, 4, 5, 6, 7, 8, 9]]})", "has 9 tokens, over the limit of 8"},
+  };
+  for (const Case& c : cases) {
+    auto r = Parse(m, c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.body;
+    EXPECT_TRUE(Contains(r.status().message(), c.message))
+        << c.body << ": " << r.status().message();
+  }
+  m.clip_vision = false;
+  auto r = Parse(m, R"({"images": ["a"]})");
+  EXPECT_TRUE(Contains(r.status().message(),
+                       "sequence[0]: an image, but CLIP model \"c\" has "
+                       "no vision tower"))
+      << r.status().message();
+  m.clip_vision = true;
+  m.clip_text = false;
+  r = Parse(m, R"({"seqs": [[1]]})");
+  EXPECT_TRUE(Contains(r.status().message(),
+                       "sequence[0]: a text, but CLIP model \"c\" has no "
+                       "text tower"))
+      << r.status().message();
+  EXPECT_EQ(g_cleanups.load(), g_allocs.load());
+}
+
+TEST_F(ClipIoAdapter, TaskMustMatch) {
+  ModelContext m = TestModel();  // embed: a CLIP processor does not bind
+  auto bound = io::BindPluginIoProcessors(set_, m);
+  ASSERT_FALSE(bound.ok());
+  EXPECT_TRUE(Contains(bound.status().message(),
+                       "IO processor echo needs a model with task clip; model \"m\" is served "
+                       "with task embed"))
+      << bound.status().message();
 }
 
 TEST(IoPluginBinding, TaskMismatchAndCheckModel) {
