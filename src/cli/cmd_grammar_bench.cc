@@ -32,6 +32,7 @@ struct BenchFlags {
   std::string output;
   size_t limit = 0;
   std::string whitespace;
+  bool check_masks = false;
 };
 
 // The instance serialised compactly (structured::CanonicalJson's spelling) with each object's
@@ -176,6 +177,8 @@ int RunBench(const BenchFlags& f) {
   std::vector<double> mask_us, compile_ms;
   std::vector<std::string> rejected_ids, accepted_ids;
   std::vector<uint32_t> words(static_cast<size_t>((*trie)->words()));
+  std::vector<uint32_t> ref_words(words.size());
+  size_t mask_checked = 0, mask_mismatches = 0;
   Status st = ForEachJsonLine(
       f.schemas, "schemas", [&](size_t, const std::string&, simdjson::dom::element line) {
         if (f.limit && n_schemas >= f.limit) return Status::Ok();
@@ -240,6 +243,15 @@ int RunBench(const BenchFlags& f) {
               const auto m0 = Clock::now();
               Status ms = (*g)->FillMask(s, words.data());
               mask_us.push_back(Us(m0, Clock::now()));
+              if (f.check_masks) {  // untimed: the plain walk must give the same mask
+                Status rs = (*g)->ReferenceMask(s, ref_words.data());
+                ++mask_checked;
+                if (rs.ok() != ms.ok() || (ms.ok() && ref_words != words)) {
+                  ++mask_mismatches;
+                  std::fprintf(stderr, "mask mismatch: schema %.*s, token %zu\n",
+                               static_cast<int>(id.size()), id.data(), i);
+                }
+              }
               if (!ms.ok()) {
                 rejected_at = static_cast<int>(i);
                 mask_error = ms.message();
@@ -310,7 +322,7 @@ int RunBench(const BenchFlags& f) {
       "\"invalid_tests\":%zu,\"invalid_rejected\":%zu,\"invalid_accepted\":%zu,\"unserialisable_"
       "tests\":%zu,"
       "\"masks\":%zu,\"mask_us\":{\"mean\":%.2f,\"p50\":%.2f,\"p99\":%.2f,\"max\":%.1f},"
-      "\"compile_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.1f},\"trie_ms\":%.1f,\"vocab\":%d}\n",
+      "\"compile_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.1f},\"trie_ms\":%.1f,\"vocab\":%d",
       n_schemas, n_compiled, n_schemas - n_compiled,
       n_schemas ? static_cast<double>(n_compiled) / static_cast<double>(n_schemas) : 0.0,
       valid_total, valid_accepted, valid_rejected, invalid_total, invalid_rejected,
@@ -319,7 +331,11 @@ int RunBench(const BenchFlags& f) {
       Pct(compile_ms, 0.5), Pct(compile_ms, 0.99),
       compile_ms.empty() ? 0.0 : *std::max_element(compile_ms.begin(), compile_ms.end()), trie_ms,
       n_tok);
-  return 0;
+  if (f.check_masks) {
+    std::printf(",\"masks_checked\":%zu,\"mask_mismatches\":%zu", mask_checked, mask_mismatches);
+  }
+  std::printf("}\n");
+  return f.check_masks && mask_mismatches ? 1 : 0;
 }
 
 const Registrar kRegistrar{Command{
@@ -333,6 +349,9 @@ const Registrar kRegistrar{Command{
           ->required();
       sub->add_option("--output", f->output, "Per-schema results (JSONL)");
       sub->add_option("--limit", f->limit, "Only the first N schemas (0 = all)");
+      sub->add_flag("--check-masks", f->check_masks,
+                    "Also compute every mask by the plain reference walk (untimed) and count "
+                    "differences (exit 1 on any)");
       sub->add_option("--whitespace", f->whitespace,
                       "Whitespace regex between JSON tokens (default: none)");
       return [f]() { return RunBench(*f); };
