@@ -305,8 +305,85 @@ __attribute__((target("avx2"))) void VerticalAvx2(const Image& src, int row_offs
   }
 }
 
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32(), which -Wuninitialized
+// reports inside a function compiled for another target (as in backend/cpu/gemm_amx.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// AVX-512 (BW) horizontal pass: as HorizontalAvx2 with four source rows per register (one
+// per 128-bit quarter); the weights, broadcast, serve all four.
+__attribute__((target("avx512f,avx512bw"))) void HorizontalAvx512(const Image& in, int y_first,
+                                                                  const Coeffs& ch, Image* tmp) {
+  const int out_w = tmp->width;
+  const HCoeffs hc = SplitCoeffs(ch, out_w);
+  const size_t in_stride = static_cast<size_t>(in.width) * 3;
+  std::vector<uint8_t> pad[4];
+  const uint8_t* end = in.rgb.data() + in.rgb.size();
+  auto row_at = [&](int y, int j) {
+    const uint8_t* r = in.pixel(0, y);
+    if (r + in_stride + 16 <= end) return r;
+    pad[j].resize(in_stride + 16);
+    std::copy(r, r + in_stride, pad[j].data());
+    return static_cast<const uint8_t*>(pad[j].data());
+  };
+  const __m512i sa = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1));
+  const __m512i sb = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1));
+  const __m512i bias = _mm512_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int y = 0; y < tmp->height; y += 4) {
+    const int rows = std::min(4, tmp->height - y);
+    const uint8_t* r[4];
+    uint8_t* o[4];
+    for (int j = 0; j < 4; ++j) {
+      const int jj = std::min(j, rows - 1);  // past the end: the last row again, not stored
+      r[j] = row_at(y + jj + y_first, j);
+      o[j] = tmp->rgb.data() + static_cast<size_t>(y + jj) * out_w * 3;
+    }
+    for (int xx = 0; xx < out_w; ++xx) {
+      const uint32_t* w = &hc.w[static_cast<size_t>(xx) * hc.groups * 4];
+      const int steps = (ch.count[xx] + 3) / 4;
+      const size_t at = static_cast<size_t>(ch.first[xx]) * 3;
+      const uint8_t *p0 = r[0] + at, *p1 = r[1] + at, *p2 = r[2] + at, *p3 = r[3] + at;
+      __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+      for (int g = 0; g < steps; ++g) {
+        const size_t off = 12 * static_cast<size_t>(g);
+        __m512i v =
+            _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + off)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + off)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p2 + off)), 2);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p3 + off)), 3);
+        const __m512i a = _mm512_shuffle_epi8(v, sa);
+        const __m512i b = _mm512_shuffle_epi8(v, sb);
+        const uint32_t* wg = w + 4 * g;
+        hi = _mm512_add_epi32(hi, _mm512_madd_epi16(a, _mm512_set1_epi32(static_cast<int>(wg[0]))));
+        lo = _mm512_add_epi32(lo, _mm512_madd_epi16(a, _mm512_set1_epi32(static_cast<int>(wg[1]))));
+        hi = _mm512_add_epi32(hi, _mm512_madd_epi16(b, _mm512_set1_epi32(static_cast<int>(wg[2]))));
+        lo = _mm512_add_epi32(lo, _mm512_madd_epi16(b, _mm512_set1_epi32(static_cast<int>(wg[3]))));
+      }
+      __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi, kLoBits), lo), bias);
+      s = _mm512_srai_epi32(s, kPrecisionBits);
+      s = _mm512_packus_epi16(_mm512_packs_epi32(s, s), _mm512_setzero_si512());
+      alignas(64) uint32_t q[16];
+      _mm512_store_si512(reinterpret_cast<__m512i*>(q), s);
+      for (int j = 0; j < rows; ++j) {
+        uint8_t* d = o[j] + 3 * static_cast<size_t>(xx);
+        d[0] = static_cast<uint8_t>(q[4 * j]);
+        d[1] = static_cast<uint8_t>(q[4 * j] >> 8);
+        d[2] = static_cast<uint8_t>(q[4 * j] >> 16);
+      }
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
 bool HaveAvx2() {
   static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return have;
 }
 #endif
@@ -348,25 +425,35 @@ Image ResizeWith(const Image& in, int out_w, int out_h, ResampleFilter filter, H
 
 }  // namespace
 
-Image ResizeScalar(const Image& in, int out_w, int out_h, ResampleFilter filter) {
-  return ResizeWith(in, out_w, out_h, filter, HorizontalScalar, VerticalScalar);
-}
-
-bool ResizeSimd(const Image& in, int out_w, int out_h, ResampleFilter filter, Image* out) {
+bool ResizeWithIsa(const Image& in, int out_w, int out_h, ResampleFilter filter, ResizeIsa isa,
+                   Image* out) {
+  switch (isa) {
+    case ResizeIsa::kScalar:
+      *out = ResizeWith(in, out_w, out_h, filter, HorizontalScalar, VerticalScalar);
+      return true;
 #ifdef SLUICE_RESIZE_AVX2
-  if (!HaveAvx2()) return false;
-  *out = ResizeWith(in, out_w, out_h, filter, HorizontalAvx2, VerticalAvx2);
-  return true;
+    case ResizeIsa::kAvx2:
+      if (!HaveAvx2()) return false;
+      *out = ResizeWith(in, out_w, out_h, filter, HorizontalAvx2, VerticalAvx2);
+      return true;
+    case ResizeIsa::kAvx512:
+      if (!HaveAvx512() || !HaveAvx2()) return false;
+      *out = ResizeWith(in, out_w, out_h, filter, HorizontalAvx512, VerticalAvx2);
+      return true;
 #else
-  (void)in, (void)out_w, (void)out_h, (void)filter, (void)out;
-  return false;
+    default:
+      return false;
 #endif
+  }
+  return false;
 }
 
 Image Resize(const Image& in, int out_w, int out_h, ResampleFilter filter) {
   Image out;
-  if (ResizeSimd(in, out_w, out_h, filter, &out)) return out;
-  return ResizeScalar(in, out_w, out_h, filter);
+  if (ResizeWithIsa(in, out_w, out_h, filter, ResizeIsa::kAvx512, &out)) return out;
+  if (ResizeWithIsa(in, out_w, out_h, filter, ResizeIsa::kAvx2, &out)) return out;
+  ResizeWithIsa(in, out_w, out_h, filter, ResizeIsa::kScalar, &out);
+  return out;
 }
 
 void ShortestEdgeSize(int w, int h, int shortest, int* out_w, int* out_h) {

@@ -15,14 +15,16 @@ namespace sluice::media {
 
 enum class ResampleFilter { kBox, kBilinear, kHamming, kBicubic, kLanczos };
 
-// `in` resized to out_width x out_height (both >= 1). On x86 CPUs with AVX2 both passes run
-// vectorised (bit for bit the scalar result: the same integer sums in another order).
+// `in` resized to out_width x out_height (both >= 1). On x86 CPUs with AVX2 (or AVX-512 BW)
+// the passes run vectorised, bit for bit the scalar result (the same integer sums in another
+// order).
 Image Resize(const Image& in, int out_width, int out_height, ResampleFilter filter);
 
-// Tests: the portable scalar implementation (the reference), and the vectorised one (false
-// when the CPU lacks AVX2 or the build is not x86-64; *out untouched then).
-Image ResizeScalar(const Image& in, int out_width, int out_height, ResampleFilter filter);
-bool ResizeSimd(const Image& in, int out_width, int out_height, ResampleFilter filter, Image* out);
+// Tests: one implementation, the portable scalar one (the reference) or a vectorised one;
+// false (and *out untouched) where the CPU or the build lacks that instruction set.
+enum class ResizeIsa { kScalar, kAvx2, kAvx512 };
+bool ResizeWithIsa(const Image& in, int out_width, int out_height, ResampleFilter filter,
+                   ResizeIsa isa, Image* out);
 
 // The size an image of w x h gets when its shorter edge is resized to `shortest` and the
 // aspect ratio kept: the longer edge is int(shortest * long / short) (truncated), as

@@ -1,9 +1,12 @@
-// The vectorised Resize (AVX2) against the scalar reference, byte for byte: random and extreme
-// (0/255 checkerboard: the clamping of negative lobes) images of many sizes, 1xN and Nx1,
+// The vectorised Resize (AVX2, AVX-512) against the scalar reference, byte for byte: random and
+// extreme (0/255 checkerboard: the clamping of negative lobes) images of many sizes, 1xN and Nx1,
 // upscales and downscales from 1.01x to 20x, every filter, and the CLIP case of a 12 MP photo
-// (4032x3024 -> 448x336, bicubic). Skipped on CPUs without AVX2.
+// (4032x3024 -> 448x336, bicubic), for each instruction set the CPU has (AVX2, AVX-512 BW).
+// Skipped on CPUs without AVX2.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,31 +35,57 @@ constexpr ResampleFilter kFilters[] = {ResampleFilter::kBox, ResampleFilter::kBi
                                        ResampleFilter::kHamming, ResampleFilter::kBicubic,
                                        ResampleFilter::kLanczos};
 
-void ExpectSame(const Image& in, int w, int h, ResampleFilter f) {
+bool Supported(ResizeIsa isa) {
+  Image out;
+  Image in;
+  in.width = in.height = 1;
+  in.rgb = {1, 2, 3};
+  return ResizeWithIsa(in, 2, 2, ResampleFilter::kBox, isa, &out);
+}
+
+// The vectorised instruction sets this CPU has.
+std::vector<ResizeIsa> Isas() {
+  std::vector<ResizeIsa> v;
+  for (ResizeIsa isa : {ResizeIsa::kAvx2, ResizeIsa::kAvx512})
+    if (Supported(isa)) v.push_back(isa);
+  return v;
+}
+
+double Ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ExpectSame(const Image& in, int w, int h, ResampleFilter f, bool timed = false) {
   SCOPED_TRACE(std::to_string(in.width) + "x" + std::to_string(in.height) + " -> " +
                std::to_string(w) + "x" + std::to_string(h) + " filter " +
                std::to_string(static_cast<int>(f)));
-  const Image want = ResizeScalar(in, w, h, f);
-  Image got;
-  ASSERT_TRUE(ResizeSimd(in, w, h, f, &got));
-  ASSERT_EQ(got.width, w);
-  ASSERT_EQ(got.height, h);
-  ASSERT_EQ(got.rgb.size(), want.rgb.size());
-  size_t diffs = 0, first = want.rgb.size();
-  for (size_t i = 0; i < want.rgb.size(); ++i) {
-    if (got.rgb[i] != want.rgb[i]) {
-      if (diffs++ == 0) first = i;
+  Image want;
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(ResizeWithIsa(in, w, h, f, ResizeIsa::kScalar, &want));
+  if (timed) std::printf("scalar: %.1f ms\n", Ms(t0));
+  for (ResizeIsa isa : Isas()) {
+    SCOPED_TRACE(isa == ResizeIsa::kAvx2 ? "avx2" : "avx512");
+    Image got;
+    t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(ResizeWithIsa(in, w, h, f, isa, &got));
+    if (timed) std::printf("%s: %.1f ms\n", isa == ResizeIsa::kAvx2 ? "avx2" : "avx512", Ms(t0));
+    ASSERT_EQ(got.width, w);
+    ASSERT_EQ(got.height, h);
+    ASSERT_EQ(got.rgb.size(), want.rgb.size());
+    size_t diffs = 0, first = want.rgb.size();
+    for (size_t i = 0; i < want.rgb.size(); ++i) {
+      if (got.rgb[i] != want.rgb[i]) {
+        if (diffs++ == 0) first = i;
+      }
     }
+    EXPECT_EQ(diffs, 0u) << "first difference at byte " << first;
   }
-  EXPECT_EQ(diffs, 0u) << "first difference at byte " << first;
-  // Resize picks the vectorised path.
+  // Resize takes one of them.
   EXPECT_EQ(Resize(in, w, h, f).rgb, want.rgb);
 }
 
 TEST(ResizeSimd, EqualsScalarOnManySizes) {
-  Image probe;
-  if (!ResizeSimd(Random(2, 2, 1, false), 1, 1, ResampleFilter::kBox, &probe))
-    GTEST_SKIP() << "no AVX2";
+  if (Isas().empty()) GTEST_SKIP() << "no AVX2";
   struct Size {
     int w, h, ow, oh;
   };
@@ -90,9 +119,7 @@ TEST(ResizeSimd, EqualsScalarOnManySizes) {
 }
 
 TEST(ResizeSimd, EqualsScalarOnAPhotoToClipSize) {
-  Image probe;
-  if (!ResizeSimd(Random(2, 2, 1, false), 1, 1, ResampleFilter::kBox, &probe))
-    GTEST_SKIP() << "no AVX2";
+  if (Isas().empty()) GTEST_SKIP() << "no AVX2";
   // A smooth gradient with noise, as a photo, and pure noise.
   Image photo = Random(4032, 3024, 99, false);
   for (int y = 0; y < photo.height; ++y)
@@ -101,7 +128,7 @@ TEST(ResizeSimd, EqualsScalarOnAPhotoToClipSize) {
         uint8_t& v = photo.rgb[(static_cast<size_t>(y) * photo.width + x) * 3 + c];
         v = static_cast<uint8_t>((x / 16 + y / 12 + 40 * c + (v & 15)) & 255);
       }
-  ExpectSame(photo, 448, 336, ResampleFilter::kBicubic);
+  ExpectSame(photo, 448, 336, ResampleFilter::kBicubic, /*timed=*/true);
   ExpectSame(Random(4032, 3024, 5, false), 448, 336, ResampleFilter::kBicubic);
   ExpectSame(Random(3024, 4032, 6, true), 336, 448, ResampleFilter::kLanczos);
 }
