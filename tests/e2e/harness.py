@@ -23,6 +23,20 @@ def parse_args():
     return ARGS
 
 
+def rss_meaningful():
+    """Whether RSS growth measures what the tests mean (memory kept per request or per load):
+    not for a binary built with ASan (the asan preset) while its quarantine is on, which holds
+    freed memory back (up to 256 MB) to catch use-after-free; LeakSanitizer checks leaks at exit
+    instead. scripts/asan-check re-runs the RSS tests with ASAN_OPTIONS quarantine_size_mb=0."""
+    try:
+        ldd = subprocess.run(["ldd", ARGS.sluice], capture_output=True, text=True).stdout
+    except OSError:
+        return True
+    if "libasan" not in ldd:
+        return True
+    return "quarantine_size_mb=0" in os.environ.get("ASAN_OPTIONS", "")
+
+
 def model_dir(name):
     if os.path.isabs(name):
         return name
