@@ -56,6 +56,17 @@ class Compiler {
     if (parser_.parse(padded_).get(root_) != simdjson::SUCCESS) {
       return InvalidArgument("json_schema: the schema is not valid JSON");
     }
+    // Drafts 3 to 7: the keywords beside a "$ref" are ignored (the reference replaces the
+    // object); from 2019-09 they apply beside it. The root's "$schema" decides.
+    element sv;
+    if (root_.type() == element_type::OBJECT &&
+        object(root_).at_key("$schema").get(sv) == simdjson::SUCCESS &&
+        sv.type() == element_type::STRING) {
+      const std::string_view uri(sv);
+      for (const char* d : {"draft-03", "draft-04", "draft-05", "draft-06", "draft-07"}) {
+        if (uri.find(d) != std::string_view::npos) legacy_ref_ = true;
+      }
+    }
     ASSIGN_OR_RETURN(ExprP main, CompileAt(root_, ""));
     // The rules recursive $refs call, each the target schema alone (with its own ref active, so
     // that the reference inside calls the rule again); compiling one may add more.
@@ -166,6 +177,18 @@ class Compiler {
         refs->push_back(ref);
         ASSIGN_OR_RETURN(element t, Resolve(ref, c.ptr + "/$ref"));
         const std::string tptr = ref.substr(1);
+        if (legacy_ref_) {  // the target replaces this object, its other keywords ignored
+          if (t.type() == element_type::BOOL) {
+            if (!bool(t)) return false;
+            conj->erase(conj->begin() + static_cast<std::ptrdiff_t>(i));
+          } else if (t.type() == element_type::OBJECT) {
+            (*conj)[i] = {object(t), tptr};
+          } else {
+            return Refuse(tptr, "a schema must be an object or a boolean");
+          }
+          --i;  // the replacement's own $ref and allOf next
+          continue;
+        }
         if (t.type() == element_type::BOOL) {
           if (!bool(t)) return false;
         } else if (t.type() == element_type::OBJECT) {
@@ -323,7 +346,7 @@ class Compiler {
     for (size_t j = 0; j < conj.size(); ++j) {
       for (auto [k, v] : conj[j].o) {
         (void)v;
-        if (j == i && k == "$ref") continue;
+        if (j == i && (k == "$ref" || legacy_ref_)) continue;  // legacy: siblings ignored
         if (j < i && (k == "$ref" || k == "allOf")) continue;
         if (Skipped(conj[j], k)) continue;
         if (IsValidationKeyword(k) || IsRefusedKeyword(k) || k == "anyOf" || k == "oneOf" ||
@@ -1214,6 +1237,7 @@ class Compiler {
   std::map<std::string, int> ref_rule_;  // recursive $ref -> its rule
   std::vector<std::string> pending_;     // rules still to compile
   std::vector<std::string> active_refs_;
+  bool legacy_ref_ = false;  // drafts 3-7: keywords beside $ref are ignored
   std::vector<std::pair<std::string, std::string_view>> skip_;  // keywords consumed by distribution
 };
 

@@ -48,9 +48,10 @@ Pda::Pda(std::shared_ptr<const Nfa> nfa, size_t max_states)
     for (int32_t q : visited) seen[static_cast<size_t>(q)] = 0;
     tail_[c] = tail && returns;
   }
+  frames_.push_back({-1, -1, 0});  // kOpaque: depth 0, so abstract depths count from it
   std::vector<uint64_t> s = {Pack(nfa_->start, -1)};
-  bool cut = false;
-  Closure(&s, &cut);
+  bool cut = false, hole = false;
+  Closure(&s, &cut, &hole);
   start_ = AddState(std::move(s), cut);
 }
 
@@ -65,7 +66,7 @@ int32_t Pda::Push(int32_t ret, int32_t below) {
   return id;
 }
 
-void Pda::Closure(std::vector<uint64_t>* items, bool* cut) {
+void Pda::Closure(std::vector<uint64_t>* items, bool* cut, bool* hole) {
   work_.assign(items->begin(), items->end());
   items->clear();
   seen_.clear();
@@ -91,7 +92,9 @@ void Pda::Closure(std::vector<uint64_t>* items, bool* cut) {
       }
       work_.push_back(Pack(start, Push(call.ret, st)));
     }
-    if (returns_[qs] && st >= 0) {
+    if (returns_[qs] && st == kOpaque) {
+      *hole = true;  // returns into the unknown rest of the stack
+    } else if (returns_[qs] && st >= 0) {
       const Frame& f = frames_[static_cast<size_t>(st)];
       work_.push_back(Pack(f.ret, f.below));
     }
@@ -99,9 +102,18 @@ void Pda::Closure(std::vector<uint64_t>* items, bool* cut) {
   std::sort(items->begin(), items->end());
 }
 
-int32_t Pda::AddState(std::vector<uint64_t> items, bool cut) {
-  if (items.empty()) return kDead;
-  if (cut) items.push_back(~0ull);  // part of the key: the same items without the cut differ
+int32_t Pda::AddState(std::vector<uint64_t> items, bool cut, bool hole) {
+  if (items.empty() && !hole) return kDead;
+  const bool has_items = !items.empty();
+  int depth = 0;
+  for (uint64_t it : items) {
+    const int32_t st = StackOf(it);
+    if (st >= 0) depth = std::max(depth, frames_[static_cast<size_t>(st)].depth);
+  }
+  // Markers, after the sorted items (the largest values): part of the key, so the same items
+  // without the cut (or the hole) differ.
+  if (hole) items.push_back(kHoleItem);
+  if (cut) items.push_back(kCutItem);
   auto it = ids_.find(items);
   if (it != ids_.end()) return it->second;
   if (sets_.size() >= max_states_) {
@@ -111,6 +123,8 @@ int32_t Pda::AddState(std::vector<uint64_t> items, bool cut) {
   const auto id = static_cast<int32_t>(sets_.size());
   accepting_.push_back(std::binary_search(items.begin(), items.end(), Pack(nfa_->accept, -1)));
   at_limit_.push_back(cut);
+  depth_.push_back(depth);
+  flags_.push_back(static_cast<uint8_t>((hole ? kHoleFlag : 0) | (has_items ? kItemsFlag : 0)));
   has_next_.push_back(-1);
   table_.resize(table_.size() + static_cast<size_t>(num_classes_), kUnknown);
   ids_.emplace(items, id);
@@ -125,7 +139,7 @@ int32_t Pda::Next(int32_t s, uint8_t b) {
   const uint8_t rep = class_rep_[byte_class_[b]];
   std::vector<uint64_t> next;
   for (uint64_t it : sets_[static_cast<size_t>(s)]) {
-    if (it == ~0ull) continue;
+    if (it >= kHoleItem) continue;  // markers
     const int32_t st = StackOf(it);
     for (const Nfa::Edge& ed : nfa_->edges[static_cast<size_t>(StateOf(it))]) {
       if (ed.lo <= rep && rep <= ed.hi) next.push_back(Pack(ed.to, st));
@@ -133,9 +147,9 @@ int32_t Pda::Next(int32_t s, uint8_t b) {
   }
   int32_t t = kDead;
   if (!next.empty()) {
-    bool cut = false;
-    Closure(&next, &cut);
-    t = AddState(std::move(next), cut);
+    bool cut = false, hole = false;
+    Closure(&next, &cut, &hole);
+    t = AddState(std::move(next), cut, hole);
   }
   if (!overflowed_ || t != kDead) table_[slot] = t;
   return t;
@@ -160,14 +174,26 @@ bool Pda::HasNext(int32_t s) {
   return any;
 }
 
-int Pda::Depth(int32_t s) const {
-  int d = 0;
-  if (s < 0) return 0;
-  for (uint64_t it : sets_[static_cast<size_t>(s)]) {
-    const int32_t st = it == ~0ull ? -1 : StackOf(it);
-    if (st >= 0) d = std::max(d, frames_[static_cast<size_t>(st)].depth);
+int32_t Pda::Abstract(int32_t s) {
+  if (s < 0) return kDead;
+  const std::vector<uint64_t>& set = sets_[static_cast<size_t>(s)];
+  std::vector<uint64_t> items;
+  items.reserve(set.size());
+  bool stacked = false, cut = false, hole = false;
+  for (uint64_t it : set) {
+    if (it >= kHoleItem) {
+      cut |= it == kCutItem;
+      hole |= it == kHoleItem;
+      continue;
+    }
+    const int32_t st = StackOf(it);
+    stacked |= st >= 0;
+    items.push_back(Pack(StateOf(it), st >= 0 ? kOpaque : -1));
   }
-  return d;
+  if (!stacked) return s;
+  std::sort(items.begin(), items.end());
+  items.erase(std::unique(items.begin(), items.end()), items.end());
+  return AddState(std::move(items), cut, hole);
 }
 
 Status Pda::CheckLeftRecursion(const Nfa& nfa) {

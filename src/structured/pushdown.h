@@ -10,6 +10,13 @@
 // a sequence's state copies it). Configurations and their transitions are built on demand and
 // memoised like the Dfa's states, so a token-mask walk can cross any number of calls and
 // returns inside one token (`}]}`) and stays exact.
+//
+// Token masks (token_mask.h) also walk *abstract* configurations (Abstract): a configuration's
+// items with every non-empty stack replaced by one opaque frame that stands for "some stack,
+// unknown". A walk from it is the walk from every configuration with the same items at the top:
+// where it would return into the opaque frame it keeps a hole item instead (HasHole), so a
+// token's walk that never meets a hole is decided by the top alone and one walk serves every
+// stack below.
 #pragma once
 
 #include <cstdint>
@@ -48,13 +55,31 @@ class Pda {
   bool Matches(std::string_view bytes) { return Accepting(Run(start_, bytes)); }
   // A call deeper than kMaxRecursionDepth was left out of configuration s.
   bool AtLimit(int32_t s) const { return s >= 0 && at_limit_[static_cast<size_t>(s)]; }
-  // The deepest stack among s's items (tests).
-  int Depth(int32_t s) const;
+  // The deepest stack among s's items (frames above the opaque one for abstract
+  // configurations).
+  int Depth(int32_t s) const { return s >= 0 ? depth_[static_cast<size_t>(s)] : 0; }
+  // s with every non-empty stack replaced by the opaque frame (s itself when all its items are
+  // on the empty stack): the walk from it is the walk from s wherever it meets no hole. kDead
+  // at the state limit.
+  int32_t Abstract(int32_t s);
+  // Some walk into s returned into the opaque frame (abstract walks only).
+  bool HasHole(int32_t s) const { return s >= 0 && (flags_[static_cast<size_t>(s)] & kHoleFlag); }
+  // s has items besides the hole and cut markers (it reads on or accepts).
+  bool HasItems(int32_t s) const { return s >= 0 && (flags_[static_cast<size_t>(s)] & kItemsFlag); }
   size_t num_states() const { return sets_.size(); }
+  size_t num_rules() const { return nfa_->rule_start.size(); }
   bool overflowed() const { return overflowed_; }
 
  private:
   static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kOpaque = 0;         // frames_[0]: the unknown rest of a stack
+  static constexpr uint64_t kHoleItem = ~1ull;  // a return into the opaque frame
+  static constexpr uint64_t kCutItem = ~0ull;   // a call was left out for depth
+  static int32_t StateOf(uint64_t it) { return static_cast<int32_t>(it >> 32); }
+  static int32_t StackOf(uint64_t it) {
+    return static_cast<int32_t>(static_cast<uint32_t>(it)) - 1;
+  }
+  static constexpr uint8_t kHoleFlag = 1, kItemsFlag = 2;
   struct Frame {
     int32_t ret, below, depth;
   };
@@ -62,15 +87,11 @@ class Pda {
     return (static_cast<uint64_t>(static_cast<uint32_t>(q)) << 32) |
            static_cast<uint32_t>(stack + 1);
   }
-  static int32_t StateOf(uint64_t it) { return static_cast<int32_t>(it >> 32); }
-  static int32_t StackOf(uint64_t it) {
-    return static_cast<int32_t>(static_cast<uint32_t>(it)) - 1;
-  }
   int32_t Push(int32_t ret, int32_t below);
   // Epsilon moves, calls and returns; keeps the items that read bytes (or accept). Sets *cut
-  // when a call was left out for depth.
-  void Closure(std::vector<uint64_t>* items, bool* cut);
-  int32_t AddState(std::vector<uint64_t> items, bool cut);
+  // when a call was left out for depth, *hole when a return popped the opaque frame.
+  void Closure(std::vector<uint64_t>* items, bool* cut, bool* hole);
+  int32_t AddState(std::vector<uint64_t> items, bool cut, bool hole = false);
 
   std::shared_ptr<const Nfa> nfa_;
   size_t max_states_;
@@ -85,6 +106,8 @@ class Pda {
   std::unordered_map<uint64_t, int32_t> frame_ids_;
   std::vector<std::vector<uint64_t>> sets_;
   std::vector<bool> accepting_, at_limit_;
+  std::vector<int32_t> depth_;
+  std::vector<uint8_t> flags_;
   std::vector<int8_t> has_next_;
   std::vector<int32_t> table_;
   struct SetHash {

@@ -39,6 +39,8 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
     std::vector<int32_t> toks;
   };
   std::vector<Node> nodes(1);
+  t->parent_.push_back(0);
+  t->byte_.push_back(0);
   for (int32_t id : ids) {
     uint32_t cur = 0;
     for (char c : *t->tokens_[static_cast<size_t>(id)]) {
@@ -48,6 +50,8 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
         nodes.emplace_back();
         const auto n = static_cast<uint32_t>(nodes.size() - 1);
         nodes[cur].kids[b] = n;
+        t->parent_.push_back(cur);
+        t->byte_.push_back(b);
         cur = n;
       } else {
         cur = it->second;
@@ -68,6 +72,17 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
   }
   t->child_begin_.push_back(static_cast<uint32_t>(t->edge_byte_.size()));
   t->tok_begin_.push_back(static_cast<uint32_t>(t->tok_ids_.size()));
+  t->depth_.assign(nodes.size(), 0);
+  for (size_t n = 1; n < nodes.size(); ++n) {
+    t->depth_[n] = t->depth_[t->parent_[n]] + 1;
+    t->max_depth_ = std::max(t->max_depth_, t->depth_[n]);
+  }
+  t->end_.resize(nodes.size());
+  for (size_t n = 0; n < nodes.size(); ++n) t->end_[n] = static_cast<uint32_t>(n + 1);
+  for (size_t n = nodes.size() - 1; n > 0; --n) {
+    uint32_t& e = t->end_[t->parent_[n]];
+    e = std::max(e, t->end_[n]);
+  }
   return t;
 }
 
@@ -81,6 +96,36 @@ StatusOr<std::shared_ptr<const TokenTrie>> TokenTrie::FromTokenizer(const Tokeni
   std::vector<std::optional<std::string>> tokens(tok.vocab_size());
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = tok.TokenBytes(static_cast<int32_t>(i));
   return Build(tokens, vocab_size, std::move(eos));
+}
+
+std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) const {
+  std::lock_guard<std::mutex> lock(cover_mu_);
+  for (const auto& [set, c] : covers_) {
+    if (set == l) return c;
+  }
+  if (covers_.size() >= kMaxLoopCovers) return nullptr;
+  auto c = std::make_shared<LoopCover>();
+  c->mask.assign(static_cast<size_t>(words()), 0);
+  std::vector<uint32_t> stack = {0};
+  while (!stack.empty()) {
+    const uint32_t n = stack.back();
+    stack.pop_back();
+    for (uint32_t e = child_begin_[n]; e < child_begin_[n + 1]; ++e) {
+      const uint8_t b = edge_byte_[e];
+      if (n != 0 && !((l[b >> 6] >> (b & 63)) & 1)) {
+        c->exits.push_back(e);
+        continue;
+      }
+      const uint32_t k = edge_child_[e];
+      for (uint32_t i = tok_begin_[k]; i < tok_begin_[k + 1]; ++i) {
+        const int32_t id = tok_ids_[i];
+        c->mask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+      }
+      if (child_begin_[k + 1] > child_begin_[k]) stack.push_back(k);
+    }
+  }
+  covers_.emplace_back(l, c);
+  return c;
 }
 
 bool TokenTrie::IsEos(int32_t id) const { return std::binary_search(eos_.begin(), eos_.end(), id); }
@@ -106,16 +151,44 @@ StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
     g->start_ = g->dfa_->start();
   }
   g->trie_ = std::move(trie);
-  g->max_cached_ = std::max<size_t>(16, kMaskCacheBytes / (sizeof(uint32_t) * g->trie_->words()));
+  // All caches together within kMaskCacheBytes: 3/5 for states, 1/5 each for abstract and
+  // after-first-byte walks.
+  const size_t per = sizeof(uint32_t) * static_cast<size_t>(g->trie_->words());
+  g->max_cached_ = std::max<size_t>(16, kMaskCacheBytes * 3 / 5 / per);
+  g->max_walks_ = std::max<size_t>(4, kMaskCacheBytes / 5 / per);
   return g;
 }
 
-template <typename A>
-void Grammar::ComputeMask(A& d, int32_t s, uint32_t* words) {
+void Grammar::MarkTokens(uint32_t node, uint32_t* words) const {
   const TokenTrie& t = *trie_;
-  std::memset(words, 0, sizeof(uint32_t) * static_cast<size_t>(t.words()));
+  for (uint32_t k = t.tok_begin_[node]; k < t.tok_begin_[node + 1]; ++k) {
+    const int32_t id = t.tok_ids_[k];
+    words[id >> 5] |= 1u << (id & 31);
+  }
+}
+
+void Grammar::ClearSubtree(uint32_t node, uint32_t* words) const {
+  const TokenTrie& t = *trie_;
+  for (uint32_t k = t.tok_begin_[node]; k < t.tok_begin_[t.end_[node]]; ++k) {
+    const int32_t id = t.tok_ids_[k];
+    words[id >> 5] &= ~(1u << (id & 31));
+  }
+}
+
+void Grammar::AddEos(bool accepting, uint32_t* words) const {
+  if (!accepting) return;
+  for (int32_t id : trie_->eos()) {
+    if (id >= 0 && id < trie_->vocab_size()) words[id >> 5] |= 1u << (id & 31);
+  }
+}
+
+// The tokens below `node` (not those at it) allowed from state s, or-ed into words. Exact for
+// a Dfa and a real configuration (no holes).
+template <typename A>
+void Grammar::PlainWalk(A& d, uint32_t root, int32_t s, uint32_t* words) {
+  const TokenTrie& t = *trie_;
   stack_.clear();
-  stack_.emplace_back(0u, s);
+  stack_.emplace_back(root, s);
   while (!stack_.empty()) {
     const auto [node, st] = stack_.back();
     stack_.pop_back();
@@ -124,18 +197,274 @@ void Grammar::ComputeMask(A& d, int32_t s, uint32_t* words) {
       const int32_t ns = d.NextFast(st, t.edge_byte_[e]);
       if (ns < 0) continue;
       const uint32_t c = t.edge_child_[e];
-      for (uint32_t k = t.tok_begin_[c]; k < t.tok_begin_[c + 1]; ++k) {
-        const int32_t id = t.tok_ids_[k];
-        words[id >> 5] |= 1u << (id & 31);
-      }
+      MarkTokens(c, words);
       if (t.child_begin_[c + 1] > t.child_begin_[c]) stack_.emplace_back(c, ns);
     }
   }
-  if (d.Accepting(s)) {
-    for (int32_t id : t.eos()) {
-      if (id >= 0 && id < t.vocab_size()) words[id >> 5] |= 1u << (id & 31);
+}
+
+namespace {
+// What the walks ask of an automaton beyond NextFast: a Dfa has no holes, stacks or cuts.
+bool HasHole(const Dfa&, int32_t) { return false; }
+bool HasHole(const Pda& d, int32_t s) { return d.HasHole(s); }
+bool HasItems(const Dfa&, int32_t s) { return s >= 0; }
+bool HasItems(const Pda& d, int32_t s) { return d.HasItems(s); }
+int DepthOf(const Dfa&, int32_t) { return 0; }
+int DepthOf(const Pda& d, int32_t s) { return d.Depth(s); }
+bool CutAt(const Dfa&, int32_t) { return false; }
+bool CutAt(const Pda& d, int32_t s) { return d.AtLimit(s); }
+// Fewer first bytes than this to one state: the plain walk is as cheap.
+constexpr int kMinCommonBytes = 16;
+}  // namespace
+
+// Runs dfs_ to the end: a token is allowed when its walk ends in a state with items (whatever
+// the stack below an opaque frame: that path never looked at it), refused when it dies without
+// having met a hole, and else its subtree depends on the stack (out->deps).
+template <typename A>
+void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out) {
+  const TokenTrie& t = *trie_;
+  const uint32_t* depth = t.depth_.data();
+  const uint32_t* end = t.end_.data();
+  const uint8_t* byte = t.byte_.data();
+  const uint32_t* tok_begin = t.tok_begin_.data();
+  const int32_t* tok_ids = t.tok_ids_.data();
+  const uint32_t base = depth[root];
+  if (scan_state_.size() < t.max_depth_ + 2) {
+    scan_state_.resize(t.max_depth_ + 2);
+    scan_taint_.resize(t.max_depth_ + 2);
+  }
+  int32_t* st = scan_state_.data();
+  uint8_t* taint = scan_taint_.data();
+  st[0] = s;  // st[k]: the state at depth base + k on the current path
+  taint[0] = tainted;
+  int max_depth = out->depth;
+  bool cut = out->cut;
+  for (uint32_t n = root + 1, stop = end[root]; n < stop;) {
+    const uint32_t k = depth[n] - base;
+    const int32_t y = d.NextFast(st[k - 1], byte[n]);
+    if (y < 0) {
+      if (taint[k - 1]) out->deps.push_back(n);  // a path through the hole may go on
+      n = end[n];
+      continue;
+    }
+    max_depth = std::max(max_depth, DepthOf(d, y));
+    cut |= CutAt(d, y);
+    if (!HasItems(d, y)) {  // only the hole: everything below depends on the stack
+      out->deps.push_back(n);
+      n = end[n];
+      continue;
+    }
+    for (uint32_t i = tok_begin[n], e = tok_begin[n + 1]; i < e; ++i) {
+      const int32_t id = tok_ids[i];
+      words[id >> 5] |= 1u << (id & 31);
+    }
+    st[k] = y;
+    taint[k] = taint[k - 1] | static_cast<uint8_t>(HasHole(d, y));
+    ++n;
+  }
+  out->depth = max_depth;
+  out->cut = cut;
+}
+
+// Runs the walks of dfs_'s items: a token is allowed when its walk ends in a state with items
+// (whatever the stack below an opaque frame: that path never looked at it), refused when it
+// dies without having met a hole, and else its subtree depends on the stack (out->deps).
+template <typename A>
+void Grammar::Dfs(A& d, uint32_t* words, WalkOut* out) {
+  while (!dfs_.empty()) {
+    const DfsItem it = dfs_.back();
+    dfs_.pop_back();
+    Scan(d, it.node, it.state, it.tainted, words, out);
+  }
+}
+
+template <typename A>
+const Grammar::WalkOut* Grammar::After(A& d, int32_t ts) {
+  auto it = after_cache_.find(ts);
+  if (it != after_cache_.end()) {
+    after_lru_.splice(after_lru_.begin(), after_lru_, it->second);
+    return &it->second->second;
+  }
+  const TokenTrie& t = *trie_;
+  WalkOut out;
+  out.mask.assign(static_cast<size_t>(t.words()), 0);
+  out.depth = DepthOf(d, ts);
+  out.cut = CutAt(d, ts);
+  uint32_t* words = out.mask.data();
+  TokenTrie::ByteSet l = {0, 0, 0, 0};
+  int loops = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (d.NextFast(ts, static_cast<uint8_t>(b)) == ts) {
+      l[static_cast<size_t>(b) >> 6] |= 1ull << (b & 63);
+      ++loops;
     }
   }
+  std::shared_ptr<const TokenTrie::LoopCover> cover =
+      loops >= kMinCommonBytes ? t.Cover(l) : nullptr;
+  dfs_.clear();
+  if (cover) {
+    // Every token whose later bytes are in L ends in ts (which has items); the exits leave
+    // nodes where the walk is in ts, untainted.
+    std::memcpy(words, cover->mask.data(), sizeof(uint32_t) * cover->mask.size());
+    for (uint32_t e : cover->exits) {
+      const int32_t y = d.NextFast(ts, t.edge_byte_[e]);
+      const uint32_t c = t.edge_child_[e];
+      if (y < 0) continue;
+      out.depth = std::max(out.depth, DepthOf(d, y));
+      out.cut |= CutAt(d, y);
+      if (!HasItems(d, y)) {
+        out.deps.push_back(c);
+        continue;
+      }
+      MarkTokens(c, words);
+      if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
+      Dfs(d, words, &out);
+    }
+  } else {
+    for (uint32_t e = t.child_begin_[0]; e < t.child_begin_[1]; ++e) {
+      const uint32_t c = t.edge_child_[e];
+      MarkTokens(c, words);
+      if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, ts, false});
+    }
+    Dfs(d, words, &out);
+  }
+  std::sort(out.deps.begin(), out.deps.end());
+  if (after_cache_.size() >= max_walks_) {
+    after_cache_.erase(after_lru_.back().first);
+    after_lru_.pop_back();
+  }
+  after_lru_.emplace_front(ts, std::move(out));
+  after_cache_[ts] = after_lru_.begin();
+  return &after_lru_.front().second;
+}
+
+template <typename A>
+void Grammar::Walk(A& d, int32_t x, uint32_t* words, WalkOut* out) {
+  const TokenTrie& t = *trie_;
+  const size_t n = static_cast<size_t>(t.words());
+  out->deps.clear();
+  out->depth = DepthOf(d, x);
+  out->cut = CutAt(d, x);
+  const bool root_hole = HasHole(d, x);
+  const uint32_t r_begin = t.child_begin_[0], r_end = t.child_begin_[1];
+  // The first byte's states; the most common one (with items, no hole) if common enough.
+  int32_t first[256];
+  int32_t common = -1;
+  if (!root_hole) {
+    int best = 0, run = 0;
+    int32_t cand = -1;
+    for (uint32_t e = r_begin; e < r_end; ++e) {
+      first[e - r_begin] = d.NextFast(x, t.edge_byte_[e]);
+    }
+    // Boyer-Moore majority vote, then a count (a common state is usually most bytes).
+    for (uint32_t i = 0; i < r_end - r_begin; ++i) {
+      if (first[i] < 0) continue;
+      if (run == 0) cand = first[i];
+      run += first[i] == cand ? 1 : -1;
+    }
+    if (cand >= 0) {
+      for (uint32_t i = 0; i < r_end - r_begin; ++i) best += first[i] == cand;
+    }
+    if (best >= kMinCommonBytes && HasItems(d, cand) && !HasHole(d, cand)) common = cand;
+  }
+  dfs_.clear();
+  if (common < 0) {
+    std::memset(words, 0, sizeof(uint32_t) * n);
+    dfs_.push_back({0, x, root_hole});
+    Dfs(d, words, out);
+    std::sort(out->deps.begin(), out->deps.end());
+    return;
+  }
+  const WalkOut* after = After(d, common);
+  std::memcpy(words, after->mask.data(), sizeof(uint32_t) * n);
+  out->depth = std::max(out->depth, after->depth);
+  out->cut |= after->cut;
+  // After's stack-dependent subtrees under the first bytes that lead to `common`.
+  for (uint32_t c : after->deps) {
+    uint32_t top = c;
+    while (t.parent_[top] != 0) top = t.parent_[top];
+    if (d.NextFast(x, t.byte_[top]) == common) out->deps.push_back(c);
+  }
+  for (uint32_t e = r_begin; e < r_end; ++e) {
+    const int32_t y = first[e - r_begin];
+    if (y == common) continue;
+    const uint32_t c = t.edge_child_[e];
+    ClearSubtree(c, words);
+    if (y < 0) continue;  // untainted: refused
+    out->depth = std::max(out->depth, DepthOf(d, y));
+    out->cut |= CutAt(d, y);
+    if (!HasItems(d, y)) {
+      out->deps.push_back(c);
+      continue;
+    }
+    MarkTokens(c, words);
+    if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
+    Dfs(d, words, out);
+  }
+  std::sort(out->deps.begin(), out->deps.end());
+}
+
+void Grammar::PdaMask(int32_t s, uint32_t* words) {
+  Pda& d = *pda_;
+  const TokenTrie& t = *trie_;
+  const size_t n = static_cast<size_t>(t.words());
+  WalkOut local;
+  const int32_t a = d.Abstract(s);
+  if (a < 0) return;  // the state limit (FillMask reports it)
+  if (a == s) {       // no stack below: the walk is exact (no holes)
+    Walk(d, s, words, &local);
+    AddEos(d.Accepting(s), words);
+    return;
+  }
+  const WalkOut* abs = nullptr;
+  auto it = abs_cache_.find(a);
+  if (it != abs_cache_.end()) {
+    abs_lru_.splice(abs_lru_.begin(), abs_lru_, it->second);
+    abs = &it->second->second;
+  } else {
+    WalkOut fresh;
+    fresh.mask.resize(n);
+    Walk(d, a, fresh.mask.data(), &fresh);
+    if (d.overflowed()) return;
+    if (abs_cache_.size() >= max_walks_) {
+      abs_cache_.erase(abs_lru_.back().first);
+      abs_lru_.pop_back();
+    }
+    abs_lru_.emplace_front(a, std::move(fresh));
+    abs_cache_[a] = abs_lru_.begin();
+    abs = &abs_lru_.front().second;
+  }
+  // Depths: a real item's stack lies where the opaque frame is, so a configuration met in the
+  // abstract walk is at most Depth(s) deeper for real, and a closure's passing calls at most a
+  // chain of rules deeper still (no left recursion). Near the limit a real walk could cut a
+  // call the abstract one kept: walk for real there.
+  const int margin = 2 * static_cast<int>(d.num_rules()) + 2;
+  if (abs->cut || d.Depth(s) + abs->depth + margin > kMaxRecursionDepth) {
+    Walk(d, s, words, &local);
+    AddEos(d.Accepting(s), words);
+    return;
+  }
+  std::memcpy(words, abs->mask.data(), sizeof(uint32_t) * n);
+  // The stack-dependent subtrees, walked from s for real; their prefixes share states.
+  path_.clear();  // (node, state) from the root's child down
+  for (uint32_t c : abs->deps) {
+    chain_.clear();
+    for (uint32_t x = c; x != 0; x = t.parent_[x]) chain_.push_back(x);
+    std::reverse(chain_.begin(), chain_.end());
+    size_t k = 0;
+    while (k < path_.size() && k < chain_.size() && path_[k].first == chain_[k]) ++k;
+    path_.resize(k);
+    int32_t st = k ? path_[k - 1].second : s;
+    for (; k < chain_.size() && st >= 0; ++k) {
+      st = d.NextFast(st, t.byte_[chain_[k]]);
+      path_.emplace_back(chain_[k], st);
+    }
+    if (st < 0) continue;
+    MarkTokens(c, words);
+    WalkOut real;  // s is a real configuration: no holes, no deps
+    Scan(d, c, st, false, words, &real);
+  }
+  AddEos(d.Accepting(s), words);
 }
 
 Status Grammar::FillMask(int32_t s, uint32_t* words) {
@@ -153,9 +482,11 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
                       " levels deep, the limit of recursive constraints");
   }
   if (pda_) {
-    ComputeMask(*pda_, s, words);
+    PdaMask(s, words);
   } else {
-    ComputeMask(*dfa_, s, words);
+    WalkOut local;
+    Walk(*dfa_, s, words, &local);
+    AddEos(dfa_->Accepting(s), words);
   }
   if (pda_ ? pda_->overflowed() : dfa_->overflowed()) {
     return Status(StatusCode::kResourceExhausted,
@@ -167,6 +498,25 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
   }
   lru_.emplace_front(s, std::vector<uint32_t>(words, words + n));
   cache_[s] = lru_.begin();
+  return Status::Ok();
+}
+
+Status Grammar::ReferenceMask(int32_t s, uint32_t* words) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pda_ && pda_->AtLimit(s)) {
+    return Status(StatusCode::kResourceExhausted, "structured output: nesting limit");
+  }
+  std::memset(words, 0, sizeof(uint32_t) * static_cast<size_t>(trie_->words()));
+  if (pda_) {
+    PlainWalk(*pda_, 0, s, words);
+    AddEos(pda_->Accepting(s), words);
+  } else {
+    PlainWalk(*dfa_, 0, s, words);
+    AddEos(dfa_->Accepting(s), words);
+  }
+  if (pda_ ? pda_->overflowed() : dfa_->overflowed()) {
+    return Status(StatusCode::kResourceExhausted, "structured output: state limit");
+  }
   return Status::Ok();
 }
 

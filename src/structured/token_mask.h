@@ -6,8 +6,25 @@
 // sequence tokens are allowed exactly in accepting states. A recursive constraint runs on a
 // Pda instead (pushdown.h): its states are configurations (automaton state and whole stack),
 // walked and cached the same way, so a token may cross any number of calls and returns.
+//
+// Fast paths (identical masks; tests/unit/structured/mask_diff_test.cc checks them against
+// ReferenceMask, the plain walk):
+// - First byte to a common state: when most first bytes lead from x to one state T (inside a
+//   string: T = x; typing a key among many optional ones: every byte that leaves all the keys
+//   leads to the same "any other key" state), the mask of x is T's after-first-byte mask
+//   (After: the tokens whose bytes after the first are allowed from T, cached per T) less the
+//   subtrees of the other first bytes, which are walked apart. After(T) itself, where T loops
+//   to itself on a byte set L (a string's plain characters), starts from the trie's LoopCover
+//   of L (the tokens whose later bytes are all in L, kept per trie and so shared by every
+//   grammar) and walks only the edges that leave it.
+// - Stack-independent masks (pushdown): a configuration's mask is computed once for its
+//   abstract configuration (Pda::Abstract: the stacks below the top replaced by an opaque
+//   frame) and shared by every configuration with the same top; only the tokens whose walk
+//   returns into the opaque frame (a `}` that closes the caller) are walked again against the
+//   real stack.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -48,6 +65,18 @@ class TokenTrie {
   size_t num_nodes() const { return child_begin_.size() - 1; }
   size_t num_tokens() const { return num_tokens_; }
 
+  // For a byte set L (bit b of word b / 64): the tokens whose bytes after the first are all in L
+  // (a mask of words() words) and the edges whose byte is not in L from the nodes (not the
+  // root) reached that way.
+  using ByteSet = std::array<uint64_t, 4>;
+  struct LoopCover {
+    std::vector<uint32_t> mask;
+    std::vector<uint32_t> exits;  // edge indices
+  };
+  // Computed once per set and kept (up to kMaxLoopCovers sets; nullptr past that).
+  std::shared_ptr<const LoopCover> Cover(const ByteSet& l) const;
+  static constexpr size_t kMaxLoopCovers = 64;
+
  private:
   friend class Grammar;
   int vocab_size_ = 0;
@@ -61,6 +90,13 @@ class TokenTrie {
   std::vector<uint32_t> edge_child_;
   std::vector<uint32_t> tok_begin_;
   std::vector<int32_t> tok_ids_;
+  // The edge into node n (the root: none): its parent and byte. Node ids are in DFS order:
+  // n's subtree is the nodes [n, end_[n]).
+  std::vector<uint32_t> parent_, end_, depth_;
+  std::vector<uint8_t> byte_;
+  uint32_t max_depth_ = 0;
+  mutable std::mutex cover_mu_;
+  mutable std::vector<std::pair<ByteSet, std::shared_ptr<const LoopCover>>> covers_;
 };
 
 class Grammar {
@@ -76,6 +112,9 @@ class Grammar {
   // ResourceExhausted when the automaton outgrows its state limit, or (pushdown) when s is
   // nested kMaxRecursionDepth calls deep and a deeper one could follow.
   Status FillMask(int32_t s, uint32_t* words);
+  // The same mask by the plain walk (every edge from the root, no fast path, no cache): the
+  // reference the fast paths are tested against.
+  Status ReferenceMask(int32_t s, uint32_t* words);
   // The state after token t from s (kDead when t is not allowed there; EOS ids are kDead).
   int32_t Advance(int32_t s, int32_t t);
   bool Accepting(int32_t s);
@@ -95,8 +134,34 @@ class Grammar {
 
  private:
   Grammar() = default;
+  // A walk's result besides its mask: the trie nodes whose subtrees depend on the stack below
+  // an opaque frame (walked again for real), the deepest configuration met (frames above the
+  // opaque one), whether a call was cut for depth. Always empty / 0 / false for a Dfa.
+  struct WalkOut {
+    std::vector<uint32_t> mask;  // cached walks only (a state's own walk writes into words)
+    std::vector<uint32_t> deps;
+    int depth = 0;
+    bool cut = false;
+  };
   template <typename A>
-  void ComputeMask(A& a, int32_t s, uint32_t* words);
+  void PlainWalk(A& a, uint32_t node, int32_t s, uint32_t* words);
+  // The walk from x: plain, or (when most first bytes lead to one state T) T's cached walk
+  // after the first byte with the other first bytes walked apart.
+  template <typename A>
+  void Walk(A& a, int32_t x, uint32_t* words, WalkOut* out);
+  // The tokens whose bytes after the first are allowed from t (t hole-free), cached per state.
+  template <typename A>
+  const WalkOut* After(A& a, int32_t t);
+  template <typename A>
+  void Dfs(A& a, uint32_t* words, WalkOut* out);
+  // The subtree below `root` (not its own tokens) from state s, scanned in node order (a dead
+  // prefix skips its subtree), with Dfs's rules for holes.
+  template <typename A>
+  void Scan(A& a, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out);
+  void PdaMask(int32_t s, uint32_t* words);
+  void MarkTokens(uint32_t node, uint32_t* words) const;
+  void ClearSubtree(uint32_t node, uint32_t* words) const;
+  void AddEos(bool accepting, uint32_t* words) const;
 
   std::shared_ptr<const TokenTrie> trie_;
   std::unique_ptr<Dfa> dfa_;
@@ -109,7 +174,23 @@ class Grammar {
   std::unordered_map<int32_t, std::list<std::pair<int32_t, std::vector<uint32_t>>>::iterator>
       cache_;
   size_t max_cached_ = 0;
+  // Walks of abstract configurations (Pda::Abstract) and after-first-byte walks (After), the
+  // same way; within the same byte bound.
+  using WalkLru = std::list<std::pair<int32_t, WalkOut>>;
+  WalkLru abs_lru_, after_lru_;
+  std::unordered_map<int32_t, WalkLru::iterator> abs_cache_, after_cache_;
+  size_t max_walks_ = 0;
   std::vector<std::pair<uint32_t, int32_t>> stack_;
+  struct DfsItem {
+    uint32_t node;
+    int32_t state;
+    bool tainted;
+  };
+  std::vector<DfsItem> dfs_;
+  std::vector<int32_t> scan_state_;
+  std::vector<uint8_t> scan_taint_;
+  std::vector<std::pair<uint32_t, int32_t>> path_;
+  std::vector<uint32_t> chain_;
 };
 
 }  // namespace sluice::structured

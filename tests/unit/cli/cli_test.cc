@@ -648,4 +648,29 @@ TEST(Cli, GenerateRefusesBadRequestsNamingTheProblem) {
   }
 }
 
+TEST(Cli, GrammarBenchChecksMasksAgainstTheReferenceWalk) {
+  const std::string schemas = TempPath("schemas.jsonl");
+  {
+    std::ofstream f(schemas);
+    f << R"({"id":"free","schema":{},"tests":[{"valid":true,"data":{"a":[1,{"b":"x"}]}}]})"
+      << "\n";
+    f << R"({"id":"obj","schema":{"type":"object","properties":{"name":{"type":"string"}},)"
+         R"("required":["name"]},"tests":[{"valid":true,"data":{"name":"Ann","k":[true]}},)"
+         R"({"valid":false,"data":{"k":1}}]})"
+      << "\n";
+  }
+  const std::string tok = kFixtures + "/../../models/demo-chat";
+  Result r =
+      RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas + " --check-masks");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"mask_mismatches\":0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"valid_rejected\":0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"invalid_accepted\":0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("masks_checked\":0,"), std::string::npos) << r.out;
+  r = RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find("mask_mismatches"), std::string::npos) << r.out;
+  fs::remove(schemas);
+}
+
 }  // namespace

@@ -140,6 +140,29 @@ TEST(JsonSchema, ArraysEnumsCombinators) {
   EXPECT_FALSE(refs->Matches(R"([{"x":"1"}])"));
 }
 
+// Drafts 3-7 ignore the keywords beside "$ref" (the reference replaces the object); 2019-09
+// and later (and schemas without "$schema") apply them beside it. Found on the corpus
+// (Github_hard o38538, draft-07: {"$ref": ..., "additionalProperties": false}).
+TEST(JsonSchema, KeywordsBesideRefFollowTheDraft) {
+  const std::string body =
+      R"("$defs":{"f":{"type":"object","properties":{"cache":{"type":"boolean"}}}},
+      "type":"object","properties":{"o":{"$ref":"#/$defs/f","additionalProperties":false,
+      "maxProperties":0}},"required":["o"],"additionalProperties":false})";
+  auto d7 = Schema(R"({"$schema":"http://json-schema.org/draft-07/schema#",)" + body);
+  EXPECT_TRUE(d7->Matches(R"({"o":{"cache":true}})"));  // siblings ignored
+  EXPECT_TRUE(d7->Matches(R"({"o":{"cache":true,"x":1}})"));
+  EXPECT_FALSE(d7->Matches(R"({"o":{"cache":1}})"));  // the reference still applies
+  auto d4 = Schema(R"({"$schema":"http://json-schema.org/draft-04/schema#",)" + body);
+  EXPECT_TRUE(d4->Matches(R"({"o":{"cache":true}})"));
+  for (const std::string& head :
+       {std::string("{"),
+        std::string(R"({"$schema":"https://json-schema.org/draft/2020-12/schema",)")}) {
+    auto d = Schema(head + body);
+    EXPECT_TRUE(d->Matches(R"({"o":{}})"));
+    EXPECT_FALSE(d->Matches(R"({"o":{"cache":true}})"));  // siblings apply: nothing allowed
+  }
+}
+
 TEST(JsonSchema, WhitespacePolicy) {
   auto ws = ParseRegex("[ \\n]{0,2}", RegexMode::kFullMatch);
   auto d = Schema(R"({"type":"object","properties":{"a":{"type":"array"}},"required":["a"],

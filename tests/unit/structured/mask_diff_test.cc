@@ -1,0 +1,317 @@
+// Differential test of the token-mask fast paths (token_mask.h: after-first-byte walks, loop
+// covers, abstract pushdown configurations) against Grammar::ReferenceMask, the plain walk of
+// the whole trie: the masks must be identical bit for bit in every state a walk reaches, along
+// random valid walks (tokens drawn from the mask, biased to nest deep), along the tokenisation
+// of valid and invalid texts up to the refused token, and near the recursion limit. The
+// vocabulary is synthetic and large (~30k tokens: words with and without a leading space and
+// a quote, JSON punctuation runs, digits, escapes, UTF-8 characters and their pieces, all 256
+// bytes).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
+#include "structured/regex.h"
+#include "structured/token_mask.h"
+
+namespace sluice::structured {
+namespace {
+
+std::vector<std::optional<std::string>> SyntheticVocab(size_t target) {
+  std::set<std::string> toks;
+  for (int b = 0; b < 256; ++b) toks.insert(std::string(1, static_cast<char>(b)));
+  const std::vector<std::string> words = {
+      "name",  "type",    "value", "id",     "items", "description", "properties", "string",
+      "true",  "false",   "null",  "number", "kids",  "next",        "v",          "a",
+      "b",     "ab",      "abc",   "key",    "data",  "list",        "object",     "array",
+      "hello", "world",   "the",   "of",     "and",   "to",          "in",         "is",
+      "for",   "version", "url",   "http",   "https", "com",         "user",       "email"};
+  const std::vector<std::string> punct = {"{",  "}",  "[", "]", "\"", ",", ":", " ",
+                                          "\n", "\\", "-", ".", "0",  "1", "e", "+"};
+  std::mt19937 rng(7);
+  for (const std::string& w : words) {
+    for (const char* pre : {"", " ", "\"", "{\"", ",\"", "_", "."}) {
+      for (const char* post : {"", "\"", "\":", "\":\"", "\",", "\"}", "s", "ed"}) {
+        toks.insert(std::string(pre) + w + post);
+        std::string cap = w;
+        cap[0] = static_cast<char>(std::toupper(cap[0]));
+        toks.insert(std::string(pre) + cap + post);
+      }
+    }
+  }
+  for (int i = 0; i < 1000; ++i) toks.insert(std::to_string(i));
+  for (const char* t : {"\\\"",
+                        "\\\\",
+                        "\\n",
+                        "\\u",
+                        "\\u00",
+                        "\xc3\xa9",
+                        "\xc3",
+                        "\xa9",
+                        "\xe4\xb8\xad",
+                        "\xe4\xb8",
+                        "\xf0\x9f\x98\x80",
+                        "\xf0\x9f",
+                        "\x98\x80",
+                        " \xc3\xa9t\xc3\xa9",
+                        "caf\xc3\xa9",
+                        "\":{\"",
+                        "\":[",
+                        "\"},{\"",
+                        "}}",
+                        "]]",
+                        "}]",
+                        "]}",
+                        "}]}",
+                        "\":\"",
+                        "\",\"",
+                        "\"]",
+                        "[\"",
+                        "[{",
+                        "{}",
+                        "[]",
+                        "\"\"",
+                        "0.",
+                        ".5",
+                        "1e",
+                        "-1",
+                        "true,",
+                        "null}",
+                        "1}",
+                        "2]",
+                        ",{",
+                        ":{"}) {
+    toks.insert(t);
+  }
+  // Random punctuation runs and letter strings up to the target.
+  std::uniform_int_distribution<int> len(2, 6);
+  while (toks.size() < target) {
+    std::string t;
+    const int n = len(rng);
+    if (rng() % 3 == 0) {
+      for (int i = 0; i < n; ++i) t += punct[rng() % punct.size()];
+    } else {
+      if (rng() % 2) t += ' ';
+      for (int i = 0; i < n; ++i) t += static_cast<char>('a' + rng() % 26);
+      if (rng() % 4 == 0) t += punct[rng() % punct.size()];
+    }
+    toks.insert(t);
+  }
+  std::vector<std::optional<std::string>> out(toks.begin(), toks.end());
+  std::shuffle(out.begin(), out.end(), rng);  // ids unrelated to the bytes' order
+  out.push_back("<eos>");
+  out.push_back(std::nullopt);  // a special token: never allowed
+  return out;
+}
+
+class MaskDiff : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto v = SyntheticVocab(30000);
+    eos_ = static_cast<int32_t>(v.size() - 2);
+    trie_ = TokenTrie::Build(v, static_cast<int>(v.size()) + 5, {eos_});
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] && static_cast<int32_t>(i) != eos_) ids_[*v[i]] = static_cast<int32_t>(i);
+    }
+  }
+  static std::vector<int32_t> Allowed(const std::vector<uint32_t>& m) {
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < m.size(); ++i) {
+      for (uint32_t w = m[i]; w; w &= w - 1)
+        out.push_back(static_cast<int32_t>(i * 32 + __builtin_ctz(w)));
+    }
+    return out;
+  }
+  // Compares the masks of state s; returns the fast mask.
+  static std::vector<uint32_t> Check(Grammar& g, int32_t s, const std::string& where) {
+    std::vector<uint32_t> fast(static_cast<size_t>(trie_->words())), ref(fast.size());
+    Status a = g.FillMask(s, fast.data());
+    Status b = g.ReferenceMask(s, ref.data());
+    EXPECT_EQ(a.ok(), b.ok()) << where << ": " << a.message() << " / " << b.message();
+    if (!a.ok() || !b.ok()) return {};
+    if (fast != ref) {
+      std::vector<int32_t> fa = Allowed(fast), ra = Allowed(ref), only_fast, only_ref;
+      std::set_difference(fa.begin(), fa.end(), ra.begin(), ra.end(),
+                          std::back_inserter(only_fast));
+      std::set_difference(ra.begin(), ra.end(), fa.begin(), fa.end(), std::back_inserter(only_ref));
+      std::string msg = where + ": allowed only by the fast path:";
+      for (size_t i = 0; i < std::min<size_t>(only_fast.size(), 8); ++i) {
+        const std::string* bts = trie_->bytes(only_fast[i]);
+        msg += " [" + (bts ? *bts : std::string("eos")) + "]";
+      }
+      msg += "; only by the reference:";
+      for (size_t i = 0; i < std::min<size_t>(only_ref.size(), 8); ++i) {
+        const std::string* bts = trie_->bytes(only_ref[i]);
+        msg += " [" + (bts ? *bts : std::string("eos")) + "]";
+      }
+      ADD_FAILURE() << msg << " (" << only_fast.size() << " / " << only_ref.size() << ")";
+    }
+    return fast;
+  }
+  // Random walks drawing tokens from the mask; `deep`: prefer tokens that open a container.
+  static void RandomWalks(Grammar& g, int walks, int steps, uint32_t seed, bool deep) {
+    std::mt19937 rng(seed);
+    for (int w = 0; w < walks; ++w) {
+      int32_t s = g.start();
+      for (int i = 0; i < steps && s >= 0; ++i) {
+        std::vector<uint32_t> m =
+            Check(g, s, "walk " + std::to_string(w) + " step " + std::to_string(i));
+        if (m.empty()) return;
+        std::vector<int32_t> allowed = Allowed(m), opening;
+        allowed.erase(std::remove(allowed.begin(), allowed.end(), eos_), allowed.end());
+        if (allowed.empty()) break;
+        if (deep) {
+          for (int32_t id : allowed) {
+            const std::string* b = trie_->bytes(id);
+            if (b && (b->find('{') != std::string::npos || b->find('[') != std::string::npos)) {
+              opening.push_back(id);
+            }
+          }
+        }
+        const std::vector<int32_t>& pool = (!opening.empty() && rng() % 3 != 0) ? opening : allowed;
+        const int32_t t = pool[rng() % pool.size()];
+        s = g.Advance(s, t);
+        ASSERT_GE(s, 0) << "a token of the mask was refused by Advance";
+      }
+    }
+  }
+  // Greedy longest-match tokenisation of text; masks compared up to the first refused token.
+  static void FollowText(Grammar& g, const std::string& text) {
+    int32_t s = g.start();
+    size_t i = 0;
+    while (i < text.size()) {
+      std::vector<uint32_t> m =
+          Check(g, s, "text " + text.substr(0, 40) + " at " + std::to_string(i));
+      if (m.empty()) return;
+      int32_t id = -1;
+      size_t n = std::min<size_t>(text.size() - i, 12);
+      for (; n > 0; --n) {
+        auto it = ids_.find(text.substr(i, n));
+        if (it != ids_.end()) {
+          id = it->second;
+          break;
+        }
+      }
+      ASSERT_GE(id, 0);
+      if (!((m[static_cast<size_t>(id) / 32] >> (id % 32)) & 1)) return;  // refused here
+      s = g.Advance(s, id);
+      ASSERT_GE(s, 0);
+      i += n;
+    }
+    Check(g, s, "end of " + text.substr(0, 40));
+  }
+  static std::shared_ptr<Grammar> Make(const ExprP& e) {
+    auto g = Grammar::Create(e, trie_);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    return g.ok() ? *g : nullptr;
+  }
+  static std::shared_ptr<Grammar> Schema(const std::string& s) {
+    auto e = CompileJsonSchema(s, {});
+    EXPECT_TRUE(e.ok()) << s << ": " << e.status().message();
+    return e.ok() ? Make(*e) : nullptr;
+  }
+
+  static inline std::shared_ptr<const TokenTrie> trie_;
+  static inline std::map<std::string, int32_t> ids_;
+  static inline int32_t eos_ = 0;
+};
+
+std::string Nested(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += i % 2 ? "[" : "{\"k\":";
+  s += "1";
+  for (int i = depth - 1; i >= 0; --i) s += i % 2 ? "]" : "}";
+  return s;
+}
+
+TEST_F(MaskDiff, RegexStringsAndAlternatives) {
+  auto re = ParseRegex(R"("([^"\\]|\\["\\n])*"(,"[a-z]{1,8}")*)", RegexMode::kFullMatch);
+  ASSERT_TRUE(re.ok()) << re.status().message();
+  auto g = Make(*re);
+  ASSERT_TRUE(g);
+  EXPECT_FALSE(g->pushdown());
+  RandomWalks(*g, 6, 40, 1, false);
+  FollowText(*g, R"("hello world \"caf)"
+                 "\xc3\xa9"
+                 R"(\" \\n","abc","de")");
+  FollowText(*g, R"("a","ABC")");
+}
+
+TEST_F(MaskDiff, ObjectWithManyOptionalKeysAndFreeExtraKeys) {
+  // Keys typed among many optional ones next to "any other key" (the AndNot of a free string
+  // and the declared keys): most first bytes lead to one state.
+  std::string props;
+  for (const char* k : {"name", "names", "type", "value", "version", "url", "user", "email", "id",
+                        "items", "description", "data"}) {
+    props += std::string(props.empty() ? "" : ",") + "\"" + k +
+             "\":{\"type\":\"string\",\"maxLength\":12}";
+  }
+  auto g = Schema(R"({"type":"object","properties":{)" + props +
+                  R"(},"additionalProperties":{"type":"integer"}})");
+  ASSERT_TRUE(g);
+  RandomWalks(*g, 8, 40, 2, false);
+  FollowText(*g, R"({"name":"ab","version":"1.0","other":12,"user":"x"})");
+  FollowText(*g, R"({"names":"ab","nam":3,"description":"hello world"})");
+  FollowText(*g, R"({"name":12})");  // invalid: refused at the number
+}
+
+TEST_F(MaskDiff, FreeJsonValuesArePushdown) {
+  auto g = Schema("{}");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(g->pushdown());
+  RandomWalks(*g, 8, 60, 3, true);
+  RandomWalks(*g, 4, 60, 4, false);
+  FollowText(*g, R"({"a":{"b":[{"c":[[[{"d":null}]]]}]},"e":"caf)"
+                 "\xc3\xa9"
+                 R"("})");
+  FollowText(*g, R"([1,[2,[3,{"k":"v"}]],{"x":[true,false,null]}])");
+  FollowText(*g, R"({"a":[1,2}})");  // invalid: refused at the brace
+  FollowText(*g, R"({"a":{"b":1}]})");
+}
+
+TEST_F(MaskDiff, FreeValuesNearTheRecursionLimit) {
+  auto g = Schema("{}");
+  ASSERT_TRUE(g);
+  for (int d : {60, 110, 125, kMaxRecursionDepth, kMaxRecursionDepth + 1})
+    FollowText(*g, Nested(d));
+}
+
+TEST_F(MaskDiff, RecursiveRefsTreeAndList) {
+  auto tree = Schema(R"({"type":"object","properties":{
+      "v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},
+      "required":["v"],"additionalProperties":false})");
+  ASSERT_TRUE(tree);
+  RandomWalks(*tree, 8, 60, 5, true);
+  FollowText(*tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4,"kids":[]}]}]})");
+  FollowText(*tree, R"({"v":1,"kids":[{"v":2,"kids":[{}]}]})");  // invalid
+  auto list = Schema(R"({"$defs":{"node":{"type":"object","properties":{
+      "value":{"type":"string"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},
+      "required":["value","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})");
+  ASSERT_TRUE(list);
+  RandomWalks(*list, 8, 60, 6, true);
+  FollowText(*list, R"({"value":"a","next":{"value":"b","next":{"value":"c","next":null}}})");
+  FollowText(*list, R"({"value":"a","next":{"value":1,"next":null}})");  // invalid
+}
+
+TEST_F(MaskDiff, RecursiveGrammar) {
+  auto e = CompileGrammar(R"g(root   ::= expr
+expr   ::= term (("+" | "-") term)*
+term   ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")" | "-" factor | "\"" [a-z ]* "\""
+)g");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  auto g = Make(*e);
+  ASSERT_TRUE(g);
+  RandomWalks(*g, 8, 40, 7, false);
+  FollowText(*g, "((1+2)*(3-4))/\"ab c\"");
+  FollowText(*g, "((1+2)*3))");  // invalid
+}
+
+}  // namespace
+}  // namespace sluice::structured
