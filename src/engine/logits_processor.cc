@@ -94,9 +94,8 @@ void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsP
         for (int w = 0; w < words; ++w) mask[w] &= dst[w];
       }
     }
-    uint32_t any = 0;
-    for (int w = 0; w < words; ++w) any |= mask[w];
-    if (any == 0) {
+    // Stops at the first allowed token (a full pass over the mask only when none is).
+    if (std::all_of(mask, mask + words, [](uint32_t w) { return w == 0; })) {
       std::string names;
       for (int j = g.begin; j < g.end; ++j) {
         names += (names.empty() ? "" : ", ") +
