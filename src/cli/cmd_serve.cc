@@ -179,8 +179,6 @@ std::vector<std::string> VersionPlugins(const ServeFlags& f, const server::LoadS
   return paths;
 }
 
-// Loads one version of a model: the server's flags, overridden by its model.json.
-// `cli_entry`: the name is a --model entry (the --plugin flags apply to it).
 // Which kinds of model the flags of one kind reached. One model: a flag of the other kind is
 // refused at its load. Several (or a repository): each model takes the flags of its kind, and
 // start-up refuses a kind's flags that no start-up model of that kind took.
@@ -189,6 +187,8 @@ struct FlagUse {
   std::atomic<int> generation{0}, scoring{0};
 };
 
+// Loads one version of a model: the server's flags, overridden by its model.json.
+// `cli_entry`: the name is a --model entry (the --plugin flags apply to it).
 StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags& f,
                                                                const server::LoadSpec& spec,
                                                                bool cli_entry, FlagUse* use) {
