@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <optional>
@@ -178,18 +179,27 @@ std::vector<std::string> VersionPlugins(const ServeFlags& f, const server::LoadS
   return paths;
 }
 
+// Which kinds of model the flags of one kind reached. One model: a flag of the other kind is
+// refused at its load. Several (or a repository): each model takes the flags of its kind, and
+// start-up refuses a kind's flags that no start-up model of that kind took.
+struct FlagUse {
+  bool several = false;
+  std::atomic<int> generation{0}, scoring{0};
+};
+
 // Loads one version of a model: the server's flags, overridden by its model.json.
 // `cli_entry`: the name is a --model entry (the --plugin flags apply to it).
 StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags& f,
                                                                const server::LoadSpec& spec,
-                                                               bool cli_entry) {
+                                                               bool cli_entry, FlagUse* use) {
   const serving::ModelConfig& c = spec.config;
   const ModelFlags mf = VersionFlags(f, spec);
   const int max_queue_depth = static_cast<int>(c.max_queue_depth.value_or(f.max_queue_depth));
   const std::string version = std::to_string(spec.version);
   const std::vector<std::string> plugin_paths = VersionPlugins(f, spec, cli_entry);
   if (server::IsClipModelDirectory(mf.model)) {
-    if (f.gen.given) {
+    ++use->scoring;
+    if (f.gen.given && !use->several) {
       return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
                              ", a CLIP model");
     }
@@ -211,10 +221,14 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   ASSIGN_OR_RETURN(bool is_gen, IsGenerationModel(*bundle, mf.task));
   bundle.reset();
   if (is_gen) {
-    if (!f.scoring_only_set.empty() || c.max_inputs_per_request || c.max_tokens_per_input ||
-        c.truncate || c.max_batch_tokens) {
+    ++use->generation;
+    const bool flags_refused = !f.scoring_only_set.empty() && !use->several;
+    if (flags_refused || c.max_inputs_per_request || c.max_tokens_per_input || c.truncate ||
+        c.max_batch_tokens) {
       std::string names;
-      for (const std::string& n : f.scoring_only_set) names += (names.empty() ? "" : ", ") + n;
+      if (flags_refused) {
+        for (const std::string& n : f.scoring_only_set) names += (names.empty() ? "" : ", ") + n;
+      }
       for (const auto& [set, n] :
            {std::pair{c.max_inputs_per_request.has_value(), "max_inputs_per_request"},
             std::pair{c.max_tokens_per_input.has_value(), "max_tokens_per_input"},
@@ -237,7 +251,8 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
     a.max_queue_depth = max_queue_depth;
     return LoadGenerationModel(a);
   }
-  if (f.gen.given) {
+  ++use->scoring;
+  if (f.gen.given && !use->several) {
     return InvalidArgument(
         "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
         "--gpu-memory-utilization, --enable-prefix-caching, --chat-template and "
@@ -431,10 +446,12 @@ int RunServe(const ServeFlags& f) {
         "--plugin applies to the --model entries, and there are none: a repository model "
         "lists its plugins in DIR/<name>/model.json \"plugins\" (docs/plugins.md)"));
   }
+  FlagUse flag_use;
+  flag_use.several = startup.size() > 1 || !f.repository.empty();
   server::ModelRegistry registry(
       &*repo,
-      [&f, &cli_names](const server::LoadSpec& spec) {
-        return LoadServedModel(f, spec, cli_names.count(spec.name) > 0);
+      [&f, &cli_names, &flag_use](const server::LoadSpec& spec) {
+        return LoadServedModel(f, spec, cli_names.count(spec.name) > 0, &flag_use);
       },
       rego);
   server::RouterOptions ro;
@@ -488,6 +505,24 @@ int RunServe(const ServeFlags& f) {
       if (grpc) grpc->Stop();
       http->Stop();
       return ReportError(s);
+    }
+  }
+  if (flag_use.several && !startup.empty()) {  // a kind's flags must reach a model of that kind
+    std::string unused;
+    if (f.gen.given && flag_use.generation == 0) {
+      unused =
+          "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
+          "--gpu-memory-utilization, --enable-prefix-caching, --chat-template and "
+          "--logits-threads apply to generation models, and none of the start-up models "
+          "is one";
+    } else if (!f.scoring_only_set.empty() && flag_use.scoring == 0) {
+      for (const std::string& n : f.scoring_only_set) unused += (unused.empty() ? "" : ", ") + n;
+      unused += ": scoring-model settings, and none of the start-up models is a scoring model";
+    }
+    if (!unused.empty()) {
+      if (grpc) grpc->Stop();
+      http->Stop();
+      return ReportError(InvalidArgument(unused));
     }
   }
   router.SetReady(true);

@@ -412,17 +412,35 @@ StatusOr<std::shared_ptr<Regex>> Regex::Compile(std::string_view pattern) {
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
+namespace {
+
+// Each thread's match data and match context, with a JIT stack larger than the 32 KiB
+// default so that long inputs never fail to match. Freed when the thread exits: serving
+// threads come and go with the models loaded and unloaded, and each JIT stack maps 8 MiB.
+struct MatchScratch {
+  pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  pcre2_match_context* mctx = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
+  MatchScratch() {
+    if (mctx && stack) pcre2_jit_stack_assign(mctx, nullptr, stack);
+  }
+  ~MatchScratch() {
+    pcre2_match_context_free(mctx);
+    pcre2_jit_stack_free(stack);
+    pcre2_match_data_free(md);
+  }
+  MatchScratch(const MatchScratch&) = delete;
+  MatchScratch& operator=(const MatchScratch&) = delete;
+};
+
+}  // namespace
+
 std::vector<Offsets> Regex::FindAll(std::string_view s) const {
   std::vector<Offsets> out;
   auto* code = static_cast<pcre2_code*>(code_);
-  thread_local pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
-  // A JIT stack larger than the 32 KiB default, so long inputs never fail to match.
-  thread_local pcre2_match_context* mctx = [] {
-    pcre2_match_context* c = pcre2_match_context_create(nullptr);
-    pcre2_jit_stack* st = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
-    if (c && st) pcre2_jit_stack_assign(c, nullptr, st);
-    return c;
-  }();
+  thread_local MatchScratch scratch;
+  pcre2_match_data* md = scratch.md;
+  pcre2_match_context* mctx = scratch.mctx;
   size_t pos = 0;
   std::optional<size_t> last_end;
   auto sp = reinterpret_cast<PCRE2_SPTR>(s.data());

@@ -23,6 +23,25 @@ def parse_args():
     return ARGS
 
 
+def sanitized():
+    """Whether the sluice binary is built with ASan + UBSan (the asan preset)."""
+    try:
+        ldd = subprocess.run(["ldd", ARGS.sluice], capture_output=True, text=True).stdout
+    except OSError:
+        return False
+    return "libasan" in ldd
+
+
+def rss_meaningful():
+    """Whether RSS growth measures what the tests mean (memory kept per request or per load):
+    not for a binary built with ASan (the asan preset) while its quarantine is on, which holds
+    freed memory back (up to 256 MB) to catch use-after-free; LeakSanitizer checks leaks at exit
+    instead. scripts/asan-check re-runs the RSS tests with ASAN_OPTIONS quarantine_size_mb=0."""
+    if not sanitized():
+        return True
+    return "quarantine_size_mb=0" in os.environ.get("ASAN_OPTIONS", "")
+
+
 def model_dir(name):
     if os.path.isabs(name):
         return name

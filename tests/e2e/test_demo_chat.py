@@ -74,4 +74,40 @@ with Server(MODEL) as s:
     c.check(st == 200 and t.get("token_strs", [None])[0] == "<|im_start|>"
             and t["token_strs"][-3:] == ["<|im_start|>", "assistant", "Ċ"], f"/tokenize {t}")
 
+# Flags of one kind of model in a server of several (docs/cli.md): each model takes its kind's.
+RERANKER = os.path.join(os.path.dirname(MODEL), "demo-reranker")
+with Server(None, "--model", "rr=" + RERANKER, "--model", "chat=" + MODEL,
+            "--kv-cache-memory", "8000000", "--max-inputs-per-request", "3") as s:
+    log = "".join(s.log)
+    c.check("KV cache" in log or "kv" in log.lower(), "the chat model's KV cache is logged")
+    st, _, r = s.post("/v1/chat/completions", {"model": "chat", "messages": EXAMPLES[0][0]})
+    c.check(st == 200 and r["choices"][0]["message"]["content"] == EXAMPLES[0][1],
+            f"mixed server: chat answers {st} {r}")
+    st, _, r = s.post("/v1/rerank", {"model": "rr", "query": "salmon", "documents": ["a", "b"]})
+    c.check(st == 200 and len(r["results"]) == 2, f"mixed server: rerank {st} {r}")
+    st, _, r = s.post("/v1/rerank", {"model": "rr", "query": "salmon",
+                                     "documents": ["a", "b", "c", "d"]})
+    c.check(st == 400 and "3" in json.dumps(r), f"--max-inputs-per-request 3 reaches rr: {st} {r}")
+
+
+def start_fails(*args):
+    try:
+        with Server(None, *args):
+            return ""
+    except RuntimeError as e:
+        return str(e)
+
+
+err = start_fails("--model", "chat=" + MODEL, "--max-inputs-per-request", "3")
+c.check("--max-inputs-per-request" in err and "scoring-model settings" in err,
+        f"one generation model refuses a scoring flag: {err[-300:]}")
+err = start_fails("--model", "a=" + RERANKER, "--model", "b=" + RERANKER,
+                  "--kv-cache-memory", "8000000")
+c.check("apply to generation models" in err and "none of the start-up models" in err,
+        f"a generation flag reaching no model stops start-up: {err[-300:]}")
+err = start_fails("--model", "a=" + MODEL, "--model", "b=" + MODEL,
+                  "--max-inputs-per-request", "3")
+c.check("--max-inputs-per-request" in err and "none of the start-up models" in err,
+        f"a scoring flag reaching no model stops start-up: {err[-300:]}")
+
 c.finish("demo_chat")

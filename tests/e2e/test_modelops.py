@@ -381,7 +381,11 @@ with tempfile.TemporaryDirectory() as tmp:
         rss0 = rss_kb(s.proc.pid)
         c.check(cycles(100), "100 load/unload cycles")
         rss1 = rss_kb(s.proc.pid)
-        c.check(rss1 < rss0 * 1.05, f"RSS {rss0} -> {rss1} kB over 100 cycles (< 5%)")
+        if harness.rss_meaningful():
+            c.check(rss1 < rss0 * 1.05, f"RSS {rss0} -> {rss1} kB over 100 cycles (< 5%)")
+        else:
+            print(f"RSS {rss0} -> {rss1} kB over 100 cycles; check not applied: ASan's "
+                  "quarantine holds freed memory", flush=True)
         st, _, r = s.post("/v2/repository/models/rr/unload", {})
         st, _, r = s.get("/v1/models")
         c.check(st == 200 and [m["id"] for m in r["data"]] == ["chat"], f"only chat left: {r}")

@@ -191,8 +191,11 @@ with Server(MODEL, "--plugin", PLUGIN, "--workers", "2") as s:
     print(f"RSS after warm-up {before} kB, after 2,000 plugin requests {after} kB "
           f"({after - before:+d} kB, {1024 * (after - before) / 2000:+.0f} B/request)", flush=True)
     c.check(not errors, f"{len(errors)} unexpected statuses, e.g. {errors[:3]}")
-    c.check(after - before < 4096, f"RSS grew {after - before} kB over 2,000 requests "
-                                   f"(limit 4,096 kB; a leaked state is ~10 kB each)")
+    if harness.rss_meaningful():
+        c.check(after - before < 4096, f"RSS grew {after - before} kB over 2,000 requests "
+                                       f"(limit 4,096 kB; a leaked state is ~10 kB each)")
+    else:
+        print("RSS check not applied: ASan's quarantine holds freed memory", flush=True)
     st, _, r = s.post("/plugins/keyword_rerank", body, conn=s.conn())
     c.check(st == 200 and r == direct, f"same answer after the soak: {st} {r}")
 

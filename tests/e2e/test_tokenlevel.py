@@ -416,6 +416,14 @@ def cpu_seconds(pid):
 def fd_exhaustion():
     """Descriptors run out (limit 96, --max-connections above it): accept backs off instead of
     spinning, logs at most once a second, and the server answers again once clients go."""
+    if harness.sanitized():
+        # GCC 12's UBSan cannot check a vtable pointer while the process has no free descriptor
+        # and reports every virtual call then as "invalid vptr" (reproduced with a 15-line
+        # program): the check only runs on a build without sanitizers.
+        print("fd_exhaustion not run: UBSan's vptr check misfires without free descriptors",
+              flush=True)
+        return
+
     def limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
 
