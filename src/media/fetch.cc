@@ -241,7 +241,10 @@ struct MediaFetcher::Shared {
   static void Unlock(CURL*, curl_lock_data data, void* user) {
     static_cast<Shared*>(user)->locks[data].unlock();
   }
-  CURLM* Acquire() {
+  // A multi handle keeps at most `max_connects` connections open once its transfers are done
+  // (libcurl's default is 4 per transfer it ever ran), so idle handles hold a bounded number of
+  // sockets: kMaxIdle x max_connects at most.
+  CURLM* Acquire(long max_connects) {
     {
       std::lock_guard<std::mutex> l(pool_mu);
       if (!idle.empty()) {
@@ -250,7 +253,9 @@ struct MediaFetcher::Shared {
         return m;
       }
     }
-    return curl_multi_init();
+    CURLM* m = curl_multi_init();
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, max_connects);
+    return m;
   }
   void Release(CURLM* m) {
     {
@@ -361,7 +366,7 @@ std::vector<StatusOr<std::string>> MediaFetcher::FetchAll(const std::vector<std:
     if (out[i].ok()) call_bytes += static_cast<int64_t>(out[i]->size());
   }
   if (transfers.empty()) return out;
-  CURLM* multi = shared_->Acquire();
+  CURLM* multi = shared_->Acquire(static_cast<long>(std::max(1, options_.concurrency)));
   size_t next = 0, running = 0;
   auto start = [&](Transfer& t) {
     CURL* e = curl_easy_init();
