@@ -42,10 +42,11 @@ struct ServeFlags {
   std::vector<std::string> models;  // --model DIR | NAME=PATH (repeatable)
   std::string repository;           // --model-repository DIR
   std::string model_control = "none";
-  std::vector<std::string> load_models;  // --load-model NAME (explicit control; * = all)
-  int64_t memory_budget = 0;             // --model-memory-budget BYTES (0 = none)
-  std::string model_cache;               // --model-cache DIR: --model entries naming a source
-  int64_t cache_max_bytes = 0;           // --cache-max-bytes (0 = no limit)
+  std::vector<std::string> load_models;     // --load-model NAME (explicit control; * = all)
+  int64_t memory_budget = 0;                // --model-memory-budget BYTES (0 = none)
+  std::string model_cache;                  // --model-cache DIR: --model entries naming a source
+  bool allow_pulled_model_plugins = false;  // pulled models' sluice.json "plugins" load
+  int64_t cache_max_bytes = 0;              // --cache-max-bytes (0 = no limit)
   std::string host = "127.0.0.1";
   int port = 8000;
   int grpc_port = -1;  // -1: no gRPC server
@@ -399,6 +400,7 @@ int RunServe(const ServeFlags& f) {
     path = pulled->path;
     cache_holds.push_back(pulled->in_use);
   }
+  SetPulledModelPolicy(f.model_cache, f.allow_pulled_model_plugins);
   auto repo = serving::Repository::Open(f.repository, entries);
   if (!repo.ok()) return ReportError(repo.status());
 
@@ -573,6 +575,9 @@ Registrar serve_cmd(Command{
                       "cache directory for --model entries that name a source (a .tar/.tar.gz "
                       "archive or an http(s)/file URL of one, SOURCE#sha256=HEX to check it): "
                       "materialised before the server starts (docs/model-ops.md)");
+      sub->add_flag("--allow-pulled-model-plugins", f->allow_pulled_model_plugins,
+                    "let models pulled into --model-cache load the plugins their sluice.json "
+                    "names (native code from a downloaded model; refused by default)");
       sub->add_option("--cache-max-bytes", f->cache_max_bytes,
                       "bytes the model cache may hold (0 = no limit; least recently used "
                       "entries not in use are evicted)")

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "core/log.h"
@@ -136,10 +137,50 @@ StatusOr<EngineOptions> ToEngineOptions(const ModelFlags& f) {
 
 namespace {
 
+struct PulledModelPolicy {
+  std::string cache_root;  // canonical; empty: no cache
+  bool allow_plugins = false;
+};
+PulledModelPolicy& Pulled() {
+  static PulledModelPolicy p;
+  return p;
+}
+
+// Whether dir lies inside the model cache (a pulled model).
+bool InModelCache(const std::string& dir) {
+  const std::string& root = Pulled().cache_root;
+  if (root.empty()) return false;
+  std::error_code ec;
+  const std::string d = std::filesystem::weakly_canonical(dir, ec).string();
+  if (ec) return false;
+  return d.size() > root.size() && d.compare(0, root.size(), root) == 0 && d[root.size()] == '/';
+}
+
+}  // namespace
+
+void SetPulledModelPolicy(const std::string& cache_dir, bool allow_plugins) {
+  Pulled().allow_plugins = allow_plugins;
+  Pulled().cache_root.clear();
+  if (cache_dir.empty()) return;
+  std::error_code ec;
+  const auto c = std::filesystem::weakly_canonical(cache_dir, ec);
+  if (!ec) Pulled().cache_root = c.string();
+}
+
+namespace {
+
 StatusOr<std::shared_ptr<const PluginSet>> LoadPluginPaths(const std::vector<std::string>& first,
                                                            const std::vector<std::string>& more,
                                                            const std::string& dir,
                                                            bool generation) {
+  if (!more.empty() && !Pulled().allow_plugins && InModelCache(dir)) {
+    std::string names;
+    for (const std::string& m : more) names += (names.empty() ? "" : ", ") + m;
+    return FailedPrecondition(
+        dir + " was pulled into the model cache and its sluice.json names plugins (" + names +
+        "): a downloaded model does not load native code unless the server runs with "
+        "--allow-pulled-model-plugins");
+  }
   std::vector<std::string> paths = first;
   paths.insert(paths.end(), more.begin(), more.end());
   if (paths.empty()) return std::shared_ptr<const PluginSet>();

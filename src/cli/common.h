@@ -47,6 +47,13 @@ StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<st
 // "plugins"; served as a scoring model (logits processors are refused).
 StatusOr<std::shared_ptr<const PluginSet>> LoadModelPlugins(const std::vector<std::string>& first,
                                                             const std::string& dir);
+// Models materialised in the model cache (`--model-cache DIR`: pulled from an archive or a URL)
+// may name native plugins in their sluice.json only with allow_plugins
+// (--allow-pulled-model-plugins): a downloaded model must not load code by default. Set once by
+// `serve` before any model loads; the --plugin flags and model.json "plugins" (the operator's)
+// are not affected.
+void SetPulledModelPolicy(const std::string& cache_dir, bool allow_plugins);
+
 // Prints "error: ..." to stderr and returns the CLI exit code for a status.
 int ReportError(const Status& s);
 

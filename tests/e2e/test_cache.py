@@ -264,6 +264,40 @@ try:
                        capture_output=True, text=True, timeout=60)
     c.check(p.returncode != 0 and "--model-cache" in p.stderr + p.stdout,
             "a URL without --model-cache is refused")
+    # --- a pulled model naming plugins in its sluice.json: refused unless allowed ---
+    kw = os.path.join(os.path.dirname(os.path.abspath(harness.ARGS.sluice)), "plugins",
+                      "keyword_rerank.so")
+    with open(kw, "rb") as f:
+        kw_bytes = f.read()
+
+    def member(name, data):
+        info = tarfile.TarInfo("demo-reranker/" + name)
+        info.size = len(data)
+        info.mode = 0o644
+        return info, data
+
+    ptgz = make_tar(os.path.join(WORK, "plug.tar.gz"),
+                    extra=[member("kw.so", kw_bytes),
+                           member("sluice.json", json.dumps({"plugins": ["kw.so"]}).encode())])
+    c9 = os.path.join(WORK, "c9")
+    p = subprocess.run([harness.ARGS.sluice, "serve", "--model", "r=" + ptgz, "--model-cache", c9,
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    out = p.stderr + p.stdout
+    c.check(p.returncode != 0 and "--allow-pulled-model-plugins" in out and "kw.so" in out,
+            f"a pulled model's sluice.json plugins are refused: {out[-400:]}")
+    with Server(None, "--model", "r=" + ptgz, "--model-cache", c9,
+                "--allow-pulled-model-plugins") as s:
+        st, _, body = s.post("/plugins/keyword_rerank",
+                             {"query": "How do salmon swim?", "keywords": ["river"],
+                              "documents": ["Salmon swim up the river.", "Traders sell shares."]})
+        c.check(st == 200 and body.get("results"), f"allowed: the pulled plugin serves {st} {body}")
+    # The operator's own --plugin still loads for a pulled model without the flag.
+    with Server(None, "--model", "r=" + tgz, "--model-cache", c9, "--plugin", kw) as s:
+        st, _, body = s.post("/plugins/keyword_rerank",
+                             {"query": "How do salmon swim?", "keywords": ["river"],
+                              "documents": ["Salmon swim up the river.", "Traders sell shares."]})
+        c.check(st == 200, f"--plugin on a pulled model: {st} {body}")
+
     # --- a repository's model.json "sources": versions pulled as they load; cache metrics ---
     repo = os.path.join(WORK, "repo")
     os.makedirs(os.path.join(repo, "r"))
