@@ -16,36 +16,15 @@ space, digits, code), not a good segmentation. Deterministic.
 import argparse
 import collections
 import json
-import lzma
 import os
 import re
-import sysconfig
+import sys
 
 SPLIT = re.compile(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\w]?[^\W\d_]+|\d{1,3}| ?[^\s\w]+[\r\n]*"
                    r"|\s*[\r\n]+|\s+(?!\S)|\s+|_+")
 
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def texts(schemas_path):
-    opener = lzma.open if schemas_path.endswith(".xz") else open
-    with opener(schemas_path, "rt", encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            yield json.dumps(d["schema"], separators=(",", ":"), ensure_ascii=False)
-            for t in d.get("tests", []):
-                yield json.dumps(t["data"], separators=(",", ":"), ensure_ascii=False)
-    stdlib = sysconfig.get_paths()["stdlib"]
-    files = []
-    for root, dirs, names in os.walk(stdlib):
-        dirs.sort()
-        if "site-packages" in root or "test" in os.path.relpath(root, stdlib).split(os.sep)[:1]:
-            continue
-        files += [os.path.join(root, n) for n in sorted(names) if n.endswith(".py")]
-    for p in sorted(files):
-        with open(p, encoding="utf-8", errors="replace") as f:
-            yield f.read()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_corpus import LLAMA3_SPLIT, texts  # noqa: E402
 
 
 def byte_to_unicode():

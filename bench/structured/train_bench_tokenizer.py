@@ -15,35 +15,13 @@ and copy $OUT/bench-tokenizer-128k/tokenizer.json back (it is then the --tokeniz
 `sluice grammar-bench`; docs/benchmarks.md).
 """
 import argparse
-import json
-import lzma
 import os
-import sysconfig
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def texts(schemas_path):
-    opener = lzma.open if schemas_path.endswith(".xz") else open
-    with opener(schemas_path, "rt", encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            yield json.dumps(d["schema"], separators=(",", ":"), ensure_ascii=False)
-            for t in d.get("tests", []):
-                yield json.dumps(t["data"], separators=(",", ":"), ensure_ascii=False)
-    stdlib = sysconfig.get_paths()["stdlib"]
-    files = []
-    for root, dirs, names in os.walk(stdlib):
-        dirs.sort()
-        if "site-packages" in root or "test" in os.path.relpath(root, stdlib).split(os.sep)[:1]:
-            continue
-        files += [os.path.join(root, n) for n in sorted(names) if n.endswith(".py")]
-    for p in sorted(files):
-        with open(p, encoding="utf-8", errors="replace") as f:
-            yield f.read()
+from bench_corpus import LLAMA3_SPLIT, texts  # noqa: E402
 
 
 def main():
