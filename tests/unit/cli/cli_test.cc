@@ -667,9 +667,24 @@ TEST(Cli, GrammarBenchChecksMasksAgainstTheReferenceWalk) {
   EXPECT_NE(r.out.find("\"valid_rejected\":0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"invalid_accepted\":0"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("masks_checked\":0,"), std::string::npos) << r.out;
-  r = RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas);
+  const std::string results = TempPath("results.jsonl");
+  r = RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas + " --output " +
+                results);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.find("mask_mismatches"), std::string::npos) << r.out;
+  // The refused instance {"k":1} says where: its byte offset, the text before the refused
+  // token (a prefix of the instance) and the token.
+  std::ifstream in(results);
+  std::string line, obj;
+  while (std::getline(in, line)) {
+    if (line.find("\"id\":\"obj\"") != std::string::npos) obj = line;
+  }
+  EXPECT_NE(obj.find("\"rejected_offset\":"), std::string::npos) << obj;
+  const size_t b = obj.find("\"before\":\"");
+  ASSERT_NE(b, std::string::npos) << obj;
+  EXPECT_EQ(obj.compare(b + 10, 3, "{\\\""), 0) << obj;  // the JSON-quoted text starts {"
+  EXPECT_NE(obj.find("\"token\":\""), std::string::npos) << obj;
+  fs::remove(results);
   fs::remove(schemas);
 }
 
