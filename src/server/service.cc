@@ -59,6 +59,7 @@ Service::Service(ServiceOptions options, EngineLoop* loop, const ModelContext* m
     Status s = processors_.AddPlugin(p, p->origin());
     if (!s.ok()) SLUICE_LOG_ERROR("{}", s.message());
   }
+  SLUICE_LOG_INFO("model \"{}\" version {}: {}", model_->name, model_->version, IoNames());
   pool_ = std::make_unique<WorkerPool>(options_.workers);
 }
 

@@ -106,6 +106,9 @@ def same_as_route(s, conn, good, bad):
 with Server(MODEL, "--plugin", PLUGIN, "--workers", "2") as s:
     c.check(any("IO processors: keyword_rerank" in line for line in s.log),
             "start-up log names the IO processor")
+    c.check(any('model "demo-reranker" version 1: plugin IO processors: keyword_rerank; '
+                + BUILTINS in line for line in s.log),
+            "start-up log lists the model's IO processors, plugins and built-ins")
     conn = s.conn()
     model = model_scores(s, conn, QUERY, DOCS)
     for boost, order in ((0.5, [1, 3, 0, 2]), (1.0, [3, 1, 0, 2])):
