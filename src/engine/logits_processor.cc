@@ -1,6 +1,7 @@
 #include "engine/logits_processor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -140,15 +141,22 @@ void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsP
     }
     StoreMask(out, mask.data(), words);
   };
-  pool.ParallelFor(groups->size(), [&](size_t b, size_t e) {
-    thread_local std::vector<uint32_t> mask, scratch;
-    for (size_t i = b; i < e; ++i) {
-      fill_group((*groups)[i], masks + i * static_cast<size_t>(words), mask, scratch);
-    }
+  // Rows are claimed one at a time (a mask can take from well under a microsecond, a cached
+  // one, to milliseconds, a fresh walk of a large vocabulary): a thread that drew slow rows
+  // does not hold the step while the others idle.
+  const size_t n = groups->size();
+  std::atomic<size_t> next{0};
+  pool.ParallelFor(
+      std::min<size_t>(n, static_cast<size_t>(pool.num_threads())), [&](size_t, size_t) {
+        thread_local std::vector<uint32_t> mask, scratch;
+        for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+             i = next.fetch_add(1, std::memory_order_relaxed)) {
+          fill_group((*groups)[i], masks + i * static_cast<size_t>(words), mask, scratch);
+        }
 #if defined(__SSE2__)
-    _mm_sfence();  // the streaming stores are visible before the caller uploads the masks
+        _mm_sfence();  // the streaming stores are visible before the caller uploads the masks
 #endif
-  });
+      });
 }
 
 namespace {
