@@ -99,11 +99,13 @@ StatusOr<std::shared_ptr<const TokenTrie>> TokenTrie::FromTokenizer(const Tokeni
 }
 
 std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) const {
-  std::lock_guard<std::mutex> lock(cover_mu_);
-  for (const auto& [set, c] : covers_) {
-    if (set == l) return c;
+  {
+    std::lock_guard<std::mutex> lock(cover_mu_);
+    for (const auto& [set, c] : covers_) {
+      if (set == l) return c;
+    }
   }
-  if (covers_.size() >= kMaxLoopCovers) return nullptr;
+  // Computed outside the lock (a walk of the whole trie): other threads keep finding theirs.
   auto c = std::make_shared<LoopCover>();
   c->mask.assign(static_cast<size_t>(words()), 0);
   std::vector<uint32_t> stack = {0};
@@ -124,6 +126,12 @@ std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) c
       if (child_begin_[k + 1] > child_begin_[k]) stack.push_back(k);
     }
   }
+  std::lock_guard<std::mutex> lock(cover_mu_);
+  for (const auto& [set, other] : covers_) {
+    if (set == l) return other;  // another thread made it meanwhile
+  }
+  // Past the limit the oldest goes (grammars holding it keep their copy).
+  if (covers_.size() >= kMaxLoopCovers) covers_.erase(covers_.begin());
   covers_.emplace_back(l, c);
   return c;
 }

@@ -73,9 +73,10 @@ class TokenTrie {
     std::vector<uint32_t> mask;
     std::vector<uint32_t> exits;  // edge indices
   };
-  // Computed once per set and kept (up to kMaxLoopCovers sets; nullptr past that).
+  // Computed once per set and kept (the kMaxLoopCovers latest sets: a server that has seen
+  // more string classes than that recomputes the oldest when they come back).
   std::shared_ptr<const LoopCover> Cover(const ByteSet& l) const;
-  static constexpr size_t kMaxLoopCovers = 64;
+  static constexpr size_t kMaxLoopCovers = 256;
 
  private:
   friend class Grammar;
