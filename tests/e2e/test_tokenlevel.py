@@ -2,7 +2,8 @@
 fixtures (tests/fixtures/token_classification, every aggregation strategy, Korean offsets),
 /pooling token_classify, /absa (spans, offsets into the review, one request = its aspects
 alone; absa.sentiment_model: sentiments from a second classifier, start-up errors), late interaction through /score and /v1/rerank (MaxSim against the golden fixture; ColBERT
-query augmentation = the query padded with [MASK] given as token ids),
+query augmentation = the query padded with [MASK] given as token ids; unattended expansion
+tokens served, their keys left out),
 Cohere v2 /v2/rerank, Bearer auth and --metrics-require-key, --max-connections (health keeps
 answering), file-descriptor exhaustion (no spinning, rate-limited log lines, recovery), and the
 CLI's token classification, --version, tokenize help, bench progress line and missing model

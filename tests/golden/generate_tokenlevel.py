@@ -205,11 +205,22 @@ def late_interaction_case(out, name, config, seed, dim):
 
 # Words of train_wordpiece's corpus (short tokenisations, no truncation), documents without
 # punctuation (PyLate leaves its skiplist, string.punctuation, out of documents' vectors).
-PYLATE_QUERIES = ["the food was great", "wait was long", "Boston", "coffee staff", "dirty room"]
+# 24 inputs: the golden test's batch-invariance check needs at least 22.
+PYLATE_QUERIES = ["the food was great", "wait was long", "Boston", "coffee staff", "dirty room",
+                  "pasta cold", "offices near Seattle", "friendly staff", "Tokyo Paris",
+                  "음식이 맛있고", "the station", "Amazon"]
 PYLATE_DOCUMENTS = ["The staff was friendly and the food was delicious",
                     "The wait was too long and the room was dirty",
                     "Great coffee friendly staff",
-                    "Seoul Busan Tokyo Paris Boston"]
+                    "Seoul Busan Tokyo Paris Boston",
+                    "The food at Luigi in Boston was great but the wait was long",
+                    "Service was slow the pasta cold still Anna loved the tiramisu",
+                    "Microsoft Apple and Amazon all have offices near Seattle",
+                    "Prices went up since and the portions shrank",
+                    "Try Le Chalet near the station",
+                    "음식이 맛있고 직원이 친절합니다",
+                    "Google Microsoft Apple Amazon New York",
+                    "the pasta was cold and the coffee was great"]
 
 
 def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):

@@ -239,7 +239,7 @@ TEST_P(GoldenTest, BatchInvariance) {
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), rng);
     // Add duplicates of a few inputs inside the same batch.
-    for (int d = 0; d < 8; ++d) order.push_back(order[d * 3]);
+    for (size_t d = 0; d < 8; ++d) order.push_back(order[d * 3 % c.inputs.size()]);
     std::vector<const TokenSequence*> batch;
     for (size_t i : order) batch.push_back(&c.inputs[i]);
     std::vector<PooledOutput> mixed(batch.size());
