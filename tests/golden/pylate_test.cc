@@ -22,6 +22,7 @@
 #include "io/builtins.h"
 #include "io/model_context.h"
 #include "io/offline.h"
+#include "io/registry.h"
 
 namespace sluice {
 namespace {
@@ -94,7 +95,7 @@ TEST(PylateColbert, ServedQueriesMatchPylate) {
       const std::string body =
           rerank ? R"({"query": ")" + queries[q] + R"(", "documents": )" + JsonList(documents) + "}"
                  : R"({"text_1": ")" + queries[q] + R"(", "text_2": )" + JsonList(documents) + "}";
-      const IoProcessor* p = reg.Find(route);
+      const IoProcessor* p = reg.FindRoute(route);
       ASSERT_NE(p, nullptr);
       auto st = p->Parse(IoRequest{route, body, &m});
       ASSERT_TRUE(st.ok()) << st.status().ToString();

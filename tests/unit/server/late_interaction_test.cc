@@ -113,7 +113,7 @@ TEST_F(LateInteraction, UnattendedExpansionTokensAreLeftOutOfTheKeys) {
   ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
   EXPECT_EQ((*seqs)[0].attended, 0);
   // /pooling (token_embed): a query padded by the client gets the query path's keys.
-  const IoProcessor* p = reg_.Find("/pooling");
+  const IoProcessor* p = reg_.FindRoute("/pooling");
   ASSERT_NE(p, nullptr);
   auto st =
       p->Parse(IoRequest{"/pooling", R"({"input": [[2, 40, 41, 3, 4, 4], [2, 50, 3]]})", &m_});
