@@ -76,6 +76,11 @@ struct ModelContext {
   // refused unless truncation is asked for (then cut to query_length).
   int query_length = 0;
   int32_t query_mask_id = -1;
+  // Whether the query's other tokens attend to those [MASK] tokens (attend_to_expansion_tokens).
+  // When not (PyLate's default), a late-interaction input's trailing run of query_mask_id
+  // tokens (the expansion) is left out of the attention's keys (TokenSequence::attended), as
+  // PyLate's attention_mask 0 leaves it; its token vectors are still computed and scored.
+  bool query_expansion_attended = true;
   // Aspect-based sentiment (/absa; sluice.json "absa"): tag (or label) -> sentiment name,
   // the word aggregation that builds spans, the aspects one request may hold.
   bool absa = false;

@@ -12,6 +12,11 @@ namespace sluice {
 struct TokenSequence {
   std::vector<int32_t> ids;
   std::vector<int32_t> type_ids;  // empty = all zero
+  // Keys of the attention: > 0 = only the first `attended` tokens; the later ones attend to
+  // those (they are queries and get outputs) but no token attends to them (ColBERT query
+  // expansion tokens with attention_mask 0, PyLate's attend_to_expansion_tokens false).
+  // 0 = every token. Encoder models only (BERT family, ModernBERT).
+  int32_t attended = 0;
 };
 
 // A pooling model's output for one sequence.

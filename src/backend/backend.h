@@ -175,6 +175,11 @@ struct AttentionParams {
   // 0 .. len(p) - 1) followed by its own; the result equals running the full sequence
   // (p's tokens + own tokens) on its own. A prefix sequence has no prefix itself.
   const int32_t* prefix_of = nullptr;
+  // Keys not attended (ColBERT query expansion): nullptr = none, else [num_seqs] (device
+  // memory on CUDA, like cu_seqlens): the queries of sequence s see only its keys at logical
+  // positions < key_lens[s] (on top of causal / window); the tokens after them are still
+  // queries. A query row with no key left to see gets zeros. Excludes the paged KV cache.
+  const int32_t* key_lens = nullptr;
   // Paged KV cache (generation; causal only; excludes prefix_of): k and v are one layer's
   // cache, [num_blocks * kv_block_size, num_kv_heads * head_dim] (row = block * block_size
   // + offset), already holding every key of every sequence, this batch's included
@@ -328,8 +333,9 @@ class Recording {
 };
 
 // What a replay changes in every recorded attention call: the batch's sequence structure.
-// (The cu_seqlens and prefix_of pointers are the recorded ones: write the new offsets and
-// prefixes there before replaying; record with a prefix_of array, all -1 when none.)
+// (The cu_seqlens, prefix_of and key_lens pointers are the recorded ones: write the new
+// offsets, prefixes and key limits there before replaying; record with a prefix_of array,
+// all -1 when none, and a key_lens array, all INT32_MAX when none.)
 struct ReplayShape {
   int num_seqs = 0;
   int max_seqlen = 0;

@@ -237,6 +237,7 @@ sluice::StatusOr<std::vector<sluice::PooledOutput>> RunInputs(sluice_model* m,
     }
     RETURN_IF_ERROR(sluice::io::EncodeTexts(engine, eo, m->pool.get(), &parsed));
   }
+  RETURN_IF_ERROR(sluice::io::MarkQueryExpansion(engine, &parsed.seqs));
   return m->engine->Run(parsed.seqs);
 }
 

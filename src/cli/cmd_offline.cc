@@ -285,6 +285,7 @@ int RunOffline(const OfflineFlags& f, Task task) {
       !s.ok()) {
     return ReportError(s);
   }
+  if (Status s = io::MarkQueryExpansion(engine, &parsed_or->seqs); !s.ok()) return ReportError(s);
   const auto& inputs = parsed_or->seqs;
   if (f.dimensions != 0) {
     if (Status s = io::CheckDimensions(engine, f.dimensions, "--dimensions"); !s.ok()) {

@@ -22,6 +22,18 @@ Status ValidateSequences(const SequenceLimits& limits, std::span<const TokenSequ
                                ")");
       }
     }
+    if (s.attended != 0) {
+      if (!limits.key_limits) {
+        return InvalidArgument(where +
+                               ": this model cannot leave tokens out of the attention's keys "
+                               "(ColBERT query expansion tokens not attended need an encoder of "
+                               "the BERT family or ModernBERT)");
+      }
+      if (s.attended < 0 || static_cast<size_t>(s.attended) > s.ids.size()) {
+        return InvalidArgument(where + ": attended tokens " + std::to_string(s.attended) +
+                               " outside [0, " + std::to_string(s.ids.size()) + "]");
+      }
+    }
     if (s.type_ids.empty()) continue;
     if (s.type_ids.size() != s.ids.size()) {
       return InvalidArgument(where + ": token_type_ids length differs from input_ids");

@@ -16,10 +16,12 @@ struct SequenceLimits {
   int vocab_size = 0;       // token ids in [0, vocab_size)
   int type_vocab_size = 1;  // token type ids in [0, max(1, type_vocab_size))
   int max_tokens = 0;       // tokens per sequence at most (0 = no limit)
+  bool key_limits = false;  // TokenSequence::attended may be set (Model::SupportsKeyLimits)
 };
 
 // Checks every sequence: non-empty, at most max_tokens, ids and type ids in range, type ids
-// as many as ids. The error names the input index ("input 3: ...").
+// as many as ids, `attended` in [0, tokens] and only where the model takes it. The error names the
+// input index ("input 3: ...").
 Status ValidateSequences(const SequenceLimits& limits, std::span<const TokenSequence> inputs);
 
 }  // namespace sluice

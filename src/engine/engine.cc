@@ -91,6 +91,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelBundle
   e->limits_.vocab_size = b.config.vocab_size;
   e->limits_.type_vocab_size = b.config.type_vocab_size;
   e->limits_.max_tokens = info.max_sequence_length;
+  e->limits_.key_limits = model.SupportsKeyLimits();
   const bool causal_last = model.SupportsPrefixReuse() && e->head().pooling == PoolingKind::kLast;
   const bool cuda = e->runner_->backend().kind() == DeviceKind::kCuda;
   e->prefix_reuse_ = causal_last && (options.prefix_reuse == PrefixReuse::kOn ||
@@ -161,7 +162,7 @@ void Engine::ResetProfile() { runner_->ResetProfile(); }
 
 Status Engine::RunBatch(const std::vector<const TokenSequence*>& inputs, PooledOutput* outputs) {
   batch_.Clear();
-  for (const TokenSequence* in : inputs) batch_.Add(in->ids, in->type_ids);
+  for (const TokenSequence* in : inputs) batch_.Add(*in);
   return RunPacked(batch_, outputs);
 }
 
@@ -190,7 +191,7 @@ Status Engine::SubmitImpl(const ForwardBatch& batch, PooledOutput* outputs, bool
   const int S = batch.num_seqs();
   groups_.clear();
   if (detect_prefix && prefix_reuse_ && batch.prefix_of.empty() && S >= 2 &&
-      batch.token_type_ids.empty()) {
+      batch.token_type_ids.empty() && batch.key_lens.empty()) {
     groups_ =
         FindPrefixGroups(batch.token_ids.data(), batch.cu_seqlens.data(), S, kMinSharedPrefix);
   }
@@ -302,7 +303,7 @@ StatusOr<std::vector<PooledOutput>> Engine::Run(const std::vector<TokenSequence>
                            static_cast<int>(group_seqs) >= options_.max_num_seqs)) {
       RETURN_IF_ERROR(flush());
     }
-    batch_.Add(in.ids, in.type_ids);
+    batch_.Add(in);
     ++group_seqs;
     tokens += n;
   }

@@ -136,7 +136,7 @@ void EngineLoop::SchedulerThread() {
     p.batch.Clear();
     for (const BatchItem& it : p.items) {
       const TokenSequence& in = it.request->inputs[it.seq];
-      p.batch.Add(in.ids, use_types_ ? in.type_ids : std::vector<int32_t>{});
+      p.batch.Add(in, use_types_);
     }
     p.outputs.resize(p.items.size());
     {

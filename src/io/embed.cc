@@ -128,6 +128,8 @@ class EmbedProcessor : public IoProcessor {
     for (size_t i = 0; i < st.items.size(); ++i) {
       const std::string path = many ? std::string(field) + "[" + std::to_string(i) + "]" : field;
       ASSIGN_OR_RETURN(TokenSequence s, EncodeOne(m, st.items[i], st.truncate, path));
+      // A query the client padded with [MASK] (token ids) gets the query path's vectors.
+      MarkQueryExpansion(m, &s);
       st.prompt_tokens += static_cast<int64_t>(s.ids.size());
       seqs->push_back(std::move(s));
     }

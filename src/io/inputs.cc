@@ -117,6 +117,14 @@ Status NoTokenizer(const std::string& path) {
 
 }  // namespace
 
+void MarkQueryExpansion(const ModelContext& model, TokenSequence* s) {
+  if (!model.late_interaction || model.query_length <= 0 || model.query_expansion_attended) return;
+  size_t n = s->ids.size();
+  while (n > 0 && s->ids[n - 1] == model.query_mask_id) --n;
+  // Only [MASK] tokens: nothing else to attend, so they attend each other.
+  s->attended = n < s->ids.size() && n > 0 ? static_cast<int32_t>(n) : 0;
+}
+
 StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, const Truncate& t,
                                   const std::string& path) {
   bool truncating;

@@ -45,6 +45,12 @@ int EffectiveLimit(const ModelContext& model, const Truncate& t, bool* truncatin
 
 StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, const Truncate& t,
                                   const std::string& path);
+// ColBERT query expansion that the other tokens do not attend (late interaction with
+// query_length and !query_expansion_attended): the trailing run of query_mask_id tokens of
+// `s` (a query padded by the server or by the client) is left out of the attention's keys
+// (TokenSequence::attended). Nothing otherwise.
+void MarkQueryExpansion(const ModelContext& model, TokenSequence* s);
+
 // A (query, document) pair for cross-encoders: the tokenizer's pair template for texts,
 // prefix + a + separator + b + suffix for token ids. Truncation shortens the document.
 // Causal-LM rerankers render text pairs with the prompt template and `instruction`

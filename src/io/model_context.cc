@@ -88,8 +88,19 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
                              " is over the limit of " + std::to_string(m.max_tokens_per_input) +
                              " tokens per input");
     }
+    if (!qe.attend && !engine.model().SupportsKeyLimits()) {
+      return Unsupported(
+          "query_length " + std::to_string(qe.length) +
+          " with attend_to_expansion_tokens false (ColBERT query expansion tokens the other "
+          "tokens do not attend) needs an encoder of the BERT family or ModernBERT, which "
+          "can leave tokens out of the attention's keys; this model (" +
+          m.family +
+          ") cannot: set sluice.json \"attend_to_expansion_tokens\": true if the model was "
+          "trained so, or \"query_length\": 0");
+    }
     m.query_length = qe.length;
     m.query_mask_id = *mask;
+    m.query_expansion_attended = qe.attend;
   }
   if (overrides.absa) {
     m.absa = true;

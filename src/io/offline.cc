@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "io/inputs.h"
 #include "weights/config.h"
 
 namespace sluice::io {
@@ -82,6 +83,33 @@ Status EncodeTexts(const Engine& engine, const EncodeOptions& options, ThreadPoo
       },
       16);
   for (const Status& e : errors) RETURN_IF_ERROR(e);
+  return Status::Ok();
+}
+
+Status MarkQueryExpansion(const Engine& engine, std::vector<TokenSequence>* seqs) {
+  if (!engine.head().late_interaction) return Status::Ok();
+  ASSIGN_OR_RETURN(QueryExpansion qe,
+                   ResolveQueryExpansion(engine.bundle().st, engine.bundle().overrides, true));
+  if (qe.length == 0 || qe.attend) return Status::Ok();
+  const Tokenizer* tok = engine.bundle().tokenizer.get();
+  const std::optional<int32_t> mask =
+      tok ? tok->TokenToId(tok->config().mask_token.value_or("[MASK]")) : std::nullopt;
+  if (!mask) {
+    return FailedPrecondition(
+        "query_length (ColBERT query augmentation) needs the tokenizer's mask token "
+        "(tokenizer.json with tokenizer_config.json mask_token, or a [MASK] token)");
+  }
+  if (!engine.model().SupportsKeyLimits()) {
+    return Unsupported(
+        "attend_to_expansion_tokens false (ColBERT query expansion tokens the other tokens do "
+        "not attend) needs an encoder of the BERT family or ModernBERT");
+  }
+  ModelContext m;
+  m.late_interaction = true;
+  m.query_length = qe.length;
+  m.query_mask_id = *mask;
+  m.query_expansion_attended = false;
+  for (TokenSequence& s : *seqs) io::MarkQueryExpansion(m, &s);
   return Status::Ok();
 }
 

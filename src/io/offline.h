@@ -59,6 +59,13 @@ Status EncodeTexts(const Engine& engine, const EncodeOptions& options, ThreadPoo
 
 // Embed `dimensions` follows the server's rule: Matryoshka embedding models only (config.json
 // or sluice.json), one of their matryoshka_dimensions when listed. `flag` names the option.
+// ColBERT query expansion that the other tokens do not attend (a late-interaction model with
+// query_length and attend_to_expansion_tokens false, PyLate's default): each input's trailing
+// run of mask tokens (a query padded as PyLate pads it) is left out of the attention's keys
+// (io::MarkQueryExpansion, as the server's routes do). Nothing for other models. Offline
+// inputs are not padded: give a query padded to the query length to get PyLate's vectors.
+Status MarkQueryExpansion(const Engine& engine, std::vector<TokenSequence>* seqs);
+
 Status CheckDimensions(const Engine& engine, int dimensions, const std::string& flag);
 // Embeddings as the embed routes return them: the first `dimensions` values (0 = all), then
 // L2-normalised per row when `normalize`.

@@ -328,6 +328,7 @@ class ScoreProcessor : public IoProcessor {
         }
         if (!s.type_ids.empty()) s.type_ids.resize(n, 0);
         s.ids.resize(n, m.query_mask_id);
+        MarkQueryExpansion(m, &s);  // [MASK] tokens the others do not attend (PyLate's default)
       }
       q_index[i] = add(std::move(s));
     }

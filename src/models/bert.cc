@@ -91,6 +91,8 @@ class BertModel final : public Model {
     backend_->LayerNorm(tmp, nullptr, L.ln2_w.t(), &L.ln2_b.t(), eps, h);
   }
 
+  bool SupportsKeyLimits() const override { return true; }
+
   StatusOr<Tensor> Forward(const DeviceBatch& b, Workspace& ws) override {
     const auto& c = config_;
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
@@ -118,6 +120,7 @@ class BertModel final : public Model {
     ap.head_dim = static_cast<int>(H / c.num_attention_heads);
     ap.scale = 1.0f / std::sqrt(static_cast<float>(ap.head_dim));
     ap.causal = false;
+    ap.key_lens = b.key_lens.ptr<int32_t>();  // ColBERT expansion tokens, or null
     const bool prune = b.output_rows.data != nullptr;
     const int64_t S = b.num_output_rows;
     const int32_t* rows = b.output_rows.ptr<int32_t>();

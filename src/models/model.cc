@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <climits>
 
 namespace sluice {
 
@@ -10,6 +11,7 @@ void ForwardBatch::Clear() {
   cu_seqlens.clear();
   max_seqlen = 0;
   prefix_of.clear();
+  key_lens.clear();
   kv_start.clear();
   kv_block_table.clear();
   kv_blocks_per_seq = 0;
@@ -17,8 +19,13 @@ void ForwardBatch::Clear() {
   output_rows.clear();
 }
 
-void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids) {
+void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids,
+                       int32_t attended) {
   if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+  if (attended > 0 || !key_lens.empty()) {
+    key_lens.resize(static_cast<size_t>(num_seqs()), INT32_MAX);  // the earlier sequences: all
+    key_lens.push_back(attended > 0 ? attended : INT32_MAX);
+  }
   const bool had_types = !token_type_ids.empty();
   if (!type_ids.empty() && !had_types) token_type_ids.assign(token_ids.size(), 0);
   token_ids.insert(token_ids.end(), ids.begin(), ids.end());
@@ -35,6 +42,7 @@ void ForwardBatch::Add(const std::vector<int32_t>& ids, const std::vector<int32_
 void ForwardBatch::AddWithPrefix(const int32_t* ids, int n, int prefix) {
   if (cu_seqlens.empty()) cu_seqlens.push_back(0);
   prefix_of.resize(static_cast<size_t>(num_seqs()), -1);
+  if (!key_lens.empty()) key_lens.push_back(INT32_MAX);
   token_ids.insert(token_ids.end(), ids, ids + n);
   if (!token_type_ids.empty()) token_type_ids.resize(token_ids.size(), 0);
   cu_seqlens.push_back(static_cast<int32_t>(token_ids.size()));
@@ -110,6 +118,9 @@ void Model::PackInputs(const ForwardBatch& batch, const InputLayout& layout, Out
     std::copy(batch.prefix_of.begin(), batch.prefix_of.end(), prefix_of);
     std::fill(prefix_of + S, prefix_of + layout.seqs, -1);
   }
+  int32_t* key_lens = host + layout.key_lens();
+  std::copy(batch.key_lens.begin(), batch.key_lens.end(), key_lens);
+  std::fill(key_lens + batch.key_lens.size(), key_lens + layout.seqs, INT32_MAX);
   if (layout.blocks_per_seq > 0) {
     int32_t* kv_start = host + layout.kv_start();
     int32_t* slots = host + layout.kv_slots();
@@ -161,6 +172,7 @@ DeviceBatch Model::BindInputs(const ForwardBatch& batch, const InputLayout& layo
   if (bind_prefix_of || !batch.prefix_of.empty()) {
     d.prefix_of = view(layout.prefix_of(), d.num_seqs);
   }
+  if (bind_prefix_of || !batch.key_lens.empty()) d.key_lens = view(layout.key_lens(), d.num_seqs);
   if (layout.blocks_per_seq > 0) {
     d.kv_start = view(layout.kv_start(), d.num_seqs);
     d.kv_slots = view(layout.kv_slots(), d.num_tokens);
@@ -180,6 +192,21 @@ Status Model::CheckBatch(const ForwardBatch& batch) const {
         batch.kv_slots.size() != static_cast<size_t>(batch.num_tokens()) ||
         batch.kv_block_table.size() != static_cast<size_t>(S) * batch.kv_blocks_per_seq) {
       return Internal("KV cache inputs do not match the batch");
+    }
+  }
+  if (!batch.key_lens.empty()) {
+    if (!SupportsKeyLimits()) {
+      return InvalidArgument(
+          "this model cannot leave tokens out of the attention's keys (TokenSequence::attended; "
+          "encoders of the BERT family and ModernBERT can)");
+    }
+    if (batch.key_lens.size() != static_cast<size_t>(S)) {
+      return Internal("key_lens must have one entry per sequence");
+    }
+    for (int s = 0; s < S; ++s) {
+      if (batch.key_lens[s] < 1) {
+        return Internal("sequence " + std::to_string(s) + ": key_lens must be >= 1");
+      }
     }
   }
   if (!batch.prefix_of.empty()) {

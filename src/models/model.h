@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "sluice/sequence.h"
 #include "weights/config.h"
 #include "weights/safetensors.h"
 
@@ -28,6 +29,10 @@ struct ForwardBatch {
   // without a prefix of its own (its outputs are the caller's to discard). Models that
   // SupportsPrefixReuse() only.
   std::vector<int32_t> prefix_of;
+  // Keys not attended (TokenSequence::attended): per sequence, its keys at logical
+  // positions >= key_lens[s] are seen by no query (AttentionParams::key_lens); INT32_MAX or
+  // the sequence's length = all. Empty = none. Models that SupportsKeyLimits() only.
+  std::vector<int32_t> key_lens;
   // Paged KV cache (generation; models that SupportsKvCache()): per sequence, the tokens of
   // it already in the cache (its positions continue from there; its queries see them), and
   // its block table (kv_blocks_per_seq entries, -1 padded); per token, the cache row it is
@@ -48,8 +53,14 @@ struct ForwardBatch {
     return p < 0 ? 0 : cu_seqlens[p + 1] - cu_seqlens[p];
   }
   void Clear();
-  // Appends one sequence (type ids may be empty = zeros), without a prefix.
-  void Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids = {});
+  // Appends one sequence (type ids may be empty = zeros), without a prefix; `attended` > 0:
+  // only its first `attended` tokens are keys (key_lens).
+  void Add(const std::vector<int32_t>& ids, const std::vector<int32_t>& type_ids = {},
+           int32_t attended = 0);
+  // Appends one engine input (ids, type ids unless !use_types, key limit).
+  void Add(const TokenSequence& s, bool use_types = true) {
+    Add(s.ids, use_types ? s.type_ids : std::vector<int32_t>{}, s.attended);
+  }
   // Appends `n` tokens (type ids zero) as one sequence whose prefix is the packed sequence
   // `prefix` (-1 = none).
   void AddWithPrefix(const int32_t* ids, int n, int prefix);
@@ -73,7 +84,7 @@ class Workspace {
 // token count whatever the batch holds, and entries past the batch are padding.
 struct InputLayout {
   int64_t tokens = 0;          // ids, type ids, positions, KV slots: `tokens` entries each
-  int64_t seqs = 0;            // cu_seqlens: seqs + 1 entries; prefix_of, kv_start: seqs
+  int64_t seqs = 0;            // cu_seqlens: seqs + 1 entries; prefix_of, key_lens, kv_start: seqs
   int64_t out_rows = 0;        // output rows (0 = seqs)
   int64_t blocks_per_seq = 0;  // paged KV block table: seqs x blocks_per_seq (0 = no KV)
   int64_t num_rows() const { return out_rows > 0 ? out_rows : seqs; }
@@ -85,7 +96,8 @@ struct InputLayout {
   int64_t cu_seqlens() const { return 3 * tokens; }
   int64_t rows() const { return 3 * tokens + seqs + 1; }
   int64_t prefix_of() const { return rows() + num_rows(); }
-  int64_t kv_start() const { return prefix_of() + seqs; }
+  int64_t key_lens() const { return prefix_of() + seqs; }
+  int64_t kv_start() const { return key_lens() + seqs; }
   int64_t kv_slots() const { return kv_start() + kv_seqs(); }
   int64_t kv_block_table() const { return kv_slots() + kv_tokens(); }
   int64_t size() const { return kv_block_table() + kv_seqs() * blocks_per_seq; }
@@ -105,6 +117,8 @@ struct DeviceBatch {
   int max_context = 0;  // longest prefix + own tokens (= max_seqlen without prefixes)
   // ForwardBatch::prefix_of: i32 [S] when the batch has prefixes, data == nullptr otherwise.
   Tensor prefix_of;
+  // ForwardBatch::key_lens: i32 [S] when the batch has key limits, data == nullptr otherwise.
+  Tensor key_lens;
   int64_t num_tokens = 0;
   // Optional: when set (data != nullptr), Forward returns only these token rows
   // ([num_output_rows, hidden], in this order) and may skip the last layer's per-token
@@ -136,6 +150,8 @@ class Model {
   virtual bool SupportsPrefixReuse() const { return false; }
   // Causal LMs whose Forward accepts a paged KV cache (DeviceBatch::kv_cache).
   virtual bool SupportsKvCache() const { return false; }
+  // Encoders whose Forward accepts key limits (ForwardBatch::key_lens).
+  virtual bool SupportsKeyLimits() const { return false; }
   // Per layer, the width of a key/value row in the cache (num_kv_heads * head_dim); 0
   // without KV cache support.
   virtual int64_t kv_dim() const { return 0; }
@@ -159,15 +175,17 @@ class Model {
   // Writes the batch's inputs into host[0, layout.size()): token ids, type ids (zeros when
   // absent), positions (0-based within each sequence, continuing after a shared prefix,
   // plus any architecture offset), cu_seqlens, and one output row per sequence (its first
-  // or last token; zeros for kNone), and each sequence's prefix sequence (prefix_of, -1
-  // for none). The layout must hold the batch (tokens >= T, seqs >= S). Padding past the
-  // batch: ids, types and positions 0, cu_seqlens repeating T, rows 0, prefix_of -1.
+  // or last token; zeros for kNone), each sequence's prefix sequence (prefix_of, -1 for
+  // none) and key limit (key_lens, INT32_MAX for none). The layout must hold the batch
+  // (tokens >= T, seqs >= S). Padding past the batch: ids, types and positions 0,
+  // cu_seqlens repeating T, rows 0, prefix_of -1, key_lens INT32_MAX.
   void PackInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
                   int32_t* host) const;
   // The DeviceBatch of `batch` over `device` (int32, at least layout.size() elements), which
   // holds (or will hold, stream-ordered) PackInputs' output. output_rows is set unless kNone.
-  // prefix_of is bound when the batch has prefixes, or always with bind_prefix_of (a graph
-  // recording, whose attention calls then read each replayed batch's prefixes).
+  // prefix_of (key_lens) is bound when the batch has prefixes (key limits), or always with
+  // bind_prefix_of (a graph recording, whose attention calls then read each replayed batch's
+  // prefixes and key limits).
   DeviceBatch BindInputs(const ForwardBatch& batch, const InputLayout& layout, OutputRows rows,
                          const Tensor& device, bool bind_prefix_of = false) const;
 

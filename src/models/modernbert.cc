@@ -107,6 +107,8 @@ class ModernBertModel final : public Model {
     return Status::Ok();
   }
 
+  bool SupportsKeyLimits() const override { return true; }
+
   StatusOr<Tensor> Forward(const DeviceBatch& b, Workspace& ws) override {
     const auto& c = config_;
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
@@ -136,6 +138,7 @@ class ModernBertModel final : public Model {
     ap.head_dim = D;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
     ap.causal = false;
+    ap.key_lens = b.key_lens.ptr<int32_t>();  // ColBERT expansion tokens, or null
     ap.fixed_shape = b.fixed_shape;
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();

@@ -691,14 +691,6 @@ StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig&
                            " (ColBERT query augmentation) applies to late-interaction "
                            "models (sluice.json \"late_interaction\": true)");
   }
-  if (!q.attend) {
-    return Unsupported(origin + " " + std::to_string(q.length) +
-                       " asks for ColBERT query augmentation with [MASK] tokens the other tokens "
-                       "do not attend (attend_to_expansion_tokens false), which sluice cannot "
-                       "compute; set sluice.json \"attend_to_expansion_tokens\": true if the "
-                       "model was trained so, or \"query_length\": 0 to serve it without "
-                       "augmentation (scores then differ from PyLate's)");
-  }
   return q;
 }
 

@@ -196,11 +196,11 @@ Matryoshka ResolveMatryoshka(const ModelConfig& config, const SluiceOverrides& o
 std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim);
 
 // ColBERT query augmentation of a late-interaction model: queries are padded with the mask
-// token to `length` tokens (0 = no augmentation), the [MASK] tokens attended by all tokens
-// (`attend`). sluice.json's query_length / attend_to_expansion_tokens over PyLate's
+// token to `length` tokens (0 = no augmentation), the [MASK] tokens attended by the query's
+// other tokens (`attend`) or not (PyLate's default: they attend to the others, no token
+// attends to them). sluice.json's query_length / attend_to_expansion_tokens over PyLate's
 // config_sentence_transformers.json (query_length when do_query_expansion). An error where it
-// cannot be served: asked of a model without late interaction, a negative length, or
-// expansion tokens that the other tokens must not attend (PyLate's default; not supported).
+// cannot be served: asked of a model without late interaction, or a negative length.
 struct QueryExpansion {
   int length = 0;
   bool attend = false;

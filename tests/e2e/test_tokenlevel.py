@@ -3,7 +3,8 @@
 fixtures (tests/fixtures/token_classification, every aggregation strategy, Korean offsets),
 /pooling token_classify, /absa (spans, offsets into the review, one request = its aspects
 alone; absa.sentiment_model: sentiments from a second classifier, start-up errors), late interaction through /score and /v1/rerank (MaxSim against the golden fixture; ColBERT
-query augmentation = the query padded with [MASK] given as token ids),
+query augmentation = the query padded with [MASK] given as token ids; unattended expansion
+tokens served, their keys left out),
 Cohere v2 /v2/rerank, Bearer auth and --metrics-require-key, --max-connections (health keeps
 answering), file-descriptor exhaustion (no spinning, rate-limited log lines, recovery), and the
 CLI's token classification, --version, tokenize help, bench progress line and missing model
@@ -354,11 +355,27 @@ def query_augmentation():
                                                "attend_to_expansion_tokens": True})):
             with Server(model(name, sluice, pylate)) as s:
                 c.close(scores(s, query), plain, 1e-6, f"no augmentation ({name})")
-        # Expansion tokens the others must not attend: refused at start-up, saying how.
-        d = model("unattended", {}, {"query_length": L})
-        rc, out = run("serve", "--model", d, "--port", "0")
-        c.check(rc != 0 and "attend_to_expansion_tokens" in out,
-                f"unattended expansion tokens refused: {rc} {out[-400:]}")
+        # Expansion tokens the others do not attend (PyLate's default, attend_to_expansion_tokens
+        # absent): served, the [MASK] tokens left out of the keys. The query's own tokens get
+        # the vectors of the query without [MASK] tokens, the [MASK] tokens still get vectors
+        # that MaxSim scores; ids padded by the client and /pooling of them give the same.
+        with Server(model("unattended", {}, {"query_length": L})) as s:
+            got = scores(s, query)
+            c.check(max(abs(a - b) for a, b in zip(got, want)) > 1e-4,
+                    f"unattended [MASK] tokens change the scores: {got} vs {want}")
+            c.close(scores(s, ids), got, 1e-5, "unattended: id query")
+            c.close(scores(s, padded), got, 1e-5, "unattended: client-padded id query")
+            st, _, pool = s.post("/pooling", {"input": [padded, ids]})
+            c.check(st == 200, f"unattended /pooling {st} {pool}")
+            st, _, dpool = s.post("/pooling", {"input": docs})
+            c.check(st == 200, f"unattended /pooling of the documents {st} {dpool}")
+            rows = [x["data"] for x in pool["data"]] + [x["data"] for x in dpool["data"]]
+            c.check(len(rows[0]) == L, f"every [MASK] token has a vector: {len(rows[0])}")
+            c.close([v for r in rows[0][:len(ids)] for v in r], [v for r in rows[1] for v in r],
+                     1e-5, "unattended: the query's tokens as without the [MASK] tokens")
+            for i, d in enumerate(rows[2:]):
+                ms = sum(max(sum(a * b for a, b in zip(qv, dv)) for dv in d) for qv in rows[0])
+                c.close(ms, got[i], 1e-4, f"unattended: MaxSim of /pooling vectors, doc {i}")
 
 
 def cohere_v2_and_auth():

@@ -6,7 +6,10 @@ token-classification pipeline's outputs for every aggregation strategy.
 Writes, under --out:
   models/<name>/, golden/<name>.json   model-level cases, read by tests/golden/golden_test.cc
                                        (token-level cases: per-token probabilities flattened;
-                                       late interaction: per-token vectors and "maxsim")
+                                       late interaction: per-token vectors and "maxsim";
+                                       pylate_colbert: PyLate's query expansion, inputs with
+                                       "attended", "served" texts and scores for
+                                       tests/golden/pylate_test.cc)
   token_classification/<name>/model/   a tiny token classifier with its tokenizer.json
   token_classification/<name>/expected.json
                                        per text: HF's input ids and the pipeline's entities for
@@ -24,6 +27,7 @@ import json
 import os
 import random
 import shutil
+import string
 import traceback
 
 import torch
@@ -195,6 +199,127 @@ def late_interaction_case(out, name, config, seed, dim):
     g.write_case(out, name, {"task": "score", "dtype": "f32", "inputs": inputs,
                              "outputs": [g.tolist(v) for v in vecs], "token_level": True,
                              "maxsim": maxsim, "tolerance": g.FP32_TOL})
+
+
+# ---------------------------------------------------------------- PyLate ColBERT queries
+
+# Words of train_wordpiece's corpus (short tokenisations, no truncation), documents without
+# punctuation (PyLate leaves its skiplist, string.punctuation, out of documents' vectors).
+# 24 inputs: the golden test's batch-invariance check needs at least 22.
+PYLATE_QUERIES = ["the food was great", "wait was long", "Boston", "coffee staff", "dirty room",
+                  "pasta cold", "offices near Seattle", "friendly staff", "Tokyo Paris",
+                  "음식이 맛있고", "the station", "Amazon"]
+PYLATE_DOCUMENTS = ["The staff was friendly and the food was delicious",
+                    "The wait was too long and the room was dirty",
+                    "Great coffee friendly staff",
+                    "Seoul Busan Tokyo Paris Boston",
+                    "The food at Luigi in Boston was great but the wait was long",
+                    "Service was slow the pasta cold still Anna loved the tiramisu",
+                    "Microsoft Apple and Amazon all have offices near Seattle",
+                    "Prices went up since and the portions shrank",
+                    "Try Le Chalet near the station",
+                    "음식이 맛있고 직원이 친절합니다",
+                    "Google Microsoft Apple Amazon New York",
+                    "the pasta was cold and the coffee was great"]
+
+
+def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
+    """PyLate's ColBERT with its defaults (query expansion, attend_to_expansion_tokens false),
+    emulated with transformers as pylate.models.ColBERT does it (PyLate itself is not needed):
+    "[Q] " / "[D] " added to the tokenizer and their ids put after [CLS]; queries padded with
+    [MASK] (the pad token) to query_length with attention_mask 0 on the padding, the [MASK]
+    tokens' vectors kept; documents cut to document_length, not padded; the Dense projection,
+    each token vector L2-normalised; MaxSim. The model directory carries PyLate's
+    config_sentence_transformers.json (no attend_to_expansion_tokens override in sluice.json),
+    so sluice must serve PyLate's default. Written as a golden case (inputs with "attended":
+    the engine's key limits) plus "served": texts and PyLate's scores for the text path of
+    /score, checked by tests/golden/pylate_test.cc."""
+    from sentence_transformers import models as stm
+    from transformers import BertModel
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:  # transformers 5 without the alias
+        from transformers import TokenizersBackend as PreTrainedTokenizerFast
+    raw, specials = train_wordpiece()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, model_max_length=64, **specials)
+    tok.add_tokens(["[Q] ", "[D] "])  # as PyLate does
+    q_id, d_id = tok.convert_tokens_to_ids("[Q] "), tok.convert_tokens_to_ids("[D] ")
+    mask_id = tok.mask_token_id
+    config = g.bert_config(vocab_size=len(tok), max_position_embeddings=64)
+    g.seeded(seed)
+    model = BertModel(config).eval()
+    g.init_weights(model, seed)
+    path = g.save(model, out, name)
+    tok.save_pretrained(path)
+    tok.pad_token = tok.mask_token  # PyLate: the MASK token pads (the query expansion)
+    model = g.reload(BertModel, path, torch.float32)
+    dense = stm.Dense(config.hidden_size, dim, bias=False, activation_function=torch.nn.Identity())
+    g.init_weights(dense, seed + 1, std=0.15)
+    os.makedirs(os.path.join(path, "1_Dense"), exist_ok=True)
+    dense.save(os.path.join(path, "1_Dense"))
+    mods = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Dense", "type": g.st_type(dense, True)}]
+    with open(os.path.join(path, "modules.json"), "w") as f:
+        json.dump(mods, f, indent=2)
+    with open(os.path.join(path, "config_sentence_transformers.json"), "w") as f:
+        json.dump({"__version__": {"pylate": "emulated"}, "prompts": {}, "query_prefix": "[Q] ",
+                   "document_prefix": "[D] ", "query_length": query_length,
+                   "document_length": document_length, "attend_to_expansion_tokens": False,
+                   "do_query_expansion": True, "similarity_fn_name": "MaxSim"}, f, indent=2)
+    with open(os.path.join(path, "sluice.json"), "w") as f:
+        json.dump({"late_interaction": True, "query_prefix": "[Q] ", "document_prefix": "[D] "}, f)
+
+    def pylate_features(text, is_query):
+        # ColBERT.preprocess: max_seq_length = length - 1 (room for the prefix id), queries
+        # padded to it ("max_length"), then the prefix id inserted after [CLS] (mask 1).
+        length = query_length if is_query else document_length
+        enc = tok([text], truncation=True, max_length=length - 1,
+                  padding="max_length" if is_query else False)
+        ids, att = enc["input_ids"][0], enc["attention_mask"][0]
+        prefix = q_id if is_query else d_id
+        return ids[:1] + [prefix] + ids[1:], att[:1] + [1] + att[1:]
+
+    skiplist = {tok.convert_tokens_to_ids(w) for w in string.punctuation}
+    inputs, vecs, served_q, served_d = [], [], [], []
+    with torch.no_grad():
+        for text, is_query in ([(t, True) for t in PYLATE_QUERIES] +
+                               [(t, False) for t in PYLATE_DOCUMENTS]):
+            ids, att = pylate_features(text, is_query)
+            # sluice's text path: the prefix before the text, padded with [MASK] (queries).
+            mine = tok(("[Q] " if is_query else "[D] ") + text)["input_ids"]
+            if is_query:
+                mine = mine + [mask_id] * (query_length - len(mine))
+            assert mine == ids, (text, mine, ids)
+            if not is_query:
+                assert not skiplist & set(ids), ("PyLate drops punctuation from documents", text)
+            assert ids[-1] != mask_id or is_query
+            h = model(input_ids=torch.tensor([ids]),
+                      attention_mask=torch.tensor([att])).last_hidden_state[0]
+            v = F.normalize(dense({"sentence_embedding": h})["sentence_embedding"], dim=-1)
+            entry = {"ids": ids}
+            if sum(att) < len(att):
+                entry["attended"] = sum(att)
+                assert att == [1] * sum(att) + [0] * (len(att) - sum(att))
+            inputs.append(entry)
+            vecs.append(v)
+            (served_q if is_query else served_d).append(text)
+    nq = len(PYLATE_QUERIES)
+    maxsim, scores = [], []
+    for q in range(nq):
+        row = []
+        for d in range(len(PYLATE_DOCUMENTS)):
+            s = float((vecs[q] @ vecs[nq + d].T).max(dim=1).values.sum())
+            maxsim.append([q, nq + d, s])
+            row.append(s)
+        scores.append(row)
+    g.write_case(out, name, {"task": "score", "dtype": "f32", "inputs": inputs,
+                             "outputs": [g.tolist(v) for v in vecs], "token_level": True,
+                             "maxsim": maxsim, "tolerance": g.FP32_TOL,
+                             "served": {"queries": served_q, "documents": served_d,
+                                        "query_length": query_length, "scores": scores},
+                             "notes": "PyLate ColBERT emulated: query expansion with "
+                                      "attend_to_expansion_tokens false"})
+    return {"queries": nq, "documents": len(PYLATE_DOCUMENTS)}
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -400,6 +525,7 @@ def run(out, tokenizers_dir):
         g.bert_config(**labels_config(LABELS_NER)), 46, g.make_inputs(46, 3, 211, 40, pairs=True)))
     attempt("bert_late_interaction", lambda: late_interaction_case(
         out, "bert_late_interaction", g.bert_config(), 47, 16))
+    attempt("pylate_colbert", lambda: pylate_case(out, "pylate_colbert", 48))
 
     texts = REVIEWS_EN + REVIEWS_KO
 

@@ -1,6 +1,6 @@
 // The inputs of a golden fixture (tests/fixtures/golden/<name>.json: "inputs", each with
-// "ids" and optional "type_ids"), shared by the golden test and the engine/CUDA tests that
-// run the fixture models.
+// "ids", optional "type_ids" and "attended": TokenSequence::attended), shared by the golden test
+// and the engine/CUDA tests that run the fixture models.
 #pragma once
 
 #include <simdjson.h>
@@ -22,6 +22,8 @@ inline std::vector<TokenSequence> GoldenInputs(simdjson::dom::element doc) {
     if (!in["type_ids"].get(types)) {
       for (auto t : types) s.type_ids.push_back(static_cast<int32_t>(t.get_int64()));
     }
+    int64_t attended;
+    if (!in["attended"].get(attended)) s.attended = static_cast<int32_t>(attended);
     v.push_back(std::move(s));
   }
   return v;

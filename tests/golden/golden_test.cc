@@ -239,7 +239,7 @@ TEST_P(GoldenTest, BatchInvariance) {
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), rng);
     // Add duplicates of a few inputs inside the same batch.
-    for (int d = 0; d < 8; ++d) order.push_back(order[d * 3]);
+    for (size_t d = 0; d < 8; ++d) order.push_back(order[d * 3 % c.inputs.size()]);
     std::vector<const TokenSequence*> batch;
     for (size_t i : order) batch.push_back(&c.inputs[i]);
     std::vector<PooledOutput> mixed(batch.size());
@@ -253,7 +253,10 @@ TEST_P(GoldenTest, BatchInvariance) {
     for (size_t j = 0; j < order.size(); ++j) {
       for (size_t k = j + 1; k < order.size(); ++k) {
         if (order[j] == order[k] || c.inputs[order[j]].ids == c.inputs[order[k]].ids) {
-          if (c.inputs[order[j]].type_ids != c.inputs[order[k]].type_ids) continue;
+          if (c.inputs[order[j]].type_ids != c.inputs[order[k]].type_ids ||
+              c.inputs[order[j]].attended != c.inputs[order[k]].attended) {
+            continue;
+          }
           EXPECT_EQ(mixed[j].values, mixed[k].values)
               << c.name << ": duplicates differ (inputs " << order[j] << ", " << order[k] << ")";
         }
@@ -487,6 +490,60 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CaseNames()),
                          [](const auto& p) { return p.param; });
 
 TEST(GoldenFixtures, Present) { EXPECT_GE(CaseNames().size(), 28u); }
+
+// Key limits through the models (TokenSequence::attended, ColBERT expansion tokens that no
+// token attends to) on token-level fixtures of both encoder families: the tokens before the
+// limit get what they get when the tokens after it are absent, the tokens after it still get
+// rows (other than those of a run where they are attended), and a limited sequence is the same
+// alone and inside a batch.
+TEST(KeyLimits, TokensPastTheLimitAreNoKeys) {
+  for (const char* name : {"bert_late_interaction", "modernbert_tokcls", "bert_pool_all"}) {
+    const fs::path path = fs::path(kFixtures) / "golden" / (std::string(name) + ".json");
+    ASSERT_TRUE(fs::exists(path)) << path;
+    const Case c = LoadCase(path);
+    auto engine = LoadEngine(c, DType::kF32);
+    ASSERT_NE(engine, nullptr);
+    size_t pick = 0;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      if (c.inputs[i].ids.size() > c.inputs[pick].ids.size()) pick = i;
+    }
+    const TokenSequence& full = c.inputs[pick];
+    const size_t n = full.ids.size(), k = n / 2;
+    ASSERT_GE(k, 3u) << name;
+    TokenSequence limited = full, cut;
+    limited.attended = static_cast<int32_t>(k);
+    cut.ids.assign(full.ids.begin(), full.ids.begin() + static_cast<long>(k));
+    if (!full.type_ids.empty()) {
+      cut.type_ids.assign(full.type_ids.begin(), full.type_ids.begin() + static_cast<long>(k));
+    }
+    auto out = engine->Run({limited, cut, full});
+    ASSERT_TRUE(out.ok()) << name << ": " << out.status().ToString();
+    const PooledOutput &a = (*out)[0], &b = (*out)[1], &f = (*out)[2];
+    ASSERT_EQ(a.rows, static_cast<int>(n)) << name << ": every token keeps its row";
+    ASSERT_EQ(b.rows, static_cast<int>(k));
+    const size_t dim = a.values.size() / n;
+    const std::vector<float> head(a.values.begin(), a.values.begin() + static_cast<long>(k * dim));
+    EXPECT_LE(MaxAbsDiff(head, b.values), 1e-5) << name << ": tokens before the limit";
+    const std::vector<float> tail_a(a.values.begin() + static_cast<long>(k * dim), a.values.end());
+    const std::vector<float> tail_f(f.values.begin() + static_cast<long>(k * dim), f.values.end());
+    EXPECT_GT(MaxAbsDiff(tail_a, tail_f), 1e-4) << name << ": the limit changed nothing";
+    std::vector<const TokenSequence*> batch = {&c.inputs[0], &limited, &full, &limited};
+    std::vector<PooledOutput> mixed(batch.size());
+    ASSERT_TRUE(engine->RunBatch(batch, mixed.data()).ok());
+    EXPECT_LE(MaxAbsDiff(mixed[1].values, a.values), 1e-5) << name << ": alone vs batch";
+    EXPECT_EQ(mixed[1].values, mixed[3].values) << name << ": duplicates";
+  }
+  // A model that cannot leave keys out refuses such an input at admission.
+  const Case q = LoadCase(fs::path(kFixtures) / "golden" / "qwen3_pool_mean.json");
+  auto causal = LoadEngine(q, DType::kF32);
+  ASSERT_NE(causal, nullptr);
+  TokenSequence s = q.inputs[0];
+  s.attended = 1;
+  auto r = causal->Run({s});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("leave tokens out"), std::string::npos)
+      << r.status().message();
+}
 
 }  // namespace
 }  // namespace sluice

@@ -24,11 +24,12 @@ struct AttnTask {
   int seq, head, q0, q1;
 };
 // Allowed key range [lo, hi] of the query at logical position i of a sequence of `len`
-// keys (see attention.h).
+// keys (see attention.h); empty (lo > hi) when a key limit (key_lens) ends the keys before
+// the query's window starts.
 inline void KeyRange(const AttentionParams& p, int i, int len, int* lo, int* hi) {
   *lo = p.window > 0 ? std::max(0, i - p.window + 1) : 0;
   if (p.causal) {
-    *hi = i;
+    *hi = std::min(len - 1, i);
   } else {
     *hi = p.window > 0 ? std::min(len - 1, i + p.window - 1) : len - 1;
   }
@@ -63,6 +64,8 @@ inline SeqKeys KeysOf(const AttentionParams& p, int seq) {
     k.pbase = p.cu_seqlens[q];
   }
   k.klen = k.pre + k.len;
+  // Keys past the sequence's limit are seen by no query (its queries still run).
+  if (p.key_lens != nullptr) k.klen = std::min(k.klen, p.key_lens[seq]);
   return k;
 }
 }  // namespace sluice::cpu
@@ -224,19 +227,28 @@ HWY_NOINLINE void WeightedSumGroup(const float* p, int64_t ldp, int64_t n, const
 
 // Runs one task. kt: dim * (nkp + 64) floats, vc: nkp * dim floats, s: kSubBlock * nkp
 // floats (per-thread scratch), nkp >= the task's key range rounded up to a whole vector.
-void AttnTaskRun(const AttentionParams& p, const AttnTask& t, float* kt, float* vc, float* s) {
+void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, float* vc, float* s) {
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const int dim = p.head_dim;
-  const SeqKeys sk = KeysOf(p, t.seq);
+  const SeqKeys sk = KeysOf(p, task.seq);
   const int base = sk.base, pre = sk.pre, klen = sk.klen;
-  const int kvh = t.head / (p.num_heads / p.num_kv_heads);
+  const int kvh = task.head / (p.num_heads / p.num_kv_heads);
   const int64_t ldq = p.q.row_stride(), ldk = p.k.row_stride(), ldv = p.v.row_stride();
   const int64_t ldo = p.out.row_stride();
-  const float* qb = p.q.ptr<float>() + base * ldq + static_cast<int64_t>(t.head) * dim;
+  const float* qb = p.q.ptr<float>() + base * ldq + static_cast<int64_t>(task.head) * dim;
   const float* kb = p.k.ptr<float>() + static_cast<int64_t>(kvh) * dim;
   const float* vb = p.v.ptr<float>() + static_cast<int64_t>(kvh) * dim;
-  float* ob = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(t.head) * dim;
+  float* ob = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(task.head) * dim;
+  // Rows with no key to see (a key limit before their window: always the task's last rows,
+  // as both ends of the range only grow with the row) get zeros.
+  AttnTask t = task;
+  for (int lo, hi; t.q1 > t.q0; --t.q1) {
+    KeyRange(p, pre + t.q1 - 1, klen, &lo, &hi);
+    if (lo <= hi) break;
+    std::memset(ob + (t.q1 - 1) * ldo, 0, dim * sizeof(float));
+  }
+  if (t.q1 == t.q0) return;
 
   // Query rows are local (0 .. len - 1); their logical positions start at `pre`.
   int lo, hi, lo_last, hi_last;

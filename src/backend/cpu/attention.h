@@ -6,6 +6,8 @@
 //   bidirectional, window == 0:   all keys 0 <= j < L
 //   bidirectional, window  > 0:   keys j with |i - j| < window
 // (ModernBERT's local_attention = w attends |i - j| <= w / 2, i.e. window = w / 2 + 1.)
+// With key_lens, keys j >= key_lens[s] are left out of every range; a query whose range is
+// then empty gets zeros.
 //
 // Exact softmax in f32 (max subtracted) over the whole allowed key range of each query
 // row. Every query row is computed by the same sequence of operations whatever the batch,

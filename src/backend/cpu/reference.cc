@@ -144,6 +144,7 @@ void Attention(const AttentionParams& p) {
   const int group = p.num_heads / p.num_kv_heads, dim = p.head_dim;
   for (int s = 0; s < p.num_seqs; ++s) {
     const int base = p.cu_seqlens[s], len = p.cu_seqlens[s + 1] - base;
+    const int keys = p.key_lens != nullptr ? std::min(len, p.key_lens[s]) : len;
     std::vector<double> sc(len);
     for (int h = 0; h < p.num_heads; ++h) {
       const int kvh = h / group;
@@ -153,6 +154,7 @@ void Attention(const AttentionParams& p) {
         for (int j = 0; j < len; ++j) {
           bool ok = p.causal ? j <= i : true;
           if (p.window > 0) ok = ok && std::abs(i - j) < p.window;
+          ok = ok && j < keys;
           if (!ok) {
             sc[j] = -1e300;
             continue;
@@ -172,7 +174,7 @@ void Attention(const AttentionParams& p) {
         for (int c = 0; c < dim; ++c) {
           double acc = 0;
           for (int j = 0; j < len; ++j) acc += sc[j] * Row(p.v, base + j)[kvh * dim + c];
-          o[c] = static_cast<float>(acc / sum);
+          o[c] = sum > 0 ? static_cast<float>(acc / sum) : 0.f;  // no key visible: zeros
         }
       }
     }

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int base = cu[seq], len = cu[seq + 1] - base;
   // Keys in logical order: the prefix sequence's rows (or cached keys), then its own.
   const SeqKeys sk = KeysOf(src, cu, seq);
-  const int pre = sk.pre, klen = pre + len;
+  const int pre = sk.pre, klen = KeyLimit(src, seq, pre + len);
   const int q0 = blockIdx.y * kWarps;
   if (q0 >= len) return;  // whole block past this sequence's end
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const T* qr = q + static_cast<int64_t>(base + qi) * ldq + static_cast<int64_t>(h) * dim;
     for (int c = lane; c < dim; c += 32) qs[warp * dim + c] = ToFloat(qr[c]);
   }
-  const KeyRange keys = VisibleKeys(pre, len, q0, kWarps, causal, window, kKeys);
+  KeyRange keys = VisibleKeys(pre, len, q0, kWarps, causal, window, kKeys);
+  keys.end = min(keys.end, klen);  // a key limit (rows left with no key: zeros)
 
   float m = -INFINITY, l = 0.f;
   float acc[NC];
@@ -163,7 +164,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int seq = blockIdx.x, h = blockIdx.z, kvh = h / group;
   const int base = cu[seq], len = cu[seq + 1] - base;
   const SeqKeys sk = KeysOf(src, cu, seq);
-  const int pre = sk.pre, klen = pre + len;  // logical keys: prefix (or cached), own
+  // Logical keys: prefix (or cached), own, cut at the key limit.
+  const int pre = sk.pre, klen = KeyLimit(src, seq, pre + len);
   const int q0 = blockIdx.y * kBlockQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -176,7 +178,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                   q[static_cast<int64_t>(base + q0 + r) * ldq + static_cast<int64_t>(h) * dim + c])
             : 0.f;
   }
-  const KeyRange keys = VisibleKeys(pre, len, q0, kBlockQ, causal, window, kKeys);
+  KeyRange keys = VisibleKeys(pre, len, q0, kBlockQ, causal, window, kKeys);
+  keys.end = min(keys.end, klen);
   float m[kRows], l[kRows], acc[kRows][NC];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -337,7 +340,8 @@ bool Attention(const AttentionParams& p, cudaStream_t stream) {
       p.head_dim > kMaxHeadDim || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
     return false;
   }
-  if (p.paged() && (p.kv_block_size != kKvBlock || p.prefix_of != nullptr || !p.causal)) {
+  if (p.paged() && (p.kv_block_size != kKvBlock || p.prefix_of != nullptr || !p.causal ||
+                    p.key_lens != nullptr)) {
     return false;
   }
   if (p.num_seqs == 0 || p.max_seqlen == 0 || p.num_heads == 0) return true;

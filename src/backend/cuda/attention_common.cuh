@@ -28,6 +28,7 @@ struct KeySource {
   const int32_t* block_table = nullptr;  // paged: [seqs * blocks_per_seq]
   const int32_t* kv_start = nullptr;     // paged: [seqs] cached tokens before the queries
   int blocks_per_seq = 0;
+  const int32_t* key_lens = nullptr;  // [seqs] keys past key_lens[seq] unseen (not paged)
 };
 inline KeySource KeySourceOf(const AttentionParams& p) {
   KeySource s;
@@ -35,7 +36,14 @@ inline KeySource KeySourceOf(const AttentionParams& p) {
   s.block_table = p.kv_block_table;
   s.kv_start = p.kv_start;
   s.blocks_per_seq = p.kv_blocks_per_seq;
+  s.key_lens = p.key_lens;
   return s;
+}
+
+// The logical keys a sequence's queries may see: its `klen` keys, cut at its key limit
+// (AttentionParams::key_lens: ColBERT expansion tokens no query attends to).
+__device__ __forceinline__ int KeyLimit(const KeySource& src, int seq, int klen) {
+  return src.key_lens != nullptr ? min(klen, src.key_lens[seq]) : klen;
 }
 
 // One sequence's keys in logical order: `pre` keys before its own queries (a shared

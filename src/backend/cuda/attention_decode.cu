@@ -487,7 +487,8 @@ size_t DecodeAttentionScratch(const AttentionParams& p, int splits) {
 
 bool DecodeAttentionEligible(const AttentionParams& p) {
   const int group = p.num_kv_heads > 0 ? p.num_heads / p.num_kv_heads : 0;
-  return p.paged() && p.causal && p.max_seqlen <= 1 && p.head_dim <= 32 * kMaxPerLane &&
+  return p.paged() && p.causal && p.key_lens == nullptr && p.max_seqlen <= 1 &&
+         p.head_dim <= 32 * kMaxPerLane &&
          (group == 1 || group == 2 || group == 4 || group == kMaxGroup) &&
          p.kv_block_size == kKvBlock;
 }

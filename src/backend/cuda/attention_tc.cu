@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
   // Keys in logical order: the prefix sequence's rows (or cached keys), then the sequence's
   // own; query rows are local (0..len) and sit at logical positions pre + local.
   const SeqKeys sk = KeysOf(src, cu, seq);
-  const int pre = sk.pre, klen = pre + len;
+  const int pre = sk.pre, klen = KeyLimit(src, seq, pre + len);  // cut at the key limit
   const int64_t pbase = sk.pbase;
   const int q0 = blockIdx.x * kTcQ;
   if (q0 >= len) return;
@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
   const int g = lane >> 2, t = lane & 3;
   const int h = h0 + warp / kTcWarps;  // this warp's head
 
-  const KeyRange keys = VisibleKeys(pre, len, q0, kTcQ, causal, window, KT);
+  KeyRange keys = VisibleKeys(pre, len, q0, kTcQ, causal, window, KT);
+  keys.end = min(keys.end, klen);  // a key limit (rows left with no key: zeros)
 
   // Asynchronous copy of the K/V tile starting at key t0 into stage st (rows past the
   // sequence's end are zero-filled).

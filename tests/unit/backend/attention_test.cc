@@ -152,5 +152,84 @@ TEST(CpuAttention, BatchInvariantAndDeterministic) {
   }
 }
 
+// Key limits (AttentionParams::key_lens: ColBERT query expansion tokens that no token
+// attends to, PyLate's attend_to_expansion_tokens false). Built without a masked reference:
+//  - a token before the limit gets what it gets when the tokens after the limit are absent
+//    (the sequence cut at the limit);
+//  - a token after the limit (an expansion token) is still computed: it gets what the first
+//    token of the cut sequence gets with that token's query in its place (its query over the
+//    first key_lens keys).
+TEST(CpuAttention, KeyLimitsLeaveTokensOutOfTheKeys) {
+  auto be = MakeCpu();
+  const std::vector<int> lens = {12, 32, 70, 5, 130};
+  const std::vector<int32_t> key_lens = {5, 32, 20, 1, 66};
+  for (const Shape& s : {Shape{4, 4, 64}, Shape{6, 1, 40}, Shape{2, 2, 17}}) {
+    const int64_t ld = int64_t{s.heads + 2 * s.kv_heads} * s.dim, qc = int64_t{s.heads} * s.dim;
+    std::vector<std::vector<float>> rows;
+    for (size_t i = 0; i < lens.size(); ++i) rows.push_back(SeqRows(s, lens[i], 500 + i));
+    AttnRun a = Make(s, lens, false, 0, rows);
+    a.p.key_lens = key_lens.data();
+    be->Attention(a.p);
+    // The sequences cut at their limits, and one per expansion token: the cut sequence with
+    // that token's query on its first row.
+    std::vector<int> cut_lens;
+    std::vector<std::vector<float>> cut_rows;
+    struct Probe {
+      size_t seq;
+      int row;
+    };
+    std::vector<Probe> probes;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      const int k = key_lens[i];
+      cut_lens.push_back(k);
+      cut_rows.emplace_back(rows[i].begin(), rows[i].begin() + k * ld);
+    }
+    for (size_t i = 0; i < lens.size(); ++i) {
+      for (int r = key_lens[i]; r < lens[i]; ++r) {
+        std::vector<float> x(rows[i].begin(), rows[i].begin() + key_lens[i] * ld);
+        std::copy(rows[i].begin() + r * ld, rows[i].begin() + r * ld + qc, x.begin());
+        cut_lens.push_back(key_lens[i]);
+        cut_rows.push_back(std::move(x));
+        probes.push_back({i, r});
+      }
+    }
+    AttnRun cut = Make(s, cut_lens, false, 0, cut_rows);
+    be->Attention(cut.p);
+    for (size_t i = 0; i < lens.size(); ++i) {
+      EXPECT_CLOSE(a.out.data() + a.cu[i] * qc, cut.out.data() + cut.cu[i] * qc, key_lens[i] * qc,
+                   1e-6, 1e-6)
+          << "dim " << s.dim << " sequence " << i << ": tokens before the limit";
+    }
+    ASSERT_FALSE(probes.empty());
+    for (size_t j = 0; j < probes.size(); ++j) {
+      const Probe& pr = probes[j];
+      EXPECT_CLOSE(a.out.data() + (a.cu[pr.seq] + pr.row) * qc,
+                   cut.out.data() + cut.cu[lens.size() + j] * qc, qc, 1e-6, 1e-6)
+          << "dim " << s.dim << " sequence " << pr.seq << " expansion token " << pr.row;
+    }
+    // And the double-precision reference, causal and windowed too (a window that starts
+    // past the limit leaves a row no key: zeros).
+    for (bool causal : {false, true}) {
+      for (int window : {0, 3, 16}) {
+        AttnRun x = Make(s, lens, causal, window, rows);
+        AttnRun y = Make(s, lens, causal, window, rows);
+        x.p.key_lens = y.p.key_lens = key_lens.data();
+        be->Attention(x.p);
+        cpu::ref::Attention(y.p);
+        EXPECT_CLOSE(x.out.data(), y.out.data(), x.out.size(), 1e-5, 1e-5)
+            << "dim " << s.dim << " causal " << causal << " window " << window;
+      }
+    }
+    AttnRun w = Make(s, {70}, false, 3, {rows[2]});
+    const int32_t lim = 20;
+    w.p.key_lens = &lim;
+    be->Attention(w.p);
+    for (int r = 23; r < 70; ++r) {  // |r - j| < 3 for no j < 20
+      for (int64_t c = 0; c < qc; ++c) ASSERT_EQ(w.out[r * qc + c], 0.f) << "row " << r;
+    }
+    EXPECT_NE(w.out[21 * qc], 0.f);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

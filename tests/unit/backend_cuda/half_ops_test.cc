@@ -10,6 +10,7 @@
 //   Linear (fp32 accumulation, K <= 1024): bf16 out atol 2e-2 rtol 1e-2; f32 out 2e-4
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -206,6 +207,37 @@ TEST_F(CudaHalfOps, Attention) {
         Tensor out = Make(be, std::vector<float>(static_cast<size_t>(T) * qw), T, qw, t_dt);
         be->Attention(
             AttnParams(t, out, I32(be, cu).ptr<int32_t>(), static_cast<int>(lens.size()), 257, ac));
+        return Get(be, out);
+      };
+      EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), tol.atol, tol.rtol)
+          << DTypeName(dt) << " heads " << ac.heads << "/" << ac.kv_heads << " dim " << ac.dim
+          << " causal " << ac.causal << " window " << ac.window;
+    }
+  }
+}
+
+// Key limits (AttentionParams::key_lens) on the tensor-core kernel (head_dim 32, 64, 128),
+// windows past the limit included (those rows are zeros), against the CPU in f32.
+TEST_F(CudaHalfOps, AttentionKeyLimits) {
+  const std::vector<int32_t> lens = {1, 7, 33, 64, 65, 100, 257, 2};
+  const std::vector<int32_t> key_lens = {1, 2, 17, 64, 64, 31, 129, INT32_MAX};
+  std::vector<int32_t> cu = {0};
+  for (int l : lens) cu.push_back(cu.back() + l);
+  const int T = cu.back();
+  const AttnCase cases[] = {{4, 4, 64, false, 0},  {8, 2, 128, false, 0}, {6, 3, 32, false, 0},
+                            {4, 2, 64, false, 16}, {4, 4, 128, true, 40}, {6, 6, 32, true, 0}};
+  for (DType dt : kHalf) {
+    const Tol tol = AttnTol(dt);
+    for (const auto& ac : cases) {
+      const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim, width = qw + 2 * kw;
+      auto qkv = Rounded(Random(static_cast<size_t>(T) * width, 23 + ac.dim, -2.f, 2.f), dt);
+      auto run = [&](Backend* be, DType t_dt) {
+        Tensor t = Make(be, qkv, T, width, t_dt);
+        Tensor out = Make(be, std::vector<float>(static_cast<size_t>(T) * qw, -1.f), T, qw, t_dt);
+        AttentionParams p =
+            AttnParams(t, out, I32(be, cu).ptr<int32_t>(), static_cast<int>(lens.size()), 257, ac);
+        p.key_lens = I32(be, key_lens).ptr<int32_t>();
+        be->Attention(p);
         return Get(be, out);
       };
       EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), tol.atol, tol.rtol)

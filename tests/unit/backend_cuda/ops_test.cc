@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -295,6 +296,38 @@ TEST_F(CudaOps, Attention) {
       AttentionParams p =
           AttnParams(t, d.F32(std::vector<float>(static_cast<size_t>(T) * qw), T, qw),
                      d.I32(cu).ptr<int32_t>(), static_cast<int>(lens.size()), 257, ac);
+      d.be->Attention(p);
+      return d.Get(p.out);
+    });
+    EXPECT_NEAR_ALL(g, c, 2e-5, 1e-4)
+        << "heads " << ac.heads << "/" << ac.kv_heads << " dim " << ac.dim << " causal "
+        << ac.causal << " window " << ac.window;
+  }
+}
+
+// Key limits (AttentionParams::key_lens, ColBERT expansion tokens no query attends to): the
+// keys past each sequence's limit are left out, rows left without a key (a window past the
+// limit) are zeros; both CUDA-core kernels (head_dim % 4 == 0 and not) against the CPU.
+TEST_F(CudaOps, AttentionKeyLimits) {
+  const std::vector<int32_t> lens = {1, 7, 33, 100, 257, 2};
+  const std::vector<int32_t> key_lens = {1, 3, 33, 40, 100, INT32_MAX};
+  std::vector<int32_t> cu = {0};
+  for (int l : lens) cu.push_back(cu.back() + l);
+  const int T = cu.back();
+  const AttnCase cases[] = {{4, 4, 64, false, 0},
+                            {2, 2, 30, false, 0},
+                            {4, 2, 64, false, 5},
+                            {3, 1, 30, true, 0},
+                            {4, 4, 128, true, 9}};
+  for (const auto& ac : cases) {
+    const int qw = ac.heads * ac.dim, kw = ac.kv_heads * ac.dim, width = qw + 2 * kw;
+    auto qkv = Random(static_cast<size_t>(T) * width, 19 + ac.dim, -2.f, 2.f);
+    auto [g, c] = Both([&](Dev& d) {
+      Tensor t = d.F32(qkv, T, width);
+      AttentionParams p =
+          AttnParams(t, d.F32(std::vector<float>(static_cast<size_t>(T) * qw, -1.f), T, qw),
+                     d.I32(cu).ptr<int32_t>(), static_cast<int>(lens.size()), 257, ac);
+      p.key_lens = d.I32(key_lens).ptr<int32_t>();
       d.be->Attention(p);
       return d.Get(p.out);
     });

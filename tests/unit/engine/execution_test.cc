@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <climits>
+
 #include "../../golden/golden_inputs.h"
 #include "engine/engine.h"
 #include "engine/graph_buckets.h"
@@ -76,9 +78,10 @@ TEST(PackInputs, PaddedLayoutWithOffsetsAndPrefix) {
   ASSERT_NE(roberta, nullptr);
   ForwardBatch b;
   b.Add({5, 6, 7}, {0, 1, 1});
-  b.Add({8, 9});
+  b.Add({8, 9}, {}, 1);  // only its first token is a key (ColBERT expansion)
+  EXPECT_EQ(b.key_lens, (std::vector<int32_t>{INT32_MAX, 1}));
   const InputLayout l{8, 4};
-  EXPECT_EQ(l.size(), 3 * 8 + 3 * 4 + 1);
+  EXPECT_EQ(l.size(), 3 * 8 + 4 * 4 + 1);  // + cu_seqlens, rows, prefix_of, key_lens
   std::vector<int32_t> host(l.size(), -1);
   roberta->model().PackInputs(b, l, OutputRows::kLast, host.data());
   const int off = 2;  // pad_token_id 1 + 1
@@ -92,6 +95,11 @@ TEST(PackInputs, PaddedLayoutWithOffsetsAndPrefix) {
             (std::vector<int32_t>{0, 3, 5, 5, 5}));
   EXPECT_EQ(std::vector<int32_t>(host.begin() + l.rows(), host.begin() + l.rows() + 4),
             (std::vector<int32_t>{2, 4, 0, 0}));
+  EXPECT_EQ(std::vector<int32_t>(host.begin() + l.key_lens(), host.begin() + l.key_lens() + 4),
+            (std::vector<int32_t>{INT32_MAX, 1, INT32_MAX, INT32_MAX}));
+  const Tensor bdev{host.data(), DType::kI32, 1, l.size(), 0};
+  EXPECT_EQ(roberta->model().BindInputs(b, l, OutputRows::kNone, bdev).key_lens.ptr<int32_t>(),
+            host.data() + l.key_lens());
   roberta->model().PackInputs(b, l, OutputRows::kFirst, host.data());
   EXPECT_EQ(host[l.rows()], 0);
   EXPECT_EQ(host[l.rows() + 1], 3);
@@ -130,6 +138,13 @@ TEST(PackInputs, PaddedLayoutWithOffsetsAndPrefix) {
   EXPECT_EQ(
       qwen->model().BindInputs(plain, e, OutputRows::kNone, dev, true).prefix_of.ptr<int32_t>(),
       h2.data() + e.prefix_of());
+  // Key limits likewise (all INT32_MAX without any).
+  EXPECT_EQ(qwen->model().BindInputs(plain, e, OutputRows::kNone, dev).key_lens.data, nullptr);
+  EXPECT_EQ(
+      qwen->model().BindInputs(plain, e, OutputRows::kNone, dev, true).key_lens.ptr<int32_t>(),
+      h2.data() + e.key_lens());
+  EXPECT_EQ(std::vector<int32_t>(h2.begin() + e.key_lens(), h2.begin() + e.key_lens() + 3),
+            (std::vector<int32_t>(3, INT32_MAX)));
 }
 
 // The batches Run forms (input order under the budget), run one at a time.

@@ -81,6 +81,50 @@ TEST_F(LateInteraction, LongQueriesAreRefusedUnlessTruncationIsAsked) {
   EXPECT_EQ((*seqs)[0].ids.back(), *tok_->TokenToId("[SEP]"));  // special tokens kept
 }
 
+// attend_to_expansion_tokens false (PyLate's default): a query's [MASK] tokens, padded by the
+// server or by the client, are left out of the attention's keys (TokenSequence::attended =
+// the tokens before them); documents, and queries of models whose [MASK] tokens are attended,
+// attend to every token.
+TEST_F(LateInteraction, UnattendedExpansionTokensAreLeftOutOfTheKeys) {
+  const std::string body = R"({"text_1": "salmon river", "text_2": ["salmon swim", "traders"]})";
+  auto seqs = Run(body);
+  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+  for (const auto& s : *seqs) EXPECT_EQ(s.attended, 0);  // attended: every token a key
+  m_.query_expansion_attended = false;
+  seqs = Run(body);
+  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+  const auto q = tok_->Encode("q: salmon river")->ids;
+  EXPECT_EQ((*seqs)[0].ids, Padded(q));
+  EXPECT_EQ((*seqs)[0].attended, static_cast<int32_t>(q.size()));
+  EXPECT_EQ((*seqs)[1].attended, 0);
+  EXPECT_EQ((*seqs)[2].attended, 0);
+  // Token ids, padded here or by the client: the same keys.
+  for (const char* ids : {R"({"text_1": [2, 40, 41, 3], "text_2": [[2, 50, 3]]})",
+                          R"({"text_1": [2, 40, 41, 3, 4, 4, 4, 4, 4, 4, 4, 4],
+                              "text_2": [[2, 50, 3]]})"}) {
+    seqs = Run(ids);
+    ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+    EXPECT_EQ((*seqs)[0].ids, Padded({2, 40, 41, 3})) << ids;
+    EXPECT_EQ((*seqs)[0].attended, 4) << ids;
+  }
+  // A truncated query (cut to the query length, not padded) has no expansion tokens.
+  const std::string words = "salmon river salmon river salmon river salmon river salmon river";
+  seqs = Run(R"({"text_1": ")" + words + R"(", "text_2": ["d"], "truncate_prompt_tokens": -1})");
+  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+  EXPECT_EQ((*seqs)[0].attended, 0);
+  // /pooling (token_embed): a query padded by the client gets the query path's keys.
+  const IoProcessor* p = reg_.FindRoute("/pooling");
+  ASSERT_NE(p, nullptr);
+  auto st =
+      p->Parse(IoRequest{"/pooling", R"({"input": [[2, 40, 41, 3, 4, 4], [2, 50, 3]]})", &m_});
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  std::vector<TokenSequence> pooled;
+  ASSERT_TRUE(p->PreProcess(m_, **st, &pooled).ok());
+  ASSERT_EQ(pooled.size(), 2u);
+  EXPECT_EQ(pooled[0].attended, 4);
+  EXPECT_EQ(pooled[1].attended, 0);
+}
+
 TEST_F(LateInteraction, NoQueryLengthNoAugmentation) {
   m_.query_length = 0;
   auto seqs = Run(R"({"text_1": "salmon river", "text_2": ["d"]})");

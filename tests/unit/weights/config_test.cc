@@ -250,12 +250,21 @@ TEST_F(DirTest, ColbertQueryExpansionFromPylateConfigAndSluiceJson) {
   EXPECT_EQ(ResolveQueryExpansion(*st, o, true)->length, 0);  // turned off
   o.query_length = -1;
   EXPECT_FALSE(ResolveQueryExpansion(*st, o, true).ok());
-  // Expansion tokens the others must not attend (PyLate's default): refused, saying how.
+  // Expansion tokens the others do not attend (PyLate's default): served so.
   SluiceOverrides unattended;
   unattended.attend_to_expansion_tokens = false;
-  auto bad = ResolveQueryExpansion(*st, unattended, true);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("attend_to_expansion_tokens"), std::string::npos);
+  auto u = ResolveQueryExpansion(*st, unattended, true);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->length, 24);
+  EXPECT_FALSE(u->attend);
+  // PyLate's config without attend_to_expansion_tokens: its default, false.
+  Write("config_sentence_transformers.json", R"({"query_length": 32})");
+  auto st2 = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st2.ok()) << st2.status().ToString();
+  auto d = ResolveQueryExpansion(*st2, none, true);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->length, 32);
+  EXPECT_FALSE(d->attend);
   // do_query_expansion false: no augmentation.
   Write("config_sentence_transformers.json",
         R"({"query_length": 32, "do_query_expansion": false})");
