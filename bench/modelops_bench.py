@@ -58,11 +58,15 @@ def main():
     p.add_argument("--every", type=float, default=1.0)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--only", choices=("all", "switch", "protocol"), default="all",
+                   help="switch: the steady/switching runs only; protocol: the three protocol "
+                   "runs only (on the latest-1 server)")
     a = p.parse_args()
     harness.ARGS = argparse.Namespace(sluice=a.sluice, fixtures=os.path.join(ROOT, "tests",
                                                                             "fixtures"))
     results = {}
-    for policy in ("all", "latest"):
+    policies = ("latest",) if a.only == "protocol" else ("all", "latest")
+    for policy in policies:
         repo = tempfile.mkdtemp(prefix="sluice-bench-")
         try:
             os.makedirs(os.path.join(repo, "rr"))
@@ -76,45 +80,54 @@ def main():
                 gport = next(int(l.rsplit(":", 1)[1]) for l in s.log if "gRPC (KServe v2)" in l)
                 bench(a.sluice, s.port, 2, a.concurrency, ["--endpoint", "/v1/rerank"])  # warm
                 for rep in range(a.reps):
-                    r = bench(a.sluice, s.port, a.duration, a.concurrency,
-                              ["--endpoint", "/v1/rerank"])
-                    results.setdefault(f"{policy}: steady", []).append(r)
-                    stop = threading.Event()
-                    switches = []
-
-                    def switcher():
-                        v = 1
-                        while not stop.wait(a.every):
-                            v = 3 - v
-                            t0 = time.time()
-                            st = post(s, "/v2/repository/models/rr/default", {"version": v})
-                            switches.append((st, time.time() - t0))
-
-                    t = threading.Thread(target=switcher)
-                    t.start()
-                    r = bench(a.sluice, s.port, a.duration, a.concurrency,
-                              ["--endpoint", "/v1/rerank"])
-                    stop.set()
-                    t.join()
-                    r["switches"] = len(switches)
-                    r["switch_failures"] = sum(st != 200 for st, _ in switches)
-                    r["switch_seconds_mean"] = (sum(d for _, d in switches) / len(switches)
-                                                if switches else None)
-                    results.setdefault(f"{policy}: switching", []).append(r)
-                    post(s, "/v2/repository/models/rr/load", {})
-                    if policy == "latest":
-                        for proto, extra in (("/v1/rerank", ["--endpoint", "/v1/rerank"]),
-                                             ("KServe HTTP", ["--endpoint",
-                                                              "/v2/models/rr/infer"]),
-                                             ("KServe gRPC", None)):
-                            if extra is None:
-                                r = bench(a.sluice, gport, a.duration, a.concurrency,
-                                          ["--grpc-model", "rr"])
-                            else:
-                                r = bench(a.sluice, s.port, a.duration, a.concurrency, extra)
-                            results.setdefault("protocol: " + proto, []).append(r)
+                    if a.only != "protocol":
+                        switch_runs(a, s, policy, results)
+                    if policy == "latest" and a.only != "switch":
+                        protocol_runs(a, s, gport, results)
         finally:
             shutil.rmtree(repo, ignore_errors=True)
+    report(results)
+
+
+def switch_runs(a, s, policy, results):
+    r = bench(a.sluice, s.port, a.duration, a.concurrency, ["--endpoint", "/v1/rerank"])
+    results.setdefault(f"{policy}: steady", []).append(r)
+    stop = threading.Event()
+    switches = []
+
+    def switcher():
+        v = 1
+        while not stop.wait(a.every):
+            v = 3 - v
+            t0 = time.time()
+            st = post(s, "/v2/repository/models/rr/default", {"version": v})
+            switches.append((st, time.time() - t0))
+
+    t = threading.Thread(target=switcher)
+    t.start()
+    r = bench(a.sluice, s.port, a.duration, a.concurrency, ["--endpoint", "/v1/rerank"])
+    stop.set()
+    t.join()
+    r["switches"] = len(switches)
+    r["switch_failures"] = sum(st != 200 for st, _ in switches)
+    r["switch_seconds_mean"] = (sum(d for _, d in switches) / len(switches)
+                                if switches else None)
+    results.setdefault(f"{policy}: switching", []).append(r)
+    post(s, "/v2/repository/models/rr/load", {})
+
+
+def protocol_runs(a, s, gport, results):
+    for proto, extra in (("/v1/rerank", ["--endpoint", "/v1/rerank"]),
+                         ("KServe HTTP", ["--endpoint", "/v2/models/rr/infer"]),
+                         ("KServe gRPC", None)):
+        if extra is None:
+            r = bench(a.sluice, gport, a.duration, a.concurrency, ["--grpc-model", "rr"])
+        else:
+            r = bench(a.sluice, s.port, a.duration, a.concurrency, extra)
+        results.setdefault("protocol: " + proto, []).append(r)
+
+
+def report(results):
     print(json.dumps(results, indent=1))
     print()
     for k, runs in results.items():
@@ -127,6 +140,21 @@ def main():
                      f"{sum(r['switch_seconds_mean'] or 0 for r in runs) / len(runs):.3f} s)")
         print(f"{k:28s} req/s {rs}  p50 {[r['p50'] for r in runs]} ms  p99 {p99} ms  "
               f"errors {[r['errors'] for r in runs]}{extra}")
+    rer = results.get("protocol: /v1/rerank")
+    grpc = results.get("protocol: KServe gRPC")
+    if rer and grpc:
+        ratios = sorted(g["req_s"] / h["req_s"] for g, h in zip(grpc, rer)
+                        if g["req_s"] and h["req_s"])
+        if ratios:
+            print(f"gRPC / HTTP per rep: {[round(x, 3) for x in ratios]}, median "
+                  f"{ratios[len(ratios) // 2]:.3f}")
+    for policy in ("all", "latest"):
+        st, sw = results.get(f"{policy}: steady"), results.get(f"{policy}: switching")
+        if st and sw:
+            d = sorted(b["p99"] - a["p99"] for a, b in zip(st, sw) if a["p99"] and b["p99"])
+            if d:
+                print(f"{policy}: switching p99 - steady p99 per rep: {[round(x, 1) for x in d]}"
+                      f" ms, median {d[len(d) // 2]:.1f} ms")
 
 
 if __name__ == "__main__":
