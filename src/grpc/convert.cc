@@ -451,8 +451,7 @@ grpc::Status StatusOf(const Status& s) {
   return grpc::Status(c, s.message());
 }
 
-StatusOr<std::optional<int64_t>> ModelVersion(const std::string& name,
-                                              const std::string& version) {
+StatusOr<std::optional<int64_t>> ModelVersion(const std::string& name, const std::string& version) {
   if (name.empty()) return io::FieldError("name", "is required (the model's name)");
   RETURN_IF_ERROR(serving::ValidateName(name));
   if (version.empty()) return std::optional<int64_t>();
@@ -516,8 +515,7 @@ Status ReadInferRequest(const inference::ModelInferRequest& req, server::KServeR
       RETURN_IF_ERROR(WriteRaw(req.raw_input_contents(i), in.datatype(),
                                "raw_input_contents[" + std::to_string(i) + "]", nullptr, &t));
     } else {
-      RETURN_IF_ERROR(
-          WriteContents(in.contents(), in.datatype(), path + ".contents", nullptr, &t));
+      RETURN_IF_ERROR(WriteContents(in.contents(), in.datatype(), path + ".contents", nullptr, &t));
     }
   }
   for (int i = 0; i < req.outputs_size(); ++i) {
@@ -555,7 +553,7 @@ void FillInferResponse(const server::KServeResponse& r, bool raw,
           const float f = value(o.fp32[i]);
           std::memcpy(bytes->data() + i * 4, &f, 4);
         }
-      } else {
+      } else if (!o.fp32.empty()) {  // (no data: no contents message, as from JSON)
         auto* c = ot->mutable_contents()->mutable_fp32_contents();
         c->Reserve(static_cast<int>(o.fp32.size()));
         for (float f : o.fp32) c->Add(value(f));
@@ -564,7 +562,7 @@ void FillInferResponse(const server::KServeResponse& r, bool raw,
       if (bytes) {
         bytes->resize(o.int64.size() * 8);
         if (!o.int64.empty()) std::memcpy(bytes->data(), o.int64.data(), o.int64.size() * 8);
-      } else {
+      } else if (!o.int64.empty()) {
         ot->mutable_contents()->mutable_int64_contents()->Add(o.int64.begin(), o.int64.end());
       }
     }
@@ -616,8 +614,7 @@ StatusOr<std::string> InferRequestJson(const inference::ModelInferRequest& req, 
       RETURN_IF_ERROR(WriteRaw(req.raw_input_contents(i), in.datatype(),
                                "raw_input_contents[" + std::to_string(i) + "]", &w, nullptr));
     } else {
-      RETURN_IF_ERROR(
-          WriteContents(in.contents(), in.datatype(), path + ".contents", &w, nullptr));
+      RETURN_IF_ERROR(WriteContents(in.contents(), in.datatype(), path + ".contents", &w, nullptr));
     }
     w.EndObject();
   }

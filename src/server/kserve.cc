@@ -229,9 +229,7 @@ Status BuildFromInputs(const std::string& ref, bool truncate, int64_t top_n,
     }
     return nullptr;
   };
-  auto path_of = [&](const In* in) {
-    return "inputs[" + std::to_string(in - inputs.data()) + "]";
-  };
+  auto path_of = [&](const In* in) { return "inputs[" + std::to_string(in - inputs.data()) + "]"; };
   std::vector<const char*> allowed;
   if (p.kind == Kind::kScore) {
     allowed = {"query", "documents", "query_ids", "document_ids"};
@@ -242,9 +240,9 @@ Status BuildFromInputs(const std::string& ref, bool truncate, int64_t top_n,
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return in.name == a; })) {
       std::string names;
       for (const char* a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
-      return io::FieldError(path_of(&in) + ".name", "\"" + std::string(in.name) +
-                                                        "\" is not an input of this model (" +
-                                                        names + ")");
+      return io::FieldError(
+          path_of(&in) + ".name",
+          "\"" + std::string(in.name) + "\" is not an input of this model (" + names + ")");
     }
     int same = 0;
     for (const In& o : inputs) same += o.name == in.name;
@@ -466,8 +464,9 @@ StatusOr<KServeResponse> Convert(const Plan& p, const std::string& name, int64_t
   return out;
 }
 
-// The KServe JSON response (non-finite values as null).
-std::string ResponseJson(const KServeResponse& r) {
+}  // namespace
+
+std::string KServeResponseJson(const KServeResponse& r) {
   io::JsonWriter w;
   w.BeginObject();
   w.KeyString("model_name", r.model_name);
@@ -494,6 +493,8 @@ std::string ResponseJson(const KServeResponse& r) {
   w.EndObject();
   return w.Take();
 }
+
+namespace {
 
 // The native request of `plan` on `model`, answered through `done` (the native response:
 // its status and body); the native route's errors become the protocol's {"error": "..."}.
@@ -562,8 +563,8 @@ void WriteKServeTensors(const ServedModel& model, io::JsonWriter* w) {
 
 void KServeInfer(ServedModel& model, const std::string& name, int64_t version, HttpRequest&& req,
                  std::shared_ptr<Exchange> ex) {
-  auto plan = BuildNative(model.context(), model.task(), name + ":" + std::to_string(version),
-                          req.body);
+  auto plan =
+      BuildNative(model.context(), model.task(), name + ":" + std::to_string(version), req.body);
   if (!plan.ok()) {
     ex->Respond(KError(plan.status()));
     return;
@@ -577,7 +578,7 @@ void KServeInfer(ServedModel& model, const std::string& name, int64_t version, H
                 return;
               }
               HttpResponse ok;
-              ok.body = ResponseJson(*out);
+              ok.body = KServeResponseJson(*out);
               ex->Respond(std::move(ok));
             });
 }

@@ -71,6 +71,8 @@ struct KServeResponse {
   std::string model_name, model_version, id;
   std::vector<KServeOutput> outputs;
 };
+// Its JSON form, the HTTP route's answer (non-finite values as null).
+std::string KServeResponseJson(const KServeResponse& r);
 
 // `request` in, `response` out: KServeInferTyped answers the exchange with 200 and an empty
 // body once `response` holds the answer; any other status carries {"error": "message"}.

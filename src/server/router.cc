@@ -473,8 +473,8 @@ std::shared_ptr<ModelRegistry::Lease> Router::LeaseForInfer(const std::string& r
 }
 
 void Router::KServeInferTyped(const std::string& name, std::optional<int64_t> version,
-                              const std::string& authorization,
-                              std::shared_ptr<KServeCall> call, std::shared_ptr<Exchange> ex) {
+                              const std::string& authorization, std::shared_ptr<KServeCall> call,
+                              std::shared_ptr<Exchange> ex) {
   // What Handle and HandleV2Models check for POST /v2/models/{name}[/versions/{v}]/infer of
   // a checked name: the API key, then draining, readiness and the lease.
   if (!options_.api_key.empty() && !BearerMatches(authorization, options_.api_key)) {
