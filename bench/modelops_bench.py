@@ -61,11 +61,22 @@ def main():
     p.add_argument("--only", choices=("all", "switch", "protocol"), default="all",
                    help="switch: the steady/switching runs only; protocol: the three protocol "
                    "runs only (on the latest-1 server)")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the switching runs' --latency-log files and switch times")
+    p.add_argument("--window", type=float, default=0.1,
+                   help="seconds after a switch call whose requests count as near it")
+    p.add_argument("--policies", default="all,latest",
+                   help="version policies of the switch runs: all (default switches between two "
+                   "loaded versions), latest (red-black loads)")
+    p.add_argument("--switch-to", choices=("other", "same"), default="other",
+                   help="same: each switch call names the version already the default (the "
+                   "control path without a change of version, to tell its cost from the "
+                   "version change's)")
     a = p.parse_args()
     harness.ARGS = argparse.Namespace(sluice=a.sluice, fixtures=os.path.join(ROOT, "tests",
                                                                             "fixtures"))
     results = {}
-    policies = ("latest",) if a.only == "protocol" else ("all", "latest")
+    policies = ("latest",) if a.only == "protocol" else tuple(a.policies.split(","))
     for policy in policies:
         repo = tempfile.mkdtemp(prefix="sluice-bench-")
         try:
@@ -89,25 +100,57 @@ def main():
     report(results)
 
 
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))] if v else None
+
+
+def near_switches(log, windows, after):
+    """The requests of a --latency-log that were in flight during a switch call or up to
+    `after` seconds after it, against the others: where the switch's cost lands."""
+    near, other = [], []
+    with open(log) as f:
+        for line in f:
+            t0, lat = map(float, line.split())
+            hit = any(t0 <= b + after and t0 + lat >= a for a, b in windows)
+            (near if hit else other).append(lat * 1e3)
+    return {"near_n": len(near), "near_p50": pct(near, 0.5), "near_p99": pct(near, 0.99),
+            "near_max": max(near) if near else None, "other_p99": pct(other, 0.99),
+            "other_n": len(other)}
+
+
 def switch_runs(a, s, policy, results):
     r = bench(a.sluice, s.port, a.duration, a.concurrency, ["--endpoint", "/v1/rerank"])
     results.setdefault(f"{policy}: steady", []).append(r)
     stop = threading.Event()
     switches = []
+    switch_times = []
 
     def switcher():
-        v = 1
+        v = 2  # the default after the load: the newest
         while not stop.wait(a.every):
-            v = 3 - v
+            if a.switch_to == "other":
+                v = 3 - v
             t0 = time.time()
             st = post(s, "/v2/repository/models/rr/default", {"version": v})
             switches.append((st, time.time() - t0))
+            switch_times.append((time.time(), time.time() - t0))
 
     t = threading.Thread(target=switcher)
+    log = tempfile.mktemp(prefix="sluice-latency-")
     t.start()
-    r = bench(a.sluice, s.port, a.duration, a.concurrency, ["--endpoint", "/v1/rerank"])
+    r = bench(a.sluice, s.port, a.duration, a.concurrency,
+              ["--endpoint", "/v1/rerank", "--latency-log", log])
     stop.set()
     t.join()
+    r.update(near_switches(log, [(t1 - d, t1) for t1, d in switch_times], a.window))
+    if a.keep_logs:
+        with open(log + ".switches", "w") as f:
+            for t1, d in switch_times:
+                f.write(f"{t1 - d:.6f} {t1:.6f}\n")
+        print(f"latency log {log} (+ .switches)", file=sys.stderr)
+    else:
+        os.unlink(log)
     r["switches"] = len(switches)
     r["switch_failures"] = sum(st != 200 for st, _ in switches)
     r["switch_seconds_mean"] = (sum(d for _, d in switches) / len(switches)
@@ -137,7 +180,11 @@ def report(results):
         if "switches" in runs[0]:
             extra = (f", {sum(r['switches'] for r in runs)} switches "
                      f"({sum(r['switch_failures'] for r in runs)} failed, mean "
-                     f"{sum(r['switch_seconds_mean'] or 0 for r in runs) / len(runs):.3f} s)")
+                     f"{sum(r['switch_seconds_mean'] or 0 for r in runs) / len(runs):.3f} s); "
+                     f"near a switch: n {[r['near_n'] for r in runs]} p50 "
+                     f"{[r['near_p50'] for r in runs]} p99 {[r['near_p99'] for r in runs]} max "
+                     f"{[r['near_max'] for r in runs]} ms; the others' p99 "
+                     f"{[r['other_p99'] for r in runs]} ms")
         print(f"{k:28s} req/s {rs}  p50 {[r['p50'] for r in runs]} ms  p99 {p99} ms  "
               f"errors {[r['errors'] for r in runs]}{extra}")
     rer = results.get("protocol: /v1/rerank")
