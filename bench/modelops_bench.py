@@ -54,6 +54,9 @@ def post(s, path, body):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sluice", default=os.path.join(ROOT, "build", "release", "sluice"))
+    p.add_argument("--client", default=None,
+                   help="the sluice binary whose `sluice bench` sends the load (default: "
+                   "--sluice; an older --sluice may lack --latency-log)")
     p.add_argument("--duration", type=float, default=15)
     p.add_argument("--every", type=float, default=1.0)
     p.add_argument("--reps", type=int, default=2)
@@ -73,6 +76,7 @@ def main():
                    "control path without a change of version, to tell its cost from the "
                    "version change's)")
     a = p.parse_args()
+    a.client = a.client or a.sluice
     harness.ARGS = argparse.Namespace(sluice=a.sluice, fixtures=os.path.join(ROOT, "tests",
                                                                             "fixtures"))
     results = {}
@@ -89,7 +93,7 @@ def main():
             with harness.Server(None, "--model-repository", repo, "--model-control", "explicit",
                                 "--load-model", "rr", "--grpc-port", "0") as s:
                 gport = next(int(l.rsplit(":", 1)[1]) for l in s.log if "gRPC (KServe v2)" in l)
-                bench(a.sluice, s.port, 2, a.concurrency, ["--endpoint", "/v1/rerank"])  # warm
+                bench(a.client, s.port, 2, a.concurrency, ["--endpoint", "/v1/rerank"])  # warm
                 for rep in range(a.reps):
                     if a.only != "protocol":
                         switch_runs(a, s, policy, results)
@@ -120,7 +124,7 @@ def near_switches(log, windows, after):
 
 
 def switch_runs(a, s, policy, results):
-    r = bench(a.sluice, s.port, a.duration, a.concurrency, ["--endpoint", "/v1/rerank"])
+    r = bench(a.client, s.port, a.duration, a.concurrency, ["--endpoint", "/v1/rerank"])
     results.setdefault(f"{policy}: steady", []).append(r)
     stop = threading.Event()
     switches = []
@@ -139,7 +143,7 @@ def switch_runs(a, s, policy, results):
     t = threading.Thread(target=switcher)
     log = tempfile.mktemp(prefix="sluice-latency-")
     t.start()
-    r = bench(a.sluice, s.port, a.duration, a.concurrency,
+    r = bench(a.client, s.port, a.duration, a.concurrency,
               ["--endpoint", "/v1/rerank", "--latency-log", log])
     stop.set()
     t.join()
@@ -164,9 +168,9 @@ def protocol_runs(a, s, gport, results):
                          ("KServe HTTP", ["--endpoint", "/v2/models/rr/infer"]),
                          ("KServe gRPC", None)):
         if extra is None:
-            r = bench(a.sluice, gport, a.duration, a.concurrency, ["--grpc-model", "rr"])
+            r = bench(a.client, gport, a.duration, a.concurrency, ["--grpc-model", "rr"])
         else:
-            r = bench(a.sluice, s.port, a.duration, a.concurrency, extra)
+            r = bench(a.client, s.port, a.duration, a.concurrency, extra)
         results.setdefault("protocol: " + proto, []).append(r)
 
 
