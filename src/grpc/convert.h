@@ -1,7 +1,8 @@
 // KServe v2 over gRPC as the HTTP front end's requests (docs/model-ops.md, "KServe v2 over
 // gRPC"): every RPC becomes the HTTP request of the same meaning (ModelInfer: POST
-// /v2/models/{name}[/versions/{v}]/infer with the protocol's JSON tensors), answered by the
-// router, and the HTTP answer becomes the RPC's response or status. Routing, versions,
+// /v2/models/{name}[/versions/{v}]/infer, its tensors typed: server/kserve.h KServeRequest,
+// not a JSON text), answered by the router, and the HTTP answer becomes the RPC's response or
+// status. Routing, versions,
 // limits, validation, auth, leases (drain) and metrics are the HTTP path's; this file only
 // converts. Pure functions: no server, no threads.
 #pragma once
