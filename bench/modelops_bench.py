@@ -13,6 +13,15 @@ The server runs with --threads 1 (tests/e2e/harness.py). Each figure is one `slu
 per client); runs alternate to spread the noise of a shared machine.
 
   python3 bench/modelops_bench.py --sluice build/release/sluice [--duration 15] [--reps 2]
+      [--only switch|protocol] [--policies all,latest] [--switch-to other|same]
+      [--window 0.1] [--keep-logs] [--client SLUICE]
+
+--only runs one half; the switching runs log every request (`sluice bench --latency-log`)
+and report the requests in flight within --window seconds of a switch call apart from the
+others (where a switch's cost lands, less noisy than whole-run p99s); --switch-to same calls
+the switch with the version already the default (the control path alone); --client runs the
+load from another binary (an older --sluice lacks --latency-log). The summary prints gRPC /
+HTTP per rep and switching - steady p99 per rep.
 """
 import argparse
 import json
