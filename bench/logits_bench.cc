@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (threads <= 0) threads = std::min(16, ThreadPool::HardwareThreads());
-  ThreadPool pool(threads);
+  ThreadPool pool(threads, /*spin_us=*/20);  // as the generation engine makes it
   const int words = (vocab + 31) / 32;
   std::printf("fsm_logits, vocab %d, %d threads, %d steps per batch size\n", vocab, threads, steps);
   std::printf(

@@ -9,7 +9,9 @@
 // Processors run on the server's worker pool (never on I/O threads, never on the engine
 // thread). A processor object is const after construction and shared by all requests;
 // per-request data lives in its IoState. The built-ins (embed, classify, score, rerank,
-// tokenize) implement this interface; plugins will implement it through plugin.h.
+// token-classify, tokenize, ...) implement this interface, and so do plugins through plugin.h
+// (src/io/plugin_io.cc adapts the C ABI onto it); a served model registers both kinds by name
+// in one registry (src/io/registry.h) and runs them through the same server flow.
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ struct BenchFlags {
   size_t limit = 0;
   std::string whitespace;
   bool check_masks = false;
+  int walks = 0;          // random constrained generations per compiled schema
+  int walk_tokens = 128;  // tokens per generation at most
 };
 
 // The instance serialised compactly (structured::CanonicalJson's spelling) with each object's
@@ -174,7 +177,8 @@ int RunBench(const BenchFlags& f) {
   size_t n_schemas = 0, n_compiled = 0, valid_total = 0, invalid_total = 0;
   size_t valid_accepted = 0, valid_rejected = 0, invalid_accepted = 0, invalid_rejected = 0;
   size_t bad_json = 0;
-  std::vector<double> mask_us, compile_ms;
+  std::vector<double> mask_us, compile_ms, walk_mask_us;
+  size_t walk_dead = 0;
   std::vector<std::string> rejected_ids, accepted_ids;
   std::vector<uint32_t> words(static_cast<size_t>((*trie)->words()));
   std::vector<uint32_t> ref_words(words.size());
@@ -296,6 +300,74 @@ int RunBench(const BenchFlags& f) {
           }
         }
         rec += "]";
+        if (f.walks > 0) {
+          // Generations like a random-weight model's under the constraint: each token drawn
+          // uniformly among the allowed ones (the end of sequence included once allowed).
+          // Every mask is timed; a state with no allowed token (a dead end the engine let the
+          // generation into) is counted and named.
+          int dead = 0, walk_masks = 0;
+          for (int w = 0; w < f.walks; ++w) {
+            std::mt19937_64 rng((static_cast<uint64_t>(n_schemas) << 16) ^
+                                static_cast<uint64_t>(w));
+            int32_t s = (*g)->start();
+            std::vector<int32_t> walked;
+            auto text_so_far = [&] {
+              auto t = (*tok)->Decode(walked, false);
+              return structured::JsonQuote(t.ok() ? *t : std::string("?"));
+            };
+            for (int i = 0; i < f.walk_tokens; ++i) {
+              const auto m0 = Clock::now();
+              Status ms = (*g)->FillMask(s, words.data());
+              walk_mask_us.push_back(Us(m0, Clock::now()));
+              ++walk_masks;
+              if (f.check_masks) {
+                Status rs = (*g)->ReferenceMask(s, ref_words.data());
+                ++mask_checked;
+                if (rs.ok() != ms.ok() || (ms.ok() && ref_words != words)) {
+                  ++mask_mismatches;
+                  std::fprintf(stderr, "mask mismatch: schema %.*s, walk %d, token %d\n",
+                               static_cast<int>(id.size()), id.data(), w, i);
+                }
+              }
+              size_t allowed = 0;
+              if (ms.ok()) {
+                for (uint32_t x : words) allowed += static_cast<size_t>(__builtin_popcount(x));
+              }
+              if (allowed == 0) {
+                ++dead;
+                std::fprintf(stderr, "dead end: schema %.*s, walk %d, token %d: %s after %s\n",
+                             static_cast<int>(id.size()), id.data(), w, i,
+                             ms.ok() ? "no token allowed" : ms.message().c_str(),
+                             text_so_far().c_str());
+                break;
+              }
+              size_t k = std::uniform_int_distribution<size_t>(0, allowed - 1)(rng);
+              int32_t tid = -1;
+              for (size_t wi = 0; wi < words.size() && tid < 0; ++wi) {
+                const size_t c = static_cast<size_t>(__builtin_popcount(words[wi]));
+                if (k >= c) {
+                  k -= c;
+                  continue;
+                }
+                uint32_t x = words[wi];
+                for (size_t j = 0; j < k; ++j) x &= x - 1;
+                tid = static_cast<int32_t>(wi * 32 + static_cast<size_t>(__builtin_ctz(x)));
+              }
+              if (tid == eos) break;
+              walked.push_back(tid);
+              s = (*g)->Advance(s, tid);
+              if (s < 0) {  // an allowed token the automaton refuses: the mask was wrong
+                ++dead;
+                std::fprintf(stderr, "refused allowed token: schema %.*s, walk %d, token %d: %s\n",
+                             static_cast<int>(id.size()), id.data(), w, i, text_so_far().c_str());
+                break;
+              }
+            }
+          }
+          walk_dead += static_cast<size_t>(dead);
+          rec += ",\"walk_masks\":" + std::to_string(walk_masks) +
+                 ",\"walk_dead_ends\":" + std::to_string(dead);
+        }
         if (mask_us.size() > masks_before) {  // this schema's masks: mean and max
           double sum = 0, mx = 0;
           for (size_t i = masks_before; i < mask_us.size(); ++i) {
@@ -331,11 +403,28 @@ int RunBench(const BenchFlags& f) {
       Pct(compile_ms, 0.5), Pct(compile_ms, 0.99),
       compile_ms.empty() ? 0.0 : *std::max_element(compile_ms.begin(), compile_ms.end()), trie_ms,
       n_tok);
+  if (f.walks > 0) {
+    double wm = 0;
+    for (double v : walk_mask_us) wm += v;
+    if (!walk_mask_us.empty()) wm /= static_cast<double>(walk_mask_us.size());
+    size_t over1 = 0, over4 = 0;
+    for (double v : walk_mask_us) {
+      over1 += v > 1000.0;
+      over4 += v > 4000.0;
+    }
+    std::printf(
+        ",\"walks\":{\"per_schema\":%d,\"masks\":%zu,\"dead_ends\":%zu,"
+        "\"masks_over_1ms\":%zu,\"masks_over_4ms\":%zu,\"mask_us\":{\"mean\":%.2f,"
+        "\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.1f,\"max\":%.1f}}",
+        f.walks, walk_mask_us.size(), walk_dead, over1, over4, wm, Pct(walk_mask_us, 0.5),
+        Pct(walk_mask_us, 0.99), Pct(walk_mask_us, 0.999),
+        walk_mask_us.empty() ? 0.0 : *std::max_element(walk_mask_us.begin(), walk_mask_us.end()));
+  }
   if (f.check_masks) {
     std::printf(",\"masks_checked\":%zu,\"mask_mismatches\":%zu", mask_checked, mask_mismatches);
   }
   std::printf("}\n");
-  return f.check_masks && mask_mismatches ? 1 : 0;
+  return (f.check_masks && mask_mismatches) || walk_dead ? 1 : 0;
 }
 
 const Registrar kRegistrar{Command{
@@ -352,6 +441,11 @@ const Registrar kRegistrar{Command{
       sub->add_flag("--check-masks", f->check_masks,
                     "Also compute every mask by the plain reference walk (untimed) and count "
                     "differences (exit 1 on any)");
+      sub->add_option("--random-walks", f->walks,
+                      "Also run N random generations per compiled schema (each token uniform "
+                      "among the allowed ones, as a random-weight model samples): mask times "
+                      "reported apart, dead ends counted (exit 1 on any)");
+      sub->add_option("--walk-tokens", f->walk_tokens, "Tokens per random generation at most");
       sub->add_option("--whitespace", f->whitespace,
                       "Whitespace regex between JSON tokens (default: none)");
       return [f]() { return RunBench(*f); };

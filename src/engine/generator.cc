@@ -151,7 +151,10 @@ StatusOr<std::shared_ptr<structured::Grammar>> Generator::CompileConstraint(
       if (!trie.ok()) return InvalidArgument(spec.field + ": " + trie.status().message());
       SLUICE_LOG_INFO("structured outputs: vocabulary trie of {} tokens, {} nodes",
                       (*trie)->num_tokens(), (*trie)->num_nodes());
-      grammars_ = std::make_shared<structured::GrammarCache>(*trie);
+      // One instance of a constraint per mask thread, at most 8 (each keeps up to 64 MiB of
+      // mask caches).
+      grammars_ = std::make_shared<structured::GrammarCache>(*trie, 128,
+                                                             std::min(8, lp_pool_->num_threads()));
     }
     cache = grammars_;
   }
@@ -296,7 +299,8 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
     g->lp_partial_.resize(g->processors_.size());
     int threads =
         o.logits_threads > 0 ? o.logits_threads : std::min(16, ThreadPool::HardwareThreads());
-    g->lp_pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
+    // Called once per step: the caller spins for its workers instead of sleeping.
+    g->lp_pool_ = std::make_unique<ThreadPool>(std::max(1, threads), /*spin_us=*/20);
   }
   GenerationLimits& l = g->limits_;
   l.vocab_size = b.config.vocab_size;

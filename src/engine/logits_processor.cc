@@ -1,6 +1,13 @@
 #include "engine/logits_processor.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/thread_pool.h"
 #include "engine/sampling_params.h"
@@ -70,15 +77,44 @@ void LogitsRows::Flush(const std::vector<const LpSlot*>& partial) {
   update_.Clear();
 }
 
+namespace {
+
+// Copies a finished mask into the sampler's staging (pinned memory the device reads, written
+// once per row and step, not read back by the host): streaming stores, so the row is written
+// in one pass without first reading the destination's lines into the cache.
+void StoreMask(uint32_t* dst, const uint32_t* src, int words) {
+#if defined(__SSE2__)
+  int w = 0;
+  while (w < words && (reinterpret_cast<uintptr_t>(dst + w) & 15) != 0) {
+    dst[w] = src[w];
+    ++w;
+  }
+  for (; w + 4 <= words; w += 4) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + w),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + w)));
+  }
+  for (; w < words; ++w) dst[w] = src[w];
+#else
+  std::memcpy(dst, src, sizeof(uint32_t) * static_cast<size_t>(words));
+#endif
+}
+
+}  // namespace
+
 void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsProcessor>>& procs,
                      const std::vector<LpMaskJob>& jobs, std::vector<LpMaskGroup>* groups,
                      int vocab, uint32_t* masks) {
   const int words = (vocab + 31) / 32;
   const uint32_t tail = vocab % 32 == 0 ? ~0u : (1u << (vocab % 32)) - 1u;
-  auto fill_group = [&](LpMaskGroup& g, uint32_t* mask, std::vector<uint32_t>& scratch) {
+  // Each row's mask is built in this thread's scratch (cache-resident, reused row after row):
+  // preset to all allowed, each processor's refusals, the intersection of several processors,
+  // the all-refused check; then stored once into the staging.
+  auto fill_group = [&](LpMaskGroup& g, uint32_t* out, std::vector<uint32_t>& mask,
+                        std::vector<uint32_t>& scratch) {
+    mask.resize(static_cast<size_t>(words));
     for (int j = g.begin; j < g.end; ++j) {
       const LpMaskJob& job = jobs[static_cast<size_t>(j)];
-      uint32_t* dst = mask;
+      uint32_t* dst = mask.data();
       if (j > g.begin) {
         scratch.resize(static_cast<size_t>(words));
         dst = scratch.data();
@@ -90,12 +126,12 @@ void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsP
         g.error = st;
         return;
       }
-      if (dst != mask) {
-        for (int w = 0; w < words; ++w) mask[w] &= dst[w];
+      if (dst != mask.data()) {
+        for (int w = 0; w < words; ++w) mask[static_cast<size_t>(w)] &= dst[w];
       }
     }
     // Stops at the first allowed token (a full pass over the mask only when none is).
-    if (std::all_of(mask, mask + words, [](uint32_t w) { return w == 0; })) {
+    if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
       std::string names;
       for (int j = g.begin; j < g.end; ++j) {
         names += (names.empty() ? "" : ", ") +
@@ -103,13 +139,24 @@ void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsP
       }
       g.error = Internal("logits processors (" + names + ") allowed no token");
     }
+    StoreMask(out, mask.data(), words);
   };
-  pool.ParallelFor(groups->size(), [&](size_t b, size_t e) {
-    thread_local std::vector<uint32_t> scratch;
-    for (size_t i = b; i < e; ++i) {
-      fill_group((*groups)[i], masks + i * static_cast<size_t>(words), scratch);
-    }
-  });
+  // Rows are claimed one at a time (a mask can take from well under a microsecond, a cached
+  // one, to milliseconds, a fresh walk of a large vocabulary): a thread that drew slow rows
+  // does not hold the step while the others idle.
+  const size_t n = groups->size();
+  std::atomic<size_t> next{0};
+  pool.ParallelFor(
+      std::min<size_t>(n, static_cast<size_t>(pool.num_threads())), [&](size_t, size_t) {
+        thread_local std::vector<uint32_t> mask, scratch;
+        for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+             i = next.fetch_add(1, std::memory_order_relaxed)) {
+          fill_group((*groups)[i], masks + i * static_cast<size_t>(words), mask, scratch);
+        }
+#if defined(__SSE2__)
+        _mm_sfence();  // the streaming stores are visible before the caller uploads the masks
+#endif
+      });
 }
 
 namespace {

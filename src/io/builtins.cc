@@ -8,28 +8,6 @@
 
 namespace sluice::io {
 
-ProcessorRegistry::ProcessorRegistry() {
-  routes_["/v1/embeddings"] = MakeEmbedProcessor(EmbedFlavor::kOpenAI);
-  routes_["/embed"] = MakeEmbedProcessor(EmbedFlavor::kTei);
-  routes_["/pooling"] = MakeEmbedProcessor(EmbedFlavor::kPooling);
-  routes_["/classify"] = MakeClassifyProcessor(ClassifyFlavor::kVllm);
-  routes_["/predict"] = MakeClassifyProcessor(ClassifyFlavor::kTei);
-  routes_["/score"] = MakeScoreProcessor(ScoreFlavor::kScore);
-  routes_["/v1/score"] = MakeScoreProcessor(ScoreFlavor::kScore);
-  routes_["/v1/rerank"] = MakeScoreProcessor(ScoreFlavor::kRerank);
-  routes_["/rerank"] = MakeScoreProcessor(ScoreFlavor::kRerank);
-  routes_["/v2/rerank"] = MakeScoreProcessor(ScoreFlavor::kCohereV2);
-  routes_["/token-classify"] = MakeTokenClassifyProcessor();
-  routes_["/absa"] = MakeAbsaProcessor();
-  routes_["/tokenize"] = MakeTokenizeProcessor(false);
-  routes_["/detokenize"] = MakeTokenizeProcessor(true);
-}
-
-const IoProcessor* ProcessorRegistry::Find(const std::string& route) const {
-  auto it = routes_.find(route);
-  return it == routes_.end() ? nullptr : it->second.get();
-}
-
 std::string NewResponseId(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t seed =

@@ -1,17 +1,24 @@
-// The built-in IO processors and the routes they serve:
-//   embed:    POST /v1/embeddings (OpenAI), /embed (TEI), /pooling (vLLM)
-//   classify: POST /classify (vLLM), /predict (TEI)
-//   score:    POST /score (vLLM), /v1/rerank (Cohere/Jina), /rerank (Cohere/Jina, or TEI
-//             when the body has "texts")
-//   tokenize: POST /tokenize, /detokenize (vLLM)
-//   token-classify: POST /token-classify (the Hugging Face token-classification pipeline)
-//   absa:     POST /absa (aspect-based sentiment, sluice.json "absa")
+// The built-in IO processors, by name (io/registry.h registers them; the names are reserved),
+// and the routes they serve:
+//   embeddings      POST /v1/embeddings (OpenAI)
+//   embed           POST /embed (TEI)
+//   pooling         POST /pooling (vLLM; without "io_processor")
+//   classify        POST /classify (vLLM)
+//   predict         POST /predict (TEI)
+//   score           POST /score, /v1/score (vLLM)
+//   rerank          POST /v1/rerank, /rerank (Cohere/Jina, or TEI when the body has "texts")
+//   rerank-v2       POST /v2/rerank (Cohere v2)
+//   token-classify  POST /token-classify (the Hugging Face token-classification pipeline)
+//   absa            POST /absa (aspect-based sentiment, sluice.json "absa")
+//   tokenize        POST /tokenize (vLLM)
+//   detokenize      POST /detokenize (vLLM)
+// Each is also reachable as POST /plugins/NAME and /pooling with "io_processor": NAME.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 
+#include "io/registry.h"
 #include "sluice/io_processor.h"
 
 namespace sluice::io {
@@ -29,17 +36,6 @@ std::unique_ptr<IoProcessor> MakeAbsaProcessor();
 
 // FailedPrecondition unless the model classifies tokens and has its tokenizer.
 Status CheckTokenClassifier(const ModelContext& m);
-
-// Route -> processor for every built-in route. Const after construction.
-class ProcessorRegistry {
- public:
-  ProcessorRegistry();
-  const IoProcessor* Find(const std::string& route) const;
-  const std::map<std::string, std::unique_ptr<IoProcessor>>& routes() const { return routes_; }
-
- private:
-  std::map<std::string, std::unique_ptr<IoProcessor>> routes_;
-};
 
 // Response helpers shared by the built-ins.
 std::string NewResponseId(const char* prefix);  // "embd-1f3a..."

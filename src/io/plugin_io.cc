@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "io/builtins.h"
 #include "io/inputs.h"
 #include "io/json.h"
+#include "io/registry.h"
 
 namespace sluice::io {
 namespace {
@@ -251,21 +251,8 @@ Status PluginIoProcessor::FromPlugin(int rc, const sluice_plugin_error& err, boo
 
 StatusOr<std::unique_ptr<IoState>> PluginIoProcessor::Parse(const IoRequest& req) const {
   const ModelContext& m = *req.model;
-  std::string data;  // /pooling: the "data" value
-  std::string_view body = req.body;
-  if (IsPooling(req.route)) {
-    ASSIGN_OR_RETURN(simdjson::dom::object obj, ParseObject(req.body));
-    Fields f(obj, "");
-    std::string model, name;
-    RETURN_IF_ERROR(f.GetString("model", &model));
-    RETURN_IF_ERROR(f.GetString("io_processor", &name));
-    simdjson::dom::element e;
-    if (!f.Get("data", &e)) return FieldError("data", "is required (the IO processor's input)");
-    RETURN_IF_ERROR(f.CheckNoUnknown());
-    RETURN_IF_ERROR(CheckModelName(m, model));
-    data = simdjson::to_string(e);
-    body = data;
-  }
+  // On /pooling the server passes the envelope's "data" as the body (io/registry.h).
+  const std::string_view body = req.body;
   auto st = std::make_unique<PluginIoState>();
   st->model = &m;
   sluice_io_call& c = st->call;
@@ -298,7 +285,7 @@ Status PluginIoProcessor::PreProcess(const ModelContext&, IoState& state,
   return Status::Ok();
 }
 
-StatusOr<IoResponse> PluginIoProcessor::PostProcess(const ModelContext& m, IoState& state,
+StatusOr<IoResponse> PluginIoProcessor::PostProcess(const ModelContext&, IoState& state,
                                                     std::vector<PooledOutput>& outs) const {
   auto& st = static_cast<PluginIoState&>(state);
   std::vector<sluice_io_output> views(outs.size());
@@ -327,23 +314,7 @@ StatusOr<IoResponse> PluginIoProcessor::PostProcess(const ModelContext& m, IoSta
     return Internal(entry_.name + ": the plugin's response is not JSON (" +
                     simdjson::error_message(e) + ")");
   }
-  if (!IsPooling(st.call.route)) return IoResponse{std::move(st.out)};
-  JsonWriter w;
-  w.BeginObject();
-  w.KeyString("id", NewResponseId("pool"));
-  w.KeyString("object", "io_processor");
-  w.KeyInt("created", UnixSeconds());
-  w.KeyString("model", m.name);
-  w.KeyString("io_processor", entry_.name);
-  w.Key("data");
-  w.Raw(st.out);
-  w.Key("usage");
-  w.BeginObject();
-  w.KeyInt("prompt_tokens", st.prompt_tokens);
-  w.KeyInt("total_tokens", st.prompt_tokens);
-  w.EndObject();
-  w.EndObject();
-  return IoResponse{w.Take()};
+  return IoResponse{std::move(st.out)};
 }
 
 StatusOr<std::vector<std::shared_ptr<const PluginIoProcessor>>> BindPluginIoProcessors(
@@ -352,6 +323,7 @@ StatusOr<std::vector<std::shared_ptr<const PluginIoProcessor>>> BindPluginIoProc
   for (const auto& e : set.io_processors()) {
     const std::string task = IoTaskName(e->desc.task);
     const std::string where = "plugin " + e->origin + ": IO processor " + e->name;
+    RETURN_IF_ERROR(ProcessorRegistry::CheckNotBuiltin(e->name, where));
     if (task != model.task) {
       return FailedPrecondition(where + " needs a model with task " + task + "; model \"" +
                                 model.name + "\" is served with task " + model.task);

@@ -1,12 +1,10 @@
 // IO processors of plugins (include/sluice/plugin.h, docs/plugins.md) behind the IoProcessor
 // interface of the built-ins. One PluginIoProcessor is one plugin processor bound to one
-// served model; two routes run it:
-//
-//   POST /plugins/NAME                the body is the plugin's, the response is the plugin's;
-//   POST /pooling {"io_processor": "NAME", "data": ..., "model"?}
-//                                     the plugin gets "data"; its response goes under "data"
-//                                     of the pooling envelope (id, object, created, model,
-//                                     io_processor, data, usage).
+// served model, registered beside the built-ins in the model's io::ProcessorRegistry
+// (io/registry.h) and dispatched like them: POST /plugins/NAME (the body and the response are
+// the plugin's) and POST /pooling {"io_processor": "NAME", "data": ..., "model"?} (the server
+// unwraps "data" and wraps the response in the pooling envelope, as for every processor; the
+// plugin sees call->route "/pooling").
 //
 // The request's state (PluginIoState: the plugin's allocations and their cleanups, the
 // sequences, the response bytes) is an IoState: it goes when the server drops the request's
@@ -66,9 +64,9 @@ class PluginIoProcessor : public IoProcessor {
   sluice_io_model info_{};
 };
 
-// The processors of `set`, each bound to `model`. FailedPrecondition naming the plugin file,
-// the processor and both tasks when the model's task is not the processor's, or with
-// check_model's message when it refuses the model.
+// The processors of `set`, each bound to `model`. FailedPrecondition naming the plugin file
+// and the processor when its name is a built-in's (reserved), when the model's task is not
+// the processor's (both tasks named), or with check_model's message when it refuses the model.
 StatusOr<std::vector<std::shared_ptr<const PluginIoProcessor>>> BindPluginIoProcessors(
     const PluginSet& set, const ModelContext& model);
 

@@ -74,7 +74,9 @@ class ScoreProcessor : public IoProcessor {
  public:
   explicit ScoreProcessor(ScoreFlavor f) : flavor_(f) {}
   std::string_view name() const override {
-    return flavor_ == ScoreFlavor::kScore ? "score" : "rerank";
+    return flavor_ == ScoreFlavor::kScore    ? "score"
+           : flavor_ == ScoreFlavor::kRerank ? "rerank"
+                                             : "rerank-v2";
   }
 
   StatusOr<std::unique_ptr<IoState>> Parse(const IoRequest& req) const override {

@@ -231,7 +231,7 @@ class ClipServed final : public ServedModel {
   bool HasIoProcessor(const std::string& name) const override {
     return FindPluginIo(name) != nullptr;
   }
-  std::string IoProcessorNames() const override {
+  std::string PluginIoProcessorNames() const override {
     std::string s;
     for (const auto& p : plugin_io_) s += (s.empty() ? "" : ", ") + std::string(p->name());
     return s.empty() ? "none" : s;
@@ -255,7 +255,7 @@ class ClipServed final : public ServedModel {
       proc = FindPluginIo(name);
       if (!proc) {
         return NotFound("no IO processor \"" + name + "\" is registered for model \"" + o_.name +
-                        "\" (IO processors: " + IoProcessorNames() +
+                        "\" (IO processors: " + PluginIoProcessorNames() +
                         "; a model loads plugins from its model.json or sluice.json \"plugins\", "
                         "or --plugin)");
       }
@@ -266,16 +266,22 @@ class ClipServed final : public ServedModel {
         return FieldError("io_processor",
                           "is required: a CLIP model serves /pooling through the IO processors "
                           "of its plugins (IO processors: " +
-                              IoProcessorNames() + ")");
+                              PluginIoProcessorNames() + ")");
       }
       proc = FindPluginIo(*name);
       if (!proc) {
-        return FieldError("io_processor", "no IO processor \"" + *name +
-                                              "\" is registered for model \"" + o_.name +
-                                              "\" (IO processors: " + IoProcessorNames() + ")");
+        return FieldError("io_processor",
+                          "no IO processor \"" + *name + "\" is registered for model \"" + o_.name +
+                              "\" (IO processors: " + PluginIoProcessorNames() + ")");
       }
     }
-    const IoRequest req{route, body, &ctx_};
+    // /pooling: the processor parses the envelope's "data" (io/registry.h).
+    const bool pooling = route == "/pooling";
+    std::string data;
+    if (pooling) {
+      ASSIGN_OR_RETURN(data, io::PoolingIoData(ctx_, body));
+    }
+    const IoRequest req{route, pooling ? std::string_view(data) : std::string_view(body), &ctx_};
     ASSIGN_OR_RETURN(std::unique_ptr<IoState> state, proc->Parse(req));
     std::vector<io::PluginClipInput> inputs = io::PluginIoProcessor::TakeClipInputs(*state);
     std::vector<Item> items(inputs.size());
@@ -305,6 +311,7 @@ class ClipServed final : public ServedModel {
       Normalize(outs[i].values.data(), P);
     }
     ASSIGN_OR_RETURN(IoResponse resp, proc->PostProcess(ctx_, *state, outs));
+    if (pooling) return io::PoolingIoResponse(ctx_, proc->name(), resp.body, state->prompt_tokens);
     return std::move(resp.body);
   }
 

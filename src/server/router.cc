@@ -1,5 +1,6 @@
 #include "server/router.h"
 
+#include "io/builtins.h"
 #include "io/json.h"
 #include "server/auth.h"
 #include "server/errors.h"
@@ -329,14 +330,21 @@ void Router::RouteInference(HttpRequest&& req, std::shared_ptr<Exchange> ex,
     }
     if (io) {
       std::vector<std::string> has;
-      std::string listing;
+      std::string listing, builtins;
       int scoring = 0;
       for (const auto& [n, v] : *t) {
         const ServedModel& m = *v.versions.at(v.default_version)->model;
         if (m.HasIoProcessor(*io)) has.push_back(n);
         if (m.generation()) continue;
         ++scoring;
-        listing += (listing.empty() ? "\"" : "; \"") + n + "\": " + m.IoProcessorNames();
+        listing += (listing.empty() ? "\"" : "; \"") + n + "\": " + m.PluginIoProcessorNames();
+        if (builtins.empty()) builtins = m.BuiltinIoProcessorNames();
+      }
+      if (!builtins.empty()) {
+        listing = "built-in IO processors of the text scoring models: " + builtins +
+                  "; plugin IO processors by model: " + listing;
+      } else {
+        listing = "IO processors by model: " + listing;
       }
       if (has.size() == 1) {
         name = has[0];
@@ -352,7 +360,7 @@ void Router::RouteInference(HttpRequest&& req, std::shared_ptr<Exchange> ex,
             route, ex,
             ErrorResponse(pooling ? 400 : 404, std::string(pooling ? "io_processor: " : "") +
                                                    "no model serves IO processor \"" + *io +
-                                                   "\" (IO processors by model: " + listing + ")"));
+                                                   "\" (" + listing + ")"));
       }
       // Otherwise the one scoring model's service explains (below).
     }

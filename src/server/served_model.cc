@@ -12,7 +12,7 @@ std::string ModelLabels(const std::string& name, const std::string& version) {
 
 bool IsScoringRoute(const std::string& path) {
   static const io::ProcessorRegistry* routes = new io::ProcessorRegistry();
-  return routes->Find(path) != nullptr || path.rfind("/plugins/", 0) == 0;
+  return routes->FindRoute(path) != nullptr || path.rfind("/plugins/", 0) == 0;
 }
 
 bool IsGenerationRoute(const std::string& path) {

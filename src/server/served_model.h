@@ -36,13 +36,15 @@ class ServedModel {
   virtual void Shutdown() = 0;
   // The scoring model's context (null for generation models): KServe infer.
   virtual const ModelContext* context() const { return nullptr; }
-  // Plugin IO processors (docs/plugins.md) this version serves: whether it has `name`, and
-  // "a, b" (or "none"). Const after construction.
+  // The IO processors (docs/plugins.md) this version serves by name (/plugins/NAME, /pooling
+  // with "io_processor"): whether it has `name` (built-in or plugin); its plugins' "a, b" (or
+  // "none"); the built-ins' names (empty: it serves none by name). Const after construction.
   virtual bool HasIoProcessor(const std::string& name) const {
     (void)name;
     return false;
   }
-  virtual std::string IoProcessorNames() const { return "none"; }
+  virtual std::string PluginIoProcessorNames() const { return "none"; }
+  virtual std::string BuiltinIoProcessorNames() const { return ""; }
 };
 
 // `model="NAME",version="V"` (escaped for the exposition format).
@@ -79,9 +81,14 @@ class ScoringModel : public ServedModel {
   }
   const ModelContext* context() const override { return &ctx_; }
   bool HasIoProcessor(const std::string& name) const override {
-    return service_->FindPluginIo(name) != nullptr;
+    return service_->processors().Find(name) != nullptr;
   }
-  std::string IoProcessorNames() const override { return service_->PluginIoNames(); }
+  std::string PluginIoProcessorNames() const override {
+    return service_->processors().PluginNames();
+  }
+  std::string BuiltinIoProcessorNames() const override {
+    return io::ProcessorRegistry::BuiltinNames();
+  }
   Service& service() { return *service_; }
   EngineLoop& loop() { return *loop_; }
 

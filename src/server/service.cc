@@ -3,6 +3,8 @@
 #include <mutex>
 #include <optional>
 
+#include "core/log.h"
+#include "io/builtins.h"
 #include "io/json.h"
 #include "server/auth.h"
 #include "server/errors.h"
@@ -15,6 +17,8 @@ struct Service::Call {
   std::shared_ptr<Exchange> ex;
   std::string route;  // metrics label
   const IoProcessor* proc = nullptr;
+  bool pooling_io = false;  // /pooling with "io_processor": the envelope (io/registry.h)
+  std::string io_body;      // what the processor parses when it is not req.body
   std::unique_ptr<IoState> state;
   std::shared_ptr<EngineRequest> er;
   std::shared_ptr<EngineRequest> companion;  // the companion model's request, if any
@@ -50,6 +54,12 @@ Service::Service(ServiceOptions options, EngineLoop* loop, const ModelContext* m
       companion_loop_(companion_loop),
       model_(model),
       metrics_(*metrics) {
+  for (const auto& p : options_.plugin_io) {
+    // io::BindPluginIoProcessors refused built-in names; a set holds no duplicates.
+    Status s = processors_.AddPlugin(p, p->origin());
+    if (!s.ok()) SLUICE_LOG_ERROR("{}", s.message());
+  }
+  SLUICE_LOG_INFO("model \"{}\" version {}: {}", model_->name, model_->version, IoNames());
   pool_ = std::make_unique<WorkerPool>(options_.workers);
 }
 
@@ -68,17 +78,9 @@ void Service::Respond(const std::shared_ptr<Call>& call, HttpResponse r) {
   call->ex->Respond(std::move(r));
 }
 
-const IoProcessor* Service::FindPluginIo(const std::string& name) const {
-  for (const auto& p : options_.plugin_io) {
-    if (p->name() == name) return p.get();
-  }
-  return nullptr;
-}
-
-std::string Service::PluginIoNames() const {
-  std::string s;
-  for (const auto& p : options_.plugin_io) s += (s.empty() ? "" : ", ") + std::string(p->name());
-  return s.empty() ? "none" : s;
+std::string Service::IoNames() const {
+  return "plugin IO processors: " + processors_.PluginNames() +
+         "; built-in IO processors: " + io::ProcessorRegistry::BuiltinNames();
 }
 
 bool Service::Authorized(const HttpRequest& req) const {
@@ -125,27 +127,29 @@ void Service::Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
   call->req = std::move(req);
   const HttpRequest& r = call->req;
   const std::string& p = r.path;
-  const IoProcessor* proc = processors_.Find(p);
-  // Plugin IO processors: /plugins/NAME, or /pooling naming one in "io_processor".
+  // A built-in by its route; any IO processor (built-in or plugin) by name: /plugins/NAME,
+  // or /pooling naming one in "io_processor".
+  const IoProcessor* proc = processors_.FindRoute(p);
   std::optional<HttpResponse> plugin_error;
   if (p.rfind("/plugins/", 0) == 0) {
     const std::string name = p.substr(9);
-    proc = FindPluginIo(name);
+    proc = processors_.Find(name);
     if (!proc) {
       plugin_error = ErrorResponse(
           404, "no IO processor \"" + name + "\" is registered for model \"" + model_->name +
-                   "\" (IO processors: " + PluginIoNames() +
+                   "\" (" + IoNames() +
                    "; a model loads plugins from its model.json or sluice.json \"plugins\", "
                    "or --plugin)");
     }
   } else if (p == "/pooling") {
     bool malformed = false;
     if (auto name = PeekStringField(r.body, "io_processor", &malformed)) {
-      proc = FindPluginIo(*name);
+      proc = processors_.Find(*name);
+      call->pooling_io = proc != nullptr;
       if (!proc) {
         plugin_error = ErrorResponse(400, "io_processor: no IO processor \"" + *name +
                                               "\" is registered for model \"" + model_->name +
-                                              "\" (IO processors: " + PluginIoNames() + ")");
+                                              "\" (" + IoNames() + ")");
       }
     }
   }
@@ -223,7 +227,14 @@ void Service::RunProcessor(std::shared_ptr<Call> call) {
     metrics_.AddCancelled();
     return Respond(call, StatusResponse(Status(StatusCode::kUnavailable, "client went away")));
   }
-  IoRequest io{call->route, call->req.body, model_};
+  std::string_view body = call->req.body;
+  if (call->pooling_io) {
+    auto data = io::PoolingIoData(*model_, body);
+    if (!data.ok()) return Respond(call, StatusResponse(data.status()));
+    call->io_body = std::move(data).value();
+    body = call->io_body;
+  }
+  IoRequest io{call->route, body, model_};
   const auto t0 = call->ex->start;  // the parse stage includes the wait for a worker
   auto state = call->proc->Parse(io);
   if (!state.ok()) return Respond(call, StatusResponse(state.status()));
@@ -309,7 +320,9 @@ void Service::Finish(std::shared_ptr<Call> call, Status status) {
   auto resp = call->proc->PostProcess(*model_, *call->state, outs);
   if (!resp.ok()) return Respond(call, StatusResponse(resp.status()));
   HttpResponse r;
-  r.body = std::move(resp->body);
+  r.body = call->pooling_io ? io::PoolingIoResponse(*model_, call->proc->name(), resp->body,
+                                                    call->state->prompt_tokens)
+                            : std::move(resp->body);
   r.content_type = std::move(resp->content_type);
   // Recorded before the response leaves, so that a client sees it in /metrics at once.
   metrics_.RecordStage(Stage::kRespond, Seconds(t0, SteadyClock::now()));

@@ -1,7 +1,10 @@
 // The serving application behind the HTTP front end: routing, auth, health/readiness,
 // model listing, metrics, and the request flow
-//   I/O thread (route, auth) -> worker pool (Parse, PreProcess) -> EngineLoop ->
-//   worker pool (PostProcess) -> I/O thread (write).
+//   I/O thread (route, auth; the IO processor by route or name, io/registry.h) ->
+//   worker pool (Parse, PreProcess) -> EngineLoop -> worker pool (PostProcess) ->
+//   I/O thread (write).
+// Every IO processor, built-in or plugin, runs through this one flow; the request's IoState
+// is the service's and goes when the response is sent or refused (or the client goes).
 // Errors become HTTP responses only through server/errors.h.
 #pragma once
 
@@ -10,8 +13,8 @@
 #include <string>
 
 #include "engine/engine_loop.h"
-#include "io/builtins.h"
 #include "io/plugin_io.h"
+#include "io/registry.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -23,8 +26,9 @@ struct ServiceOptions {
   bool metrics_require_key = false;  // /metrics behind the API key too
   int workers = 2;                   // worker pool threads (IO processors)
   double request_timeout_s = 0;      // 0 = none; queued work older than this is dropped (503)
-  // Plugin IO processors (docs/plugins.md): POST /plugins/NAME and /pooling with
-  // "io_processor". Their libraries must outlive the service.
+  // Plugin IO processors (docs/plugins.md), registered beside the built-ins (io/registry.h):
+  // POST /plugins/NAME and /pooling with "io_processor". Their libraries must outlive the
+  // service. Names must not be built-ins' (io::BindPluginIoProcessors refuses them).
   std::vector<std::shared_ptr<const io::PluginIoProcessor>> plugin_io;
 };
 
@@ -44,10 +48,9 @@ class Service {
   // Readiness turns 503 and new work is refused with 503; in-flight work continues.
   void BeginDrain() { draining_ = true; }
   int in_flight() const { return in_flight_.load(); }
-  // The plugin IO processor of that name (null: none); "a, b" (or "none"). Const after
-  // construction: safe from any thread.
-  const IoProcessor* FindPluginIo(const std::string& name) const;
-  std::string PluginIoNames() const;
+  // The model's IO processors (the built-ins and its plugins'), one registry for routes and
+  // names. Const after construction: safe from any thread.
+  const io::ProcessorRegistry& processors() const { return processors_; }
 
  private:
   struct Call;
@@ -56,6 +59,8 @@ class Service {
   void Finish(std::shared_ptr<Call> call, Status status);
   // One of the call's engine requests is done; the last one posts Finish.
   void Done(const std::shared_ptr<Call>& call, const Status& status);
+  // "plugin IO processors: a, b; built-in IO processors: ..." (for errors).
+  std::string IoNames() const;
   HttpResponse Health(bool ready_check) const;
   HttpResponse Models() const;
   bool Authorized(const HttpRequest& req) const;

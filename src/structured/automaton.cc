@@ -333,7 +333,11 @@ class Emitter {
     Emit(close, end, to);
   }
 
-  // The product of the kids' DFAs, explored eagerly (bounded), written out as NFA states.
+  // The product of the kids' DFAs, explored eagerly (bounded), trimmed to the states from
+  // which an accepting state is reachable, and written out as NFA states. Without the trim a
+  // product state could have transitions and still never accept (e.g. a pattern that needs
+  // one more character where maxLength allows none): a token leading there would be allowed
+  // and the generation would reach a state with no allowed token.
   void EmitAnd(const Expr& e, int32_t from, int32_t to) {
     constexpr size_t kMaxProduct = 100000;
     std::unique_ptr<Dfa> d[2];
@@ -345,25 +349,33 @@ class Emitter {
       }
       d[k] = std::make_unique<Dfa>(*nfa, kMaxProduct);
     }
+    struct Run {
+      uint8_t lo, hi;
+      int32_t to;
+    };
+    struct PState {
+      bool accepting = false;
+      std::vector<Run> runs;
+    };
     std::unordered_map<uint64_t, int32_t> ids;
     std::vector<std::pair<int32_t, int32_t>> queue;
+    std::vector<PState> ps;
     auto id_of = [&](int32_t a, int32_t b) {
       const uint64_t key =
           (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
       auto it = ids.find(key);
       if (it != ids.end()) return it->second;
-      const int32_t s = New();
+      const int32_t s = static_cast<int32_t>(queue.size());
       ids.emplace(key, s);
       queue.emplace_back(a, b);
       return s;
     };
-    Eps(from, id_of(d[0]->start(), d[1]->start()));
+    id_of(d[0]->start(), d[1]->start());
+    const bool neg = e.kind == Expr::Kind::kAndNot;
     for (size_t q = 0; q < queue.size() && !overflow_; ++q) {
       const auto [a, b] = queue[q];
-      const int32_t s =
-          ids[(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b)];
-      const bool neg = e.kind == Expr::Kind::kAndNot;
-      if (d[0]->Accepting(a) && (neg ? !d[1]->Accepting(b) : d[1]->Accepting(b))) Eps(s, to);
+      PState p;
+      p.accepting = d[0]->Accepting(a) && (neg ? !d[1]->Accepting(b) : d[1]->Accepting(b));
       int run_lo = -1;
       int32_t run_to = 0;
       for (int byte = 0; byte <= 256; ++byte) {
@@ -372,10 +384,10 @@ class Emitter {
           const int32_t na = d[0]->Next(a, static_cast<uint8_t>(byte));
           const int32_t nb = na < 0 ? Dfa::kDead : d[1]->Next(b, static_cast<uint8_t>(byte));
           // AndNot: the second automaton may die (kDead: it never accepts again).
-          if (na >= 0 && (nb >= 0 || e.kind == Expr::Kind::kAndNot)) t = id_of(na, nb);
+          if (na >= 0 && (nb >= 0 || neg)) t = id_of(na, nb);
         }
         if (run_lo >= 0 && (t != run_to || t < 0)) {
-          Edge(s, static_cast<uint8_t>(run_lo), static_cast<uint8_t>(byte - 1), run_to);
+          p.runs.push_back({static_cast<uint8_t>(run_lo), static_cast<uint8_t>(byte - 1), run_to});
           run_lo = -1;
         }
         if (t >= 0 && run_lo < 0) {
@@ -383,7 +395,47 @@ class Emitter {
           run_to = t;
         }
       }
+      ps.push_back(std::move(p));
       if (queue.size() > kMaxProduct || d[0]->overflowed() || d[1]->overflowed()) overflow_ = true;
+    }
+    if (overflow_) return;
+    // Co-accessible states: backwards from the accepting ones.
+    std::vector<std::vector<int32_t>> preds(ps.size());
+    for (size_t s = 0; s < ps.size(); ++s) {
+      for (const Run& r : ps[s].runs)
+        preds[static_cast<size_t>(r.to)].push_back(static_cast<int32_t>(s));
+    }
+    std::vector<char> live(ps.size(), 0);
+    std::vector<int32_t> work;
+    for (size_t s = 0; s < ps.size(); ++s) {
+      if (ps[s].accepting) {
+        live[s] = 1;
+        work.push_back(static_cast<int32_t>(s));
+      }
+    }
+    while (!work.empty()) {
+      const int32_t s = work.back();
+      work.pop_back();
+      for (int32_t p : preds[static_cast<size_t>(s)]) {
+        if (!live[static_cast<size_t>(p)]) {
+          live[static_cast<size_t>(p)] = 1;
+          work.push_back(p);
+        }
+      }
+    }
+    if (!live[0]) return;  // the product accepts nothing: no path from `from` to `to`
+    std::vector<int32_t> nfa_id(ps.size(), -1);
+    for (size_t s = 0; s < ps.size(); ++s) {
+      if (live[s]) nfa_id[s] = New();
+    }
+    Eps(from, nfa_id[0]);
+    for (size_t s = 0; s < ps.size(); ++s) {
+      if (!live[s]) continue;
+      if (ps[s].accepting) Eps(nfa_id[s], to);
+      for (const Run& r : ps[s].runs) {
+        if (live[static_cast<size_t>(r.to)])
+          Edge(nfa_id[s], r.lo, r.hi, nfa_id[static_cast<size_t>(r.to)]);
+      }
     }
   }
 

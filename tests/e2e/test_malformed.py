@@ -1,6 +1,7 @@
 """Malformed-input mix: >= 1,000 requests at concurrency 16 (truncated JSON, wrong types,
 {}, empty strings and lists, invalid UTF-8, lone surrogates, huge numbers, 10k-deep
-nesting, oversized bodies, unknown fields, bad routes/methods). Each gets the right 4xx
+nesting, oversized bodies, unknown fields, bad routes/methods, built-in IO processors by name
+through /pooling "io_processor" and /plugins/NAME). Each gets the right 4xx
 with a JSON error; the server never crashes and serves a valid request right after."""
 import json
 import socket
@@ -51,6 +52,18 @@ BAD = [
     ("/score", b'{"text_1": [1], "text_2": [2]}' + b" " * 70000, 413),
     ("/score", b"x" * 200000, 413),
     ("/nope", b"{}", 404),
+    # Built-in IO processors by name (/pooling "io_processor", /plugins/NAME).
+    ("/pooling", b'{"io_processor": "score"}', 400),
+    ("/pooling", b'{"io_processor": "score", "data": [1]}', 400),
+    ("/pooling", b'{"io_processor": "score", "data": {"text_1": [1, 2}}', 400),
+    ("/pooling", b'{"io_processor": "score", "data": {"text_1": [1], "text_2": [99999]}}', 400),
+    ("/pooling", b'{"io_processor": "score", "data": {"text_1": "\\ud800", "text_2": [1]}}', 400),
+    ("/pooling", b'{"io_processor": "score", "data": {}, "bogus": 1}', 400),
+    ("/pooling", b'{"io_processor": "nope", "data": {}}', 400),
+    ("/pooling", b'{"io_processor": 5, "data": {}}', 400),
+    ("/plugins/score", b'{"text_1": [1], "text_2": [2], "bogus": 1}', 400),
+    ("/plugins/rerank", b'"x"', 400),
+    ("/plugins/nope", b"{}", 404),
 ]
 
 

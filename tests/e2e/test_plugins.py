@@ -3,7 +3,10 @@ demo reranker. POST /plugins/keyword_rerank and /pooling with "io_processor" giv
 scores (those of /v1/rerank) plus the keyword boost, in the right order, with duplicates and
 top_n; malformed bodies are 400 JSON with the plugin's message and the server keeps serving;
 unknown processors are 404/400 naming the registered ones; a plugin that does not fit the
-model stops start-up naming the file; RSS does not grow over 2,000 requests (the plugin's
+model stops start-up naming the file; the built-in processors (rerank, rerank-v2, score,
+classify, tokenize; embeddings, embed, pooling on an embedder) answer /pooling with
+"io_processor" and /plugins/NAME as their own routes do, errors included; a plugin taking a
+built-in's name stops start-up naming it; RSS does not grow over 2,000 requests (the plugin's
 per-request state, ~10 kB each, is freed on every path: success, errors, disconnects)."""
 import json
 import os
@@ -64,9 +67,48 @@ def check_results(res, want, what):
     c.check(ok, f"{what}: got {got}, want {want}")
 
 
+BUILTINS = ("built-in IO processors: embeddings, embed, pooling, classify, predict, score, "
+            "rerank, rerank-v2, token-classify, absa, tokenize, detokenize")
+
+
+def envelope_free(r):
+    """A response without what differs between two calls (its id and creation time)."""
+    return {k: v for k, v in r.items() if k not in ("id", "created")} if isinstance(r, dict) else r
+
+
+def same_as_route(s, conn, good, bad):
+    """Each (processor, route, body): POST /pooling {"io_processor", "data"} and
+    /plugins/NAME answer what the route answers; bad bodies fail with its status and message."""
+    model = s.get("/v1/models")[2]["data"][0]["id"]
+    for name, route, b in good:
+        st, _, want = s.post(route, b, conn=conn)
+        c.check(st == 200, f"{route} {st} {want}")
+        st, _, r = s.post("/pooling", {"model": model, "io_processor": name, "data": b}, conn=conn)
+        c.check(st == 200 and r.get("object") == "io_processor" and r.get("io_processor") == name
+                and r.get("model") == model and envelope_free(r.get("data")) == envelope_free(want),
+                f"/pooling io_processor {name} = {route}: {st} {r} vs {want}")
+        tokens = want.get("usage", {}).get("total_tokens") if isinstance(want, dict) else None
+        if tokens is not None:
+            c.check(r.get("usage", {}).get("total_tokens") == tokens,
+                    f"/pooling io_processor {name}: usage {r.get('usage')} vs {want['usage']}")
+        st, _, r = s.post("/plugins/" + name, b, conn=conn)
+        c.check(st == 200 and envelope_free(r) == envelope_free(want),
+                f"/plugins/{name} = {route}: {st} {r} vs {want}")
+    for name, route, b in bad:
+        st, _, want = s.post(route, b, conn=conn)
+        c.check(st >= 400, f"{route} {b}: {st} {want}")
+        st2, _, r = s.post("/pooling", {"io_processor": name, "data": b}, conn=conn)
+        c.check(st2 == st and r == want, f"/pooling io_processor {name} {b}: {st2} {r} vs {want}")
+        st2, _, r = s.post("/plugins/" + name, b, conn=conn)
+        c.check(st2 == st and r == want, f"/plugins/{name} {b}: {st2} {r} vs {want}")
+
+
 with Server(MODEL, "--plugin", PLUGIN, "--workers", "2") as s:
     c.check(any("IO processors: keyword_rerank" in line for line in s.log),
             "start-up log names the IO processor")
+    c.check(any('model "demo-reranker" version 1: plugin IO processors: keyword_rerank; '
+                + BUILTINS in line for line in s.log),
+            "start-up log lists the model's IO processors, plugins and built-ins")
     conn = s.conn()
     model = model_scores(s, conn, QUERY, DOCS)
     for boost, order in ((0.5, [1, 3, 0, 2]), (1.0, [3, 1, 0, 2])):
@@ -102,13 +144,32 @@ with Server(MODEL, "--plugin", PLUGIN, "--workers", "2") as s:
     c.check(st == 200 and r.get("object") == "io_processor" and r.get("data") == direct
             and r.get("io_processor") == "keyword_rerank" and r.get("model") == "demo-reranker"
             and r.get("usage", {}).get("prompt_tokens", 0) > 0, f"/pooling {st} {r}")
-    # Unknown processors name the registered ones.
+    # The built-ins are IO processors of the same registry: /pooling with "io_processor" NAME
+    # and /plugins/NAME answer as their own routes (the response under "data" of the pooling
+    # envelope), errors included.
+    same_as_route(s, conn, [
+        ("rerank", "/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2}),
+        ("rerank", "/rerank", {"query": QUERY, "texts": DOCS}),
+        ("rerank-v2", "/v2/rerank", {"query": QUERY, "documents": DOCS}),
+        ("score", "/score", {"text_1": QUERY, "text_2": DOCS[:2]}),
+        ("classify", "/classify", {"input": DOCS[:2]}),
+        ("tokenize", "/tokenize", {"prompt": QUERY}),
+    ], bad=[
+        ("rerank", "/v1/rerank", {"query": QUERY}),
+        ("rerank", "/v1/rerank", {"query": QUERY, "documents": DOCS, "foo": 1}),
+        ("score", "/score", {"text_1": [QUERY, QUERY], "text_2": DOCS}),
+        ("embeddings", "/v1/embeddings", {"input": QUERY}),
+        ("token-classify", "/token-classify", {"inputs": QUERY}),
+    ])
+    # Unknown processors name the registered ones: the plugins' and the built-ins'.
     st, _, r = s.post("/plugins/nope", body, conn=conn)
     c.error_shape(st, r, 404, "/plugins/nope")
     c.check("keyword_rerank" in r["error"]["message"], f"/plugins/nope names it: {r}")
+    c.check(BUILTINS in r["error"]["message"], f"/plugins/nope names the built-ins: {r}")
     st, _, r = s.post("/pooling", {"io_processor": "nope", "data": body}, conn=conn)
     c.error_shape(st, r, 400, "/pooling io_processor nope")
     c.check("keyword_rerank" in r["error"]["message"], f"/pooling nope names it: {r}")
+    c.check(BUILTINS in r["error"]["message"], f"/pooling nope names the built-ins: {r}")
     st, h, r = s.get("/plugins/keyword_rerank", conn=conn)
     c.error_shape(st, r, 405, "GET /plugins/keyword_rerank")
     # Malformed bodies: 400 JSON with the plugin's message; the server keeps serving.
@@ -209,6 +270,30 @@ for plugin, msg in ((os.path.join(PLUGINS, "fsm_logits.so"),
             c.check(False, f"{plugin}: the server started")
     except RuntimeError as e:
         c.check(msg in str(e), f"{plugin}: start-up error names it: {str(e)[-400:]}")
+# A plugin may not take a built-in's name: start-up stops naming the file and the name.
+try:
+    with Server(MODEL, "--plugin", os.path.join(PLUGINS, "test_plugin_builtin_clash.so"),
+                timeout=60):
+        c.check(False, "a plugin named rerank: the server started")
+except RuntimeError as e:
+    c.check("test_plugin_builtin_clash.so: IO processor rerank: the name is reserved by a "
+            "built-in IO processor" in str(e), f"a plugin named rerank: {str(e)[-400:]}")
+# The embedding built-ins on an embedder, through the same registry.
+with Server("bert_st_mean_dense") as s:
+    conn = s.conn()
+    texts = [[101, 7, 8, 102], [101, 9, 102]]  # token ids: the fixture has no tokenizer
+    same_as_route(s, conn, [
+        ("embeddings", "/v1/embeddings", {"input": texts}),
+        ("embeddings", "/v1/embeddings", {"input": texts[0], "encoding_format": "base64"}),
+        ("embeddings", "/v1/embeddings", {"input": texts, "normalize": False}),
+        ("embed", "/embed", {"inputs": texts}),
+        ("pooling", "/pooling", {"input": texts}),
+    ], bad=[
+        ("embeddings", "/v1/embeddings", {"input": []}),
+        ("embed", "/embed", {"inputs": texts, "truncation_direction": "Left"}),
+        ("embeddings", "/v1/embeddings", {"input": ["text"]}),
+        ("rerank", "/v1/rerank", {"query": texts[0], "documents": texts}),
+    ])
 try:
     with Server("bert_st_mean_dense", "--plugin", PLUGIN, timeout=60):
         c.check(False, "keyword_rerank on an embedder: the server started")

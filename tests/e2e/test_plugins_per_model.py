@@ -143,6 +143,19 @@ with tempfile.TemporaryDirectory() as tmp:
         c.error_shape(st, r, 404, "/plugins/nope, no model")
         c.check('"kw": keyword_rerank' in msg(r) and '"plain": none' in msg(r),
                 f"lists each model's IO processors: {r}")
+        c.check("built-in IO processors of the text scoring models: embeddings, embed" in msg(r),
+                f"lists the built-ins: {r}")
+        # A built-in by name: every scoring model has it, so "model" is required here.
+        st, _, r = s.post("/plugins/rerank", {"query": QUERY, "documents": DOCS})
+        c.error_shape(st, r, 400, "/plugins/rerank, no model")
+        c.check('"model" is required' in msg(r) and '"plain"' in msg(r) and '"kw"' in msg(r),
+                f"names the models that have it: {r}")
+        st, _, ref = s.post("/v1/rerank", {"model": "plain", "query": QUERY, "documents": DOCS})
+        st2, h, r = s.post("/pooling", {"model": "plain", "io_processor": "rerank",
+                                        "data": {"query": QUERY, "documents": DOCS}})
+        c.check(st == 200 and st2 == 200 and served(h)[0] == "plain" and
+                r.get("data", {}).get("results") == ref.get("results"),
+                f"/pooling io_processor rerank on plain = /v1/rerank: {st2} {r} vs {ref}")
         st, _, r = s.post("/pooling", {"io_processor": "nope", "data": BODY})
         c.error_shape(st, r, 400, "/pooling io_processor nope, no model")
         st, _, r = s.post("/v1/rerank", {"model": "plain", "query": QUERY, "documents": DOCS})

@@ -1,4 +1,5 @@
-"""Token-level serving end to end: /token-classify against the Hugging Face pipeline's
+"""Token-level serving end to end (the built-ins token-classify and absa also by name through
+/pooling "io_processor" and /plugins/NAME): /token-classify against the Hugging Face pipeline's
 fixtures (tests/fixtures/token_classification, every aggregation strategy, Korean offsets),
 /pooling token_classify, /absa (spans, offsets into the review, one request = its aspects
 alone; absa.sentiment_model: sentiments from a second classifier, start-up errors), late interaction through /score and /v1/rerank (MaxSim against the golden fixture; ColBERT
@@ -69,6 +70,15 @@ def token_classify(name):
         for x in pair:
             text = texts[x["sequence"]]
             c.check(x["end"] <= len(text), f"{name} pair offsets {x}")
+        # The built-in by name (io/registry.h): /pooling "io_processor" and /plugins/NAME
+        # answer what the route answers.
+        pbody = {"inputs": texts[0], "text_pair": texts[1], "ignore_labels": []}
+        st, _, r = s.post("/pooling", {"io_processor": "token-classify", "data": pbody},
+                          conn=conn)
+        c.check(st == 200 and r.get("io_processor") == "token-classify" and r.get("data") == pair,
+                f"{name} /pooling io_processor token-classify: {st} {str(r)[:300]}")
+        st, _, r = s.post("/plugins/token-classify", pbody, conn=conn)
+        c.check(st == 200 and r == pair, f"{name} /plugins/token-classify: {st} {str(r)[:300]}")
         # /pooling: per-token label probabilities.
         st, _, pool = s.post("/pooling", {"input": texts[:2], "task": "token_classify"}, conn=conn)
         c.check(st == 200, f"{name} /pooling token_classify {st}")
@@ -126,6 +136,14 @@ def absa():
                             and [x["start"] for x in r1["spans"]] == [x["start"] for x in res["spans"]],
                             f"absa alone vs batched {a}")
                 c.check(body["usage"]["prompt_tokens"] > 0, "absa usage")
+                # The built-in by name: the same answer (but its id) through /pooling.
+                st, _, r = s.post("/pooling", {"io_processor": "absa",
+                                               "data": {"review": review, "aspects": aspects}},
+                                  conn=conn)
+                strip = lambda d: {k: v for k, v in d.items() if k not in ("id", "created")}
+                c.check(st == 200 and strip(r.get("data", {})) == strip(body) and
+                        r["usage"]["prompt_tokens"] == body["usage"]["prompt_tokens"],
+                        f"absa /pooling io_processor: {st} {str(r)[:300]} vs {str(body)[:300]}")
             st, _, err = s.post("/absa", {"review": "x", "aspects": ["a"] * 9})
             c.error_shape(st, err, 400, "absa max_aspects")
             st, _, err = s.post("/absa", {"review": "x"})
@@ -231,6 +249,12 @@ def absa_sentiment_model():
                     f"labels only the sentiment model has: {body}")
             c.check(body["usage"]["prompt_tokens"] > spans_only["usage"]["prompt_tokens"],
                     "usage counts both models' tokens")
+            # By name through /pooling: the companion model runs there too.
+            st, _, r = s.post("/pooling", {"io_processor": "absa",
+                                           "data": {"review": review, "aspects": aspects}})
+            c.check(st == 200 and r.get("data", {}).get("results") == body["results"] and
+                    r["usage"]["prompt_tokens"] == body["usage"]["prompt_tokens"],
+                    f"absa+model /pooling io_processor: {st} {str(r)[:300]}")
             st, _, alone = s.post("/absa", {"review": review, "aspects": [aspects[1]]})
             c.check(st == 200 and alone["results"][0]["sentiment"] == want[1]
                     and abs(alone["results"][0]["score"] - body["results"][1]["score"]) < 1e-5,

@@ -688,4 +688,25 @@ TEST(Cli, GrammarBenchChecksMasksAgainstTheReferenceWalk) {
   fs::remove(schemas);
 }
 
+// --random-walks: generations drawn uniformly among the allowed tokens; every mask checked
+// against the reference walk and every state reached must allow some token. The pattern with
+// maxLength once let a walk into a state with no allowed token (a "\" where no "/" fits).
+TEST(Cli, GrammarBenchRandomWalksFindNoDeadEnds) {
+  const std::string schemas = TempPath("walk_schemas.jsonl");
+  {
+    std::ofstream f(schemas);
+    f << R"({"id":"scoped","schema":{"type":"object","properties":{"n":{"type":"string",)"
+         R"("pattern":"^@[a-z]+/[a-z]+$","maxLength":6}},"required":["n"]},"tests":[]})"
+      << "\n";
+  }
+  const std::string tok = kFixtures + "/../../models/demo-chat";
+  Result r = RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas +
+                       " --random-walks 200 --walk-tokens 40 --check-masks");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"dead_ends\":0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"mask_mismatches\":0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"walks\":{\"per_schema\":200"), std::string::npos) << r.out;
+  fs::remove(schemas);
+}
+
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "io/json.h"
 #include "io/plugin_io.h"
+#include "io/registry.h"
 
 namespace sluice {
 namespace {
@@ -224,10 +225,16 @@ class IoAdapter : public ::testing::Test {
     g_cleanups = 0;
   }
 
-  // Parse + PreProcess + PostProcess with outputs values {i * 1.5, 0}.
+  // Parse + PreProcess + PostProcess with outputs values {i * 1.5, 0}; on /pooling the
+  // server's envelope around them (io/registry.h), as server/service.cc runs it.
   StatusOr<std::string> Run(const std::string& body, const char* route = "/plugins/echo",
                             std::vector<TokenSequence>* seqs_out = nullptr) {
-    IoRequest req{route, body, &model_};
+    const bool pooling = std::string_view(route) == "/pooling";
+    std::string data;
+    if (pooling) {
+      ASSIGN_OR_RETURN(data, io::PoolingIoData(model_, body));
+    }
+    IoRequest req{route, pooling ? std::string_view(data) : std::string_view(body), &model_};
     auto st = proc_->Parse(req);
     if (!st.ok()) return st.status();
     std::vector<TokenSequence> seqs;
@@ -237,6 +244,7 @@ class IoAdapter : public ::testing::Test {
     if (seqs_out) *seqs_out = seqs;
     auto r = proc_->PostProcess(model_, **st, outs);
     if (!r.ok()) return r.status();
+    if (pooling) return io::PoolingIoResponse(model_, proc_->name(), r->body, (*st)->prompt_tokens);
     return r->body;
   }
 
@@ -465,6 +473,58 @@ TEST(IoPluginBinding, TaskMismatchAndCheckModel) {
 int Parse0(void*, sluice_io_call*, const char*, size_t, sluice_plugin_error*) { return 0; }
 int Respond0(void*, sluice_io_call*, const sluice_io_output*, int32_t, sluice_plugin_error*) {
   return 0;
+}
+
+// A plugin processor may not take a built-in's name (they share one registry per model):
+// binding it fails naming the file, the processor and the reserved names; a registry refuses
+// it too, and a duplicate plugin name.
+TEST(IoPluginBinding, BuiltinNamesAreReserved) {
+  for (const char* name : {"embed", "embeddings", "rerank", "score", "classify", "token-classify",
+                           "tokenize", "pooling", "rerank-v2"}) {
+    PluginSet set;
+    sluice_io_processor p{};
+    p.struct_size = sizeof p;
+    p.name = name;
+    p.task = SLUICE_TASK_EMBED;
+    p.parse = Parse0;
+    p.respond = Respond0;
+    ASSERT_TRUE(set.RegisterIo(p, "/lib/clash.so").ok()) << name;
+    auto bound = io::BindPluginIoProcessors(set, TestModel());
+    ASSERT_FALSE(bound.ok()) << name;
+    EXPECT_EQ(bound.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(bound.status().message(),
+                         std::string("plugin /lib/clash.so: IO processor ") + name +
+                             ": the name is reserved by a built-in IO processor (embeddings, "
+                             "embed, pooling, classify, predict, score, rerank, rerank-v2, "
+                             "token-classify, absa, tokenize, detokenize)"))
+        << bound.status().message();
+  }
+  PluginSet set;
+  sluice_io_processor p{};
+  p.struct_size = sizeof p;
+  p.name = "mine";
+  p.task = SLUICE_TASK_EMBED;
+  p.parse = Parse0;
+  p.respond = Respond0;
+  ASSERT_TRUE(set.RegisterIo(p, "/lib/a.so").ok());
+  auto bound = io::BindPluginIoProcessors(set, TestModel());
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  io::ProcessorRegistry reg;
+  ASSERT_TRUE(reg.AddPlugin((*bound)[0], "/lib/a.so").ok());
+  EXPECT_EQ(reg.Find("mine"), (*bound)[0].get());
+  EXPECT_EQ(reg.PluginNames(), "mine");
+  auto twice = reg.AddPlugin((*bound)[0], "/lib/b.so");
+  EXPECT_TRUE(Contains(twice.message(), "IO processor mine is already registered by /lib/a.so"))
+      << twice.message();
+  EXPECT_EQ(reg.FindRoute("/v1/rerank"), reg.Find("rerank"));
+  EXPECT_EQ(reg.FindRoute("/rerank"), reg.Find("rerank"));
+  EXPECT_EQ(reg.FindRoute("/v2/rerank"), reg.Find("rerank-v2"));
+  EXPECT_EQ(reg.FindRoute("/v1/embeddings"), reg.Find("embeddings"));
+  EXPECT_EQ(reg.FindRoute("/plugins/mine"), nullptr);
+  for (const io::ProcessorEntry& e : reg.entries()) {
+    EXPECT_EQ(e.builtin, e.origin == "built-in") << e.processor->name();
+    EXPECT_EQ(e.builtin, io::ProcessorRegistry::IsBuiltinName(e.processor->name()));
+  }
 }
 
 TEST(IoPluginRegistration, Errors) {

@@ -35,7 +35,7 @@ class CausalReranker : public ::testing::Test {
   std::vector<int32_t> Enc(const std::string& s) { return tok_->Encode(s, false)->ids; }
 
   StatusOr<std::vector<TokenSequence>> Run(const std::string& body) {
-    const IoProcessor* p = reg_.Find("/v1/rerank");
+    const IoProcessor* p = reg_.FindRoute("/v1/rerank");
     ASSIGN_OR_RETURN(auto st, p->Parse(IoRequest{"/v1/rerank", body, &m_}));
     std::vector<TokenSequence> seqs;
     RETURN_IF_ERROR(p->PreProcess(m_, *st, &seqs));
@@ -127,7 +127,7 @@ TEST_F(CausalReranker, TokenIdPairsGiveTheTextSequences) {
                 R"("], "instruction": "Find code"})");
   ASSERT_TRUE(ci.ok() && ct.ok());
   EXPECT_EQ((*ci)[0].ids, (*ct)[0].ids);
-  const IoProcessor* p = reg_.Find("/score");
+  const IoProcessor* p = reg_.FindRoute("/score");
   auto st = p->Parse(
       IoRequest{"/score", R"({"text_1": )" + ids(q) + R"(, "text_2": )" + ids(d1) + "}", &m_});
   ASSERT_TRUE(st.ok()) << st.status().ToString();

@@ -50,7 +50,7 @@ struct Run {
 Run Pre(const ProcessorRegistry& reg, const ModelContext& m, const std::string& route,
         const std::string& body) {
   Run r;
-  const IoProcessor* p = reg.Find(route);
+  const IoProcessor* p = reg.FindRoute(route);
   auto st = p->Parse(IoRequest{route, body, &m});
   if (!st.ok()) {
     r.status = st.status();
@@ -137,7 +137,7 @@ TEST(Conventions, TokenIdDocumentsEchoAsText) {
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   std::vector<PooledOutput> outs(1);
   outs[0].values = {0.5f};
-  auto resp = reg.Find("/v1/rerank")->PostProcess(m, *r.state, outs);
+  auto resp = reg.FindRoute("/v1/rerank")->PostProcess(m, *r.state, outs);
   ASSERT_TRUE(resp.ok());
   EXPECT_NE(resp->body.find(R"("document":{"text":"salmon swim"})"), std::string::npos)
       << resp->body;
@@ -201,7 +201,7 @@ TEST(Conventions, CohereV2Rerank) {
       StatusCode::kInvalidArgument);
   std::vector<PooledOutput> outs(1);
   outs[0].values = {0.75f};
-  auto resp = reg.Find("/v2/rerank")->PostProcess(m, *cut.state, outs);
+  auto resp = reg.FindRoute("/v2/rerank")->PostProcess(m, *cut.state, outs);
   ASSERT_TRUE(resp.ok());
   EXPECT_EQ(resp->body.rfind(R"({"id":"rerank-)", 0), 0u) << resp->body;
   EXPECT_NE(
@@ -223,7 +223,7 @@ TEST(Conventions, EmbeddingsNormaliseByDefault) {
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     std::vector<PooledOutput> outs(1);
     outs[0].values = {3.f, 4.f};
-    return reg.Find(route)->PostProcess(m, *r.state, outs)->body;
+    return reg.FindRoute(route)->PostProcess(m, *r.state, outs)->body;
   };
   for (const char* route : {"/v1/embeddings", "/pooling"}) {
     EXPECT_NE(body(route, R"({"input": [1]})").find("[0.6,0.8]"), std::string::npos) << route;

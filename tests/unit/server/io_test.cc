@@ -137,7 +137,7 @@ TEST(Inputs, CountLimit) {
 TEST(Processors, RerankSortsAndCutsTopN) {
   ModelContext m = Ctx();
   ProcessorRegistry reg;
-  const IoProcessor* p = reg.Find("/v1/rerank");
+  const IoProcessor* p = reg.FindRoute("/v1/rerank");
   ASSERT_NE(p, nullptr);
   const std::string body = R"({"query": [7], "documents": [[1], {"text": [2]}, [3]], "top_n": 2})";
   auto st = p->Parse(IoRequest{"/v1/rerank", body, &m});
@@ -162,12 +162,12 @@ TEST(Processors, RerankSortsAndCutsTopN) {
 TEST(Processors, RefuseWrongTaskAndModel) {
   ModelContext m = Ctx();
   ProcessorRegistry reg;
-  auto e = reg.Find("/v1/embeddings")->Parse(IoRequest{"", R"({"input": [1]})", &m});
+  auto e = reg.FindRoute("/v1/embeddings")->Parse(IoRequest{"", R"({"input": [1]})", &m});
   EXPECT_EQ(e.status().code(), StatusCode::kFailedPrecondition);
-  auto n = reg.Find("/score")->Parse(
+  auto n = reg.FindRoute("/score")->Parse(
       IoRequest{"", R"({"model": "x", "text_1": [1], "text_2": [2]})", &m});
   EXPECT_EQ(n.status().code(), StatusCode::kNotFound);
-  auto k = reg.Find("/score")->Parse(
+  auto k = reg.FindRoute("/score")->Parse(
       IoRequest{"", R"({"text_1": [[1], [2]], "text_2": [[1], [2], [3]]})", &m});
   EXPECT_EQ(k.status().code(), StatusCode::kInvalidArgument);
 }
@@ -178,7 +178,7 @@ TEST(Processors, DimensionsOnlyForMatryoshkaModels) {
   m.output_dim = 16;
   ProcessorRegistry reg;
   auto parse = [&](const std::string& body) {
-    return reg.Find("/v1/embeddings")->Parse(IoRequest{"/v1/embeddings", body, &m});
+    return reg.FindRoute("/v1/embeddings")->Parse(IoRequest{"/v1/embeddings", body, &m});
   };
   EXPECT_TRUE(parse(R"({"input": [1]})").ok());
   auto no = parse(R"({"input": [1], "dimensions": 8})");
@@ -199,7 +199,7 @@ TEST(Processors, DimensionsOnlyForMatryoshkaModels) {
   ASSERT_TRUE(st.ok());
   std::vector<PooledOutput> outs(1);
   outs[0].values.assign(16, 0.25f);
-  auto r = reg.Find("/v1/embeddings")->PostProcess(m, **st, outs);
+  auto r = reg.FindRoute("/v1/embeddings")->PostProcess(m, **st, outs);
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->body.find(R"("embedding":[0.5,0.5,0.5,0.5])"), std::string::npos) << r->body;
 }
@@ -208,7 +208,7 @@ TEST(Processors, ResponseEnvelopes) {
   ModelContext m = Ctx();
   ProcessorRegistry reg;
   auto run = [&](const char* route, const std::string& body, std::vector<float> score) {
-    const IoProcessor* p = reg.Find(route);
+    const IoProcessor* p = reg.FindRoute(route);
     auto st = p->Parse(IoRequest{route, body, &m});
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     std::vector<TokenSequence> seqs;

@@ -28,7 +28,7 @@ class LateInteraction : public ::testing::Test {
   }
 
   StatusOr<std::vector<TokenSequence>> Run(const std::string& body) {
-    const IoProcessor* p = reg_.Find("/score");
+    const IoProcessor* p = reg_.FindRoute("/score");
     ASSIGN_OR_RETURN(auto st, p->Parse(IoRequest{"/score", body, &m_}));
     std::vector<TokenSequence> seqs;
     RETURN_IF_ERROR(p->PreProcess(m_, *st, &seqs));

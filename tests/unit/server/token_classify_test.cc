@@ -42,7 +42,7 @@ TEST(Absa, SequenceClassifierGivesThePairsSentiment) {
   m.absa = true;
   m.absa_sentiments = {{"negative", "bad"}};
   m.model_max_tokens = m.max_tokens_per_input = 64;
-  const IoProcessor* p = reg.Find("/absa");
+  const IoProcessor* p = reg.FindRoute("/absa");
   auto st = p->Parse(IoRequest{"/absa", R"({"review": "r", "aspects": ["food", "wait"]})", &m});
   EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);  // needs the tokenizer
   auto tok =
@@ -84,7 +84,7 @@ TEST(Absa, SentimentModelGivesTheSentimentAndTheTokenClassifierTheSpans) {
   side->model_max_tokens = side->max_tokens_per_input = 128;
   side->tokenizer = side_tok->get();
   m.companion = side;
-  const IoProcessor* p = reg.Find("/absa");
+  const IoProcessor* p = reg.FindRoute("/absa");
   const std::string review = "the food was great";
   auto st = p->Parse(
       IoRequest{"/absa", R"({"review": "the food was great", "aspects": ["food", "wait"]})", &m});

@@ -88,6 +88,21 @@ TEST(JsonSchema, StringsLengthsPatternsFormats) {
   EXPECT_FALSE(u->Matches(R"("123e4567")"));
 }
 
+// A pattern and a length bound together: no prefix leads where neither can finish. Here
+// "@ab" needs "/" and one more letter (5 characters) where maxLength allows 4, so "@ab" and
+// everything after it is dead -- including the start of the escape "\/" (a random-weight
+// model sampled that backslash and found no allowed token after it).
+TEST(JsonSchema, PatternWithMaxLengthHasNoDeadEnds) {
+  auto d = Schema(R"({"type":"string","pattern":"^@[a-z]+/[a-z]$","maxLength":4})");
+  EXPECT_TRUE(d->Matches(R"("@a/b")"));
+  EXPECT_TRUE(d->Matches(R"("@a\/b")"));  // the escaped solidus is one character
+  EXPECT_TRUE(d->Continues(R"("@a\)"));
+  EXPECT_FALSE(d->Continues(R"("@ab)"));
+  EXPECT_FALSE(d->Continues(R"("@ab\)"));
+  EXPECT_FALSE(d->Continues(R"("@ab/)"));
+  EXPECT_FALSE(d->Matches(R"("@ab/c")"));
+}
+
 TEST(JsonSchema, NumbersAndBounds) {
   auto i = Schema(R"({"type":"integer","minimum":-5,"exclusiveMaximum":120})");
   for (const char* ok : {"-5", "0", "7", "99", "119"}) EXPECT_TRUE(i->Matches(ok)) << ok;

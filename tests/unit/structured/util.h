@@ -34,6 +34,11 @@ class Lang {
     if (pda_) return pda_->Matches(s);
     return dfa_ && dfa_->Matches(s);
   }
+  // Whether some string starting with s matches (the automaton is not dead after s).
+  bool Continues(std::string_view s) {
+    if (pda_) return pda_->Run(pda_->start(), s) >= 0;
+    return dfa_ && dfa_->Run(dfa_->start(), s) >= 0;
+  }
   bool pushdown() const { return pda_ != nullptr; }
 
  private:
