@@ -17,6 +17,8 @@
 #include <grpcpp/grpcpp.h>
 #include <simdjson.h>
 
+#include <chrono>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -53,7 +55,8 @@ struct BenchFlags {
   // request rate (0 = closed loop: each client sends its next request when one finishes).
   std::string prompt_tokens = "128", output_tokens = "128";
   double request_rate = 0;
-  std::string grpc_model;  // KServe v2 gRPC ModelInfer to this model (--port: the gRPC port)
+  std::string grpc_model;   // KServe v2 gRPC ModelInfer to this model (--port: the gRPC port)
+  std::string latency_log;  // each ok request's start (Unix seconds) and latency (seconds)
 };
 
 bool IsGeneration(const BenchFlags& f) { return f.endpoint == "/v1/completions"; }
@@ -161,6 +164,7 @@ StatusOr<std::string> MakeBody(const BenchFlags& f, std::mt19937& rng) {
 struct Shared {
   std::mutex mu;
   std::vector<double> latencies;
+  std::vector<double> starts;  // --latency-log: each latency's request start (NowSeconds)
   std::map<std::string, int> errors;
   std::atomic<int> issued{0}, done{0};
   std::atomic<int64_t> inputs_ok{0};
@@ -324,6 +328,7 @@ void Client(const BenchFlags& f, int index, double deadline, Shared* sh) {
       sh->inputs_ok += inputs;
       std::lock_guard<std::mutex> lock(sh->mu);
       sh->latencies.push_back(t1 - t0);
+      sh->starts.push_back(t0);
     }
     if (!res.keep_alive()) stream.reset();
   }
@@ -375,6 +380,7 @@ void GrpcClient(const BenchFlags& f, int index, double deadline, Shared* sh) {
     sh->inputs_ok += f.documents;
     std::lock_guard<std::mutex> lock(sh->mu);
     sh->latencies.push_back(t1 - t0);
+    sh->starts.push_back(t0);
   }
 }
 
@@ -429,6 +435,18 @@ int RunBench(const BenchFlags& f) {
   const double el = std::max(NowSeconds() - start, 1e-9);
   running = false;
   progress.join();
+  if (!f.latency_log.empty() && !IsGeneration(f)) {
+    std::FILE* out = std::fopen(f.latency_log.c_str(), "w");
+    if (!out) return ReportError(InvalidArgument("--latency-log: cannot write " + f.latency_log));
+    // NowSeconds is steady: its times as Unix time, for lining them up with other logs.
+    const double unix_now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double offset = unix_now - NowSeconds();
+    for (size_t i = 0; i < sh.latencies.size() && i < sh.starts.size(); ++i) {
+      std::fprintf(out, "%.6f %.6f\n", sh.starts[i] + offset, sh.latencies[i]);
+    }
+    std::fclose(out);
+  }
   std::vector<double> lat = sh.latencies;
   const size_t ok = lat.size();
   if (IsGeneration(f)) {
@@ -511,6 +529,9 @@ Registrar bench_cmd(Command{
       sub->add_option("--grpc-model", f->grpc_model,
                       "send the synthetic rerank requests as KServe v2 gRPC ModelInfer calls "
                       "to this model (--port: the server's --grpc-port)");
+      sub->add_option("--latency-log", f->latency_log,
+                      "write each successful request's start (Unix seconds) and latency "
+                      "(seconds), one line each (not for /v1/completions)");
       sub->add_option("--input", f->input,
                       "JSONL file of request bodies for --endpoint (one per line, sent in "
                       "order, cycled) instead of synthetic ones");

@@ -147,9 +147,9 @@ int SizeOf(const InferTensorContents& c, Field f) {
 constexpr Field kAllFields[] = {Field::kBool,   Field::kInt,  Field::kInt64, Field::kUint,
                                 Field::kUint64, Field::kFp32, Field::kFp64,  Field::kBytes};
 
-// `contents` as a flat JSON array.
+// `contents` as a flat JSON array (w) or as a typed input's elements (t): one of the two.
 Status WriteContents(const InferTensorContents& c, const std::string& datatype,
-                     const std::string& path, io::JsonWriter* w) {
+                     const std::string& path, io::JsonWriter* w, server::KServeInput* t) {
   const Field f = FieldOf(datatype);
   for (Field o : kAllFields) {
     if (o != f && SizeOf(c, o) > 0) {
@@ -158,6 +158,46 @@ Status WriteContents(const InferTensorContents& c, const std::string& datatype,
                                       : std::string("datatype ") + datatype + " takes " +
                                             FieldName(f) + "; " + FieldName(o) + " is set");
     }
+  }
+  if (t) {
+    // Typed: texts and integers are what the infer checks read; other datatypes are only
+    // counted (refused there before their elements are read).
+    t->count = static_cast<size_t>(f == Field::kNone ? 0 : SizeOf(c, f));
+    switch (f) {
+      case Field::kInt:
+        t->ids.assign(c.int_contents().begin(), c.int_contents().end());
+        break;
+      case Field::kInt64:
+        t->ids.assign(c.int64_contents().begin(), c.int64_contents().end());
+        break;
+      case Field::kUint:
+        t->ids.assign(c.uint_contents().begin(), c.uint_contents().end());
+        break;
+      case Field::kUint64:
+        t->ids.reserve(t->count);
+        for (uint64_t v : c.uint64_contents()) {
+          if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+            return io::FieldError(path + ".uint64_contents", "holds a value too large");
+          }
+          t->ids.push_back(static_cast<int64_t>(v));
+        }
+        break;
+      case Field::kBytes: {
+        int i = 0;
+        t->texts.reserve(t->count);
+        for (const std::string& s : c.bytes_contents()) {
+          RETURN_IF_ERROR(Utf8(s, path + ".bytes_contents[" + std::to_string(i++) + "]"));
+          t->texts.emplace_back(s);
+        }
+        break;
+      }
+      case Field::kBool:
+      case Field::kFp32:
+      case Field::kFp64:
+      case Field::kNone:
+        break;
+    }
+    return Status::Ok();
   }
   w->BeginArray();
   switch (f) {
@@ -209,9 +249,10 @@ T Load(const char* p) {
   return v;
 }
 
-// One raw_input_contents entry as a flat JSON array.
+// One raw_input_contents entry as a flat JSON array (w) or a typed input's elements (t): one
+// of the two.
 Status WriteRaw(const std::string& raw, const std::string& datatype, const std::string& path,
-                io::JsonWriter* w) {
+                io::JsonWriter* w, server::KServeInput* t) {
   const Field f = FieldOf(datatype);
   size_t width = 0;
   if (f == Field::kBytes) {
@@ -226,7 +267,7 @@ Status WriteRaw(const std::string& raw, const std::string& datatype, const std::
     return io::FieldError(path, "raw data of datatype \"" + datatype +
                                     "\" is not supported (BYTES, INT64, INT32, FP32, FP64, BOOL)");
   }
-  w->BeginArray();
+  if (w) w->BeginArray();
   const char* p = raw.data();
   if (width == 0) {  // BYTES: 4-byte little-endian length, then the bytes
     size_t at = 0, i = 0;
@@ -243,15 +284,30 @@ Status WriteRaw(const std::string& raw, const std::string& datatype, const std::
       }
       const std::string_view s(p + at, n);
       RETURN_IF_ERROR(Utf8(s, path + "[" + std::to_string(i) + "]"));
-      w->String(s);
+      if (w) {
+        w->String(s);
+      } else {
+        t->texts.push_back(s);
+      }
       at += n;
       ++i;
     }
+    if (t) t->count = i;
   } else {
     if (raw.size() % width != 0) {
       return io::FieldError(path, "holds " + std::to_string(raw.size()) +
                                       " bytes, not a multiple of " + std::to_string(width) + " (" +
                                       datatype + ")");
+    }
+    if (t) {
+      t->count = raw.size() / width;
+      if (datatype == "INT64" || datatype == "INT32") {
+        t->ids.reserve(t->count);
+        for (size_t at = 0; at < raw.size(); at += width) {
+          t->ids.push_back(width == 8 ? Load<int64_t>(p + at) : Load<int32_t>(p + at));
+        }
+      }
+      return Status::Ok();
     }
     for (size_t at = 0; at < raw.size(); at += width) {
       if (datatype == "INT64") {
@@ -267,7 +323,7 @@ Status WriteRaw(const std::string& raw, const std::string& datatype, const std::
       }
     }
   }
-  w->EndArray();
+  if (w) w->EndArray();
   return Status::Ok();
 }
 
@@ -395,15 +451,122 @@ grpc::Status StatusOf(const Status& s) {
   return grpc::Status(c, s.message());
 }
 
-StatusOr<std::string> ModelPath(const std::string& name, const std::string& version) {
+StatusOr<std::optional<int64_t>> ModelVersion(const std::string& name, const std::string& version) {
   if (name.empty()) return io::FieldError("name", "is required (the model's name)");
   RETURN_IF_ERROR(serving::ValidateName(name));
+  if (version.empty()) return std::optional<int64_t>();
+  ASSIGN_OR_RETURN(int64_t v, serving::ParseVersion(version));
+  return std::optional<int64_t>(v);
+}
+
+StatusOr<std::string> ModelPath(const std::string& name, const std::string& version) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> v, ModelVersion(name, version));
   std::string path = "/v2/models/" + name;
-  if (!version.empty()) {
-    ASSIGN_OR_RETURN(int64_t v, serving::ParseVersion(version));
-    path += "/versions/" + std::to_string(v);
-  }
+  if (v) path += "/versions/" + std::to_string(*v);
   return path;
+}
+
+Status ReadInferRequest(const inference::ModelInferRequest& req, server::KServeRequest* out,
+                        bool* raw) {
+  // The checks of InferRequestJson, in its order.
+  *raw = req.raw_input_contents_size() > 0;
+  if (*raw && req.raw_input_contents_size() != req.inputs_size()) {
+    return io::FieldError("raw_input_contents",
+                          "holds " + std::to_string(req.raw_input_contents_size()) +
+                              " entries; there are " + std::to_string(req.inputs_size()) +
+                              " inputs (one entry per input, in order)");
+  }
+  if (!req.id().empty()) {
+    RETURN_IF_ERROR(Utf8(req.id(), "id"));
+    out->id = req.id();
+  }
+  if (req.parameters_size() > 0) {
+    // The parameters as the HTTP body has them, for the infer route's checks of them (a
+    // handful of values: their JSON form keeps every conversion the same).
+    io::JsonWriter w;
+    RETURN_IF_ERROR(WriteParameters(req.parameters(), "parameters", &w));
+    out->parameters_json = w.Take();
+    out->parameters_doc = std::make_shared<simdjson::dom::parser>();
+    simdjson::dom::element e;
+    if (out->parameters_doc->parse(out->parameters_json).get(e)) {
+      return Internal("parameters: not valid JSON");
+    }
+    out->parameters = e;
+  }
+  out->inputs.resize(static_cast<size_t>(req.inputs_size()));
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const auto& in = req.inputs(i);
+    const std::string path = "inputs[" + std::to_string(i) + "]";
+    if (in.parameters_size() > 0) {
+      return io::FieldError(path + ".parameters",
+                            "is not supported (sluice takes no per-input parameters)");
+    }
+    RETURN_IF_ERROR(Utf8(in.name(), path + ".name"));
+    RETURN_IF_ERROR(Utf8(in.datatype(), path + ".datatype"));
+    server::KServeInput& t = out->inputs[static_cast<size_t>(i)];
+    t.name = in.name();
+    t.datatype = in.datatype();
+    t.shape.assign(in.shape().begin(), in.shape().end());
+    if (*raw) {
+      if (HasContents(in.contents())) {
+        return io::FieldError(path + ".contents",
+                              "must be empty when the request carries raw_input_contents");
+      }
+      RETURN_IF_ERROR(WriteRaw(req.raw_input_contents(i), in.datatype(),
+                               "raw_input_contents[" + std::to_string(i) + "]", nullptr, &t));
+    } else {
+      RETURN_IF_ERROR(WriteContents(in.contents(), in.datatype(), path + ".contents", nullptr, &t));
+    }
+  }
+  for (int i = 0; i < req.outputs_size(); ++i) {
+    const auto& o = req.outputs(i);
+    const std::string path = "outputs[" + std::to_string(i) + "]";
+    if (o.parameters_size() > 0) {
+      return io::FieldError(path + ".parameters",
+                            "is not supported (sluice takes no per-output parameters)");
+    }
+    RETURN_IF_ERROR(Utf8(o.name(), path + ".name"));
+    out->outputs.push_back(o.name());
+  }
+  return Status::Ok();
+}
+
+void FillInferResponse(const server::KServeResponse& r, bool raw,
+                       inference::ModelInferResponse* out) {
+  out->set_model_name(r.model_name);
+  out->set_model_version(r.model_version);
+  out->set_id(r.id);
+  for (const server::KServeOutput& o : r.outputs) {
+    auto* ot = out->add_outputs();
+    ot->set_name(o.name);
+    ot->set_datatype(o.datatype);
+    for (int64_t d : o.shape) ot->add_shape(d);
+    std::string* bytes = raw ? out->add_raw_output_contents() : nullptr;
+    if (o.datatype == "FP32") {
+      // Non-finite values as quiet NaN (the JSON form's null).
+      auto value = [](float f) {
+        return std::isfinite(f) ? f : std::numeric_limits<float>::quiet_NaN();
+      };
+      if (bytes) {
+        bytes->resize(o.fp32.size() * 4);
+        for (size_t i = 0; i < o.fp32.size(); ++i) {
+          const float f = value(o.fp32[i]);
+          std::memcpy(bytes->data() + i * 4, &f, 4);
+        }
+      } else if (!o.fp32.empty()) {  // (no data: no contents message, as from JSON)
+        auto* c = ot->mutable_contents()->mutable_fp32_contents();
+        c->Reserve(static_cast<int>(o.fp32.size()));
+        for (float f : o.fp32) c->Add(value(f));
+      }
+    } else {
+      if (bytes) {
+        bytes->resize(o.int64.size() * 8);
+        if (!o.int64.empty()) std::memcpy(bytes->data(), o.int64.data(), o.int64.size() * 8);
+      } else if (!o.int64.empty()) {
+        ot->mutable_contents()->mutable_int64_contents()->Add(o.int64.begin(), o.int64.end());
+      }
+    }
+  }
 }
 
 StatusOr<std::string> InferRequestJson(const inference::ModelInferRequest& req, bool* raw) {
@@ -449,9 +612,9 @@ StatusOr<std::string> InferRequestJson(const inference::ModelInferRequest& req, 
                               "must be empty when the request carries raw_input_contents");
       }
       RETURN_IF_ERROR(WriteRaw(req.raw_input_contents(i), in.datatype(),
-                               "raw_input_contents[" + std::to_string(i) + "]", &w));
+                               "raw_input_contents[" + std::to_string(i) + "]", &w, nullptr));
     } else {
-      RETURN_IF_ERROR(WriteContents(in.contents(), in.datatype(), path + ".contents", &w));
+      RETURN_IF_ERROR(WriteContents(in.contents(), in.datatype(), path + ".contents", &w, nullptr));
     }
     w.EndObject();
   }

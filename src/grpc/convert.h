@@ -1,7 +1,8 @@
 // KServe v2 over gRPC as the HTTP front end's requests (docs/model-ops.md, "KServe v2 over
 // gRPC"): every RPC becomes the HTTP request of the same meaning (ModelInfer: POST
-// /v2/models/{name}[/versions/{v}]/infer with the protocol's JSON tensors), answered by the
-// router, and the HTTP answer becomes the RPC's response or status. Routing, versions,
+// /v2/models/{name}[/versions/{v}]/infer, its tensors typed: server/kserve.h KServeRequest,
+// not a JSON text), answered by the router, and the HTTP answer becomes the RPC's response or
+// status. Routing, versions,
 // limits, validation, auth, leases (drain) and metrics are the HTTP path's; this file only
 // converts. Pure functions: no server, no threads.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "grpc_service.pb.h"
 #include "server/http_types.h"
+#include "server/kserve.h"
 #include "sluice/status.h"
 
 namespace sluice::grpcfe {
@@ -34,10 +36,23 @@ grpc::Status StatusOf(const Status& s);  // a sluice Status (InvalidArgument, ..
 // name and version are checked first (no path is built from an unchecked name).
 StatusOr<std::string> ModelPath(const std::string& name, const std::string& version);
 
-// ModelInfer: the KServe JSON request body. *raw is set when the data came in
-// raw_input_contents (the response then carries raw_output_contents).
+// ModelPath's checks; the version (unset: the default).
+StatusOr<std::optional<int64_t>> ModelVersion(const std::string& name, const std::string& version);
+
+// ModelInfer: the request as a typed KServe request (server/kserve.h; its texts are views
+// into `req`, which must outlive *out), with every check of InferRequestJson in its order.
+// *raw is set when the data came in raw_input_contents (the response then carries
+// raw_output_contents). The front end's path: no JSON text of the tensors either way.
+Status ReadInferRequest(const inference::ModelInferRequest& req, server::KServeRequest* out,
+                        bool* raw);
+// The typed response -> ModelInferResponse (raw: data in raw_output_contents); the same
+// response InferResponseFromJson makes of its JSON form.
+void FillInferResponse(const server::KServeResponse& r, bool raw,
+                       inference::ModelInferResponse* out);
+
+// The JSON forms of the same conversions (POST /v2/models/{name}/infer's body and answer):
+// the reference the tests hold the typed path to.
 StatusOr<std::string> InferRequestJson(const inference::ModelInferRequest& req, bool* raw);
-// The KServe JSON response -> ModelInferResponse (raw: data in raw_output_contents).
 Status InferResponseFromJson(std::string_view json, bool raw, inference::ModelInferResponse* out);
 
 // GET /v2/models/{name}[/versions/{v}] -> ModelMetadataResponse.

@@ -108,20 +108,33 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* resp) override {
-    auto path = ModelPath(req->model_name(), req->model_version());
-    if (!path.ok()) {
-      Status s = path.status();
+    auto version = ModelVersion(req->model_name(), req->model_version());
+    if (!version.ok()) {
+      Status s = version.status();
       if (req->model_name().empty()) s = InvalidArgument("model_name: is required");
       return Refuse(ctx, "ModelInfer", s);
     }
+    // The tensors go to the infer route typed (no JSON text of them); its checks, errors
+    // and statuses are the HTTP route's (server/kserve.h KServeInferTyped).
+    auto call = std::make_shared<server::KServeCall>();
     bool raw = false;
-    auto body = InferRequestJson(*req, &raw);
-    if (!body.ok()) return Refuse(ctx, "ModelInfer", body.status());
-    return Call(ctx, "ModelInfer", "POST", *path + "/infer", std::move(body).value(),
-                [resp, raw](const HttpResponse& r) {
-                  if (r.status != 200) return StatusOfHttp(r);
-                  return StatusOf(InferResponseFromJson(r.body, raw, resp));
-                });
+    if (Status s = ReadInferRequest(*req, &call->request, &raw); !s.ok()) {
+      return Refuse(ctx, "ModelInfer", s);
+    }
+    auto* reactor = new Reactor();
+    auto ex = std::make_shared<Exchange>([reactor, resp, raw, call](HttpResponse&& r) {
+      if (r.status != 200) {
+        reactor->Finish(StatusOfHttp(r));
+        return;
+      }
+      FillInferResponse(call->response, raw, resp);
+      reactor->Finish(grpc::Status::OK);
+    });
+    ex->metrics_route = "grpc/ModelInfer";
+    reactor->Watch(ex);
+    router_->KServeInferTyped(req->model_name(), *version, Authorization(ctx), std::move(call),
+                              std::move(ex));
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,

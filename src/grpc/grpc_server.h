@@ -1,9 +1,10 @@
 // KServe Open Inference Protocol v2 over gRPC (src/grpc/grpc_service.proto; docs/model-ops.md,
 // "KServe v2 over gRPC"): the inference RPCs and Triton's repository RPCs, on grpc++'s
 // callback API. Each RPC is handed to the HTTP router as the HTTP request of the same meaning
-// (grpc/convert.h), so routing, versions, limits, auth (metadata `authorization: Bearer KEY`),
-// leases and drain, and metrics (route label "grpc/<Method>") are the HTTP server's. Nothing
-// blocks a gRPC thread: the router answers from whichever thread finishes the work.
+// (grpc/convert.h; ModelInfer with its tensors typed, Router::KServeInferTyped), so routing,
+// versions, limits, auth (metadata `authorization: Bearer KEY`), leases and drain, and metrics
+// (route label "grpc/<Method>") are the HTTP server's. Nothing blocks a gRPC thread: the router
+// answers from whichever thread finishes the work.
 #pragma once
 
 #include <memory>

@@ -439,6 +439,15 @@ void Router::HandleV2Models(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
   }
   if (action.empty()) return Respond(route, ex, Metadata(name, version));
   // POST .../infer: KServe v2 inference (server/kserve.h) on the version that serves it.
+  auto held = LeaseForInfer(route, name, version, ex);
+  if (!held) return;
+  KServeInfer(held->model(), held->name(), held->version(), std::move(req), std::move(ex));
+}
+
+std::shared_ptr<ModelRegistry::Lease> Router::LeaseForInfer(const std::string& route,
+                                                            const std::string& name,
+                                                            std::optional<int64_t> version,
+                                                            const std::shared_ptr<Exchange>& ex) {
   auto kerror = [&](int status, const std::string& message) {
     io::JsonWriter w;
     w.BeginObject();
@@ -450,18 +459,43 @@ void Router::HandleV2Models(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
     if (status == 503) r.headers.emplace_back("Retry-After", "1");
     return r;
   };
-  if (draining_) return Respond(route, ex, kerror(503, "the server is shutting down"));
-  if (!ready_) return Respond(route, ex, kerror(503, "the models are loading"));
+  if (draining_) {
+    Respond(route, ex, kerror(503, "the server is shutting down"));
+    return nullptr;
+  }
+  if (!ready_) {
+    Respond(route, ex, kerror(503, "the models are loading"));
+    return nullptr;
+  }
   auto lease = registry_->Acquire(name, version);
   if (!lease.ok()) {
     const HttpResponse e = StatusResponse(lease.status());
-    return Respond(route, ex, kerror(e.status, lease.status().message()));
+    Respond(route, ex, kerror(e.status, lease.status().message()));
+    return nullptr;
   }
   auto held = std::make_shared<ModelRegistry::Lease>(std::move(lease).value());
   ex->AddHeader("Sluice-Model", held->name());
   ex->AddHeader("Sluice-Model-Version", std::to_string(held->version()));
   ex->OnFinish([held] { held->Release(); });
-  KServeInfer(held->model(), held->name(), held->version(), std::move(req), std::move(ex));
+  return held;
+}
+
+void Router::KServeInferTyped(const std::string& name, std::optional<int64_t> version,
+                              const std::string& authorization, std::shared_ptr<KServeCall> call,
+                              std::shared_ptr<Exchange> ex) {
+  // What Handle and HandleV2Models check for POST /v2/models/{name}[/versions/{v}]/infer of
+  // a checked name: the API key, then draining, readiness and the lease.
+  if (!options_.api_key.empty() && !BearerMatches(authorization, options_.api_key)) {
+    HttpResponse e = ErrorResponse(401, "missing or wrong API key (Authorization: Bearer KEY)");
+    e.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return Respond("/v2/models/{name}", ex, std::move(e));
+  }
+  const std::string route =
+      std::string("/v2/models/{name}") + (version ? "/versions/{v}" : "") + "/infer";
+  auto held = LeaseForInfer(route, name, version, ex);
+  if (!held) return;
+  server::KServeInferTyped(held->model(), held->name(), held->version(), authorization,
+                           std::move(call), std::move(ex));
 }
 
 void Router::HandleRepository(HttpRequest&& req, std::shared_ptr<Exchange> ex) {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "server/http_types.h"
+#include "server/kserve.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/worker_pool.h"
@@ -40,6 +41,13 @@ class Router {
   ~Router();
 
   void Handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+  // POST /v2/models/{name}[/versions/{v}]/infer of a typed request (the gRPC front end;
+  // `name` and `version` already checked as the path's): the same auth, routing, lease,
+  // metrics and answers as Handle's, the request's tensors read without a JSON text
+  // (server/kserve.h KServeInferTyped).
+  void KServeInferTyped(const std::string& name, std::optional<int64_t> version,
+                        const std::string& authorization, std::shared_ptr<KServeCall> call,
+                        std::shared_ptr<Exchange> ex);
   // Ready once the start-up models are loaded; draining: readiness 503, new work 503.
   void SetReady(bool ready) { ready_ = ready; }
   void BeginDrain() { draining_ = true; }
@@ -54,6 +62,12 @@ class Router {
   void Respond(const std::string& route, const std::shared_ptr<Exchange>& ex, HttpResponse r);
   void HandleV2Models(HttpRequest&& req, std::shared_ptr<Exchange> ex);
   void HandleRepository(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+  // The lease of the version a KServe infer goes to; null when `ex` was answered (draining,
+  // loading, not served).
+  std::shared_ptr<ModelRegistry::Lease> LeaseForInfer(const std::string& route,
+                                                      const std::string& name,
+                                                      std::optional<int64_t> version,
+                                                      const std::shared_ptr<Exchange>& ex);
   void RouteInference(HttpRequest&& req, std::shared_ptr<Exchange> ex, const std::string& name,
                       std::optional<int64_t> version);
   HttpResponse Models() const;

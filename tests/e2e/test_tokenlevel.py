@@ -555,6 +555,18 @@ def cli():
                       "60", "--documents", "4", "--vocab", "600")
         c.check(rc == 0 and " req/s" in out and "seq/s" not in out and "tok/s" not in out,
                 f"bench progress line: {out}")
+        # --latency-log: one "start latency" line per successful request, in Unix seconds.
+        log = tempfile.mktemp(prefix="sluice-latency-")
+        t0 = time.time()
+        rc, out = run("bench", "--port", str(s.port), "--endpoint", "/v1/rerank", "--requests",
+                      "20", "--documents", "2", "--vocab", "600", "--latency-log", log)
+        t1 = time.time()
+        with open(log) as f:
+            rows = [tuple(map(float, line.split())) for line in f]
+        os.unlink(log)
+        c.check(rc == 0 and len(rows) == 20 and
+                all(t0 - 1 <= a <= t1 and 0 < b <= t1 - a + 0.01 for a, b in rows),
+                f"bench --latency-log: {rows[:3]} ({len(rows)} lines) in [{t0}, {t1}]")
 
 
 for name in ("bert_wordpiece_ko", "modernbert_bytelevel", "xlmr_unigram"):
