@@ -151,10 +151,7 @@ StatusOr<std::shared_ptr<structured::Grammar>> Generator::CompileConstraint(
       if (!trie.ok()) return InvalidArgument(spec.field + ": " + trie.status().message());
       SLUICE_LOG_INFO("structured outputs: vocabulary trie of {} tokens, {} nodes",
                       (*trie)->num_tokens(), (*trie)->num_nodes());
-      // One instance of a constraint per mask thread, at most 8 (each keeps up to 64 MiB of
-      // mask caches).
-      grammars_ = std::make_shared<structured::GrammarCache>(*trie, 128,
-                                                             std::min(8, lp_pool_->num_threads()));
+      grammars_ = std::make_shared<structured::GrammarCache>(*trie);
     }
     cache = grammars_;
   }

@@ -55,60 +55,38 @@ StatusOr<ExprP> CompileConstraint(const ConstraintSpec& spec) {
   return Internal("unknown constraint kind");
 }
 
-StatusOr<std::shared_ptr<Grammar>> GrammarCache::Create(const ConstraintSpec& spec,
-                                                        const ExprP& e) {
-  auto g = Grammar::Create(e, trie_);
-  if (!g.ok()) return InvalidArgument(spec.field + ": " + g.status().message());
-  std::vector<uint32_t> words(static_cast<size_t>(trie_->words()));
-  Status st = (*g)->FillMask((*g)->start(), words.data());  // cached in the grammar
-  if (!st.ok()) return InvalidArgument(spec.field + ": " + st.message());
-  return *g;
-}
-
 StatusOr<std::shared_ptr<Grammar>> GrammarCache::Get(const ConstraintSpec& spec) {
   const std::string key = spec.Key();
-  ExprP expr;
-  size_t shard = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
-    if (it != map_.end()) {
+    // A pushdown constraint's configurations grow with the stacks it has seen: past 100,000
+    // new requests get a fresh copy (requests running on this one keep it).
+    if (it != map_.end() && it->second->second->Worn(100'000)) {
+      lru_.erase(it->second);
+      map_.erase(it);
+    } else if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      Entry& en = it->second->second;
-      shard = en.next++ % static_cast<size_t>(shards_);
-      std::shared_ptr<Grammar>& g = en.shards[shard];
-      // A pushdown constraint's configurations grow with the stacks it has seen: past
-      // 100,000 new requests get a fresh copy (requests running on this one keep it).
-      if (g && g->Worn(100'000)) g.reset();
-      if (g) {
-        ++hits_;
-        return g;
-      }
-      expr = en.expr;
+      ++hits_;
+      return it->second->second;
     }
   }
-  if (!expr) {
-    ASSIGN_OR_RETURN(expr, CompileConstraint(spec));
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<Grammar> g, Create(spec, expr));
+  ASSIGN_OR_RETURN(ExprP e, CompileConstraint(spec));
+  auto g = Grammar::Create(e, trie_);
+  if (!g.ok()) return InvalidArgument(spec.field + ": " + g.status().message());
+  std::vector<uint32_t> words(static_cast<size_t>(trie_->words()));
+  Status st = (*g)->FillMask((*g)->start(), words.data());  // kept in the grammar's cache
+  if (!st.ok()) return InvalidArgument(spec.field + ": " + st.message());
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) {
-    Entry en;
-    en.expr = expr;
-    en.shards.resize(static_cast<size_t>(shards_));
-    en.shards[shard] = g;
-    en.next = shard + 1;
-    lru_.emplace_front(key, std::move(en));
+  if (map_.count(key) == 0) {
+    lru_.emplace_front(key, *g);
     map_[key] = lru_.begin();
     if (lru_.size() > capacity_) {
       map_.erase(lru_.back().first);
       lru_.pop_back();
     }
-  } else if (!it->second->second.shards[shard]) {
-    it->second->second.shards[shard] = g;
   }
-  return g;
+  return *g;
 }
 
 }  // namespace sluice::structured

@@ -49,52 +49,6 @@ TEST(TokenMask, MaskFollowsTheAutomatonAndEosOnlyWhenAccepting) {
   EXPECT_EQ((*g)->Advance((*g)->start(), 6), Grammar::kDead);  // eos is not a byte string
 }
 
-// Requests sharing a constraint are spread over `shards` instances (round-robin, each compiled
-// on first use) so that their masks can be computed at once; every instance gives the same
-// masks.
-TEST(TokenMask, CacheSpreadsAConstraintOverShards) {
-  auto tok = Tokenizer::FromDirectory(std::string(SLUICE_FIXTURES_DIR) + "/../../models/demo-chat");
-  ASSERT_TRUE(tok.ok()) << tok.status().message();
-  auto trie = TokenTrie::FromTokenizer(**tok, 1024, {0, 2});
-  ASSERT_TRUE(trie.ok()) << trie.status().message();
-  GrammarCache cache(*trie, 128, 3);
-  ConstraintSpec spec;
-  spec.kind = ConstraintSpec::Kind::kJsonSchema;
-  spec.field = "schema";
-  spec.text = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
-  std::vector<std::shared_ptr<Grammar>> gs;
-  for (int i = 0; i < 7; ++i) {
-    auto g = cache.Get(spec);
-    ASSERT_TRUE(g.ok()) << g.status().message();
-    gs.push_back(*g);
-  }
-  EXPECT_NE(gs[0], gs[1]);
-  EXPECT_NE(gs[1], gs[2]);
-  EXPECT_NE(gs[0], gs[2]);
-  EXPECT_EQ(gs[3], gs[0]);
-  EXPECT_EQ(gs[4], gs[1]);
-  EXPECT_EQ(gs[6], gs[0]);
-  EXPECT_EQ(cache.hits(), 4u);
-  auto enc = (*tok)->Encode(R"({"a":12})", false);
-  ASSERT_TRUE(enc.ok());
-  const size_t n = static_cast<size_t>((*trie)->words());
-  std::vector<int32_t> st(3);
-  for (int k = 0; k < 3; ++k) st[static_cast<size_t>(k)] = gs[static_cast<size_t>(k)]->start();
-  for (int32_t id : enc->ids) {
-    std::vector<uint32_t> m0(n), m(n);
-    ASSERT_TRUE(gs[0]->FillMask(st[0], m0.data()).ok());
-    for (size_t k = 1; k < 3; ++k) {
-      ASSERT_TRUE(gs[k]->FillMask(st[k], m.data()).ok());
-      EXPECT_EQ(m, m0);
-    }
-    for (size_t k = 0; k < 3; ++k) st[k] = gs[k]->Advance(st[k], id);
-  }
-  // A bad constraint is refused on every call (nothing cached).
-  spec.text = R"({"type":"string","format":"hostname-ish"})";
-  EXPECT_FALSE(cache.Get(spec).ok());
-  EXPECT_FALSE(cache.Get(spec).ok());
-}
-
 TEST(TokenMask, DemoChatTokenizerAndCache) {
   auto tok = Tokenizer::FromDirectory(std::string(SLUICE_FIXTURES_DIR) + "/../../models/demo-chat");
   ASSERT_TRUE(tok.ok()) << tok.status().message();
