@@ -21,6 +21,13 @@ Sampling: temperature 0.8, a seed per request. Prompts: 128 random token ids (be
         --model DIR --tokenizer TOKDIR --schemas schemas.jsonl \\
         --grammar-results results.jsonl --out OUT [--device cuda] [--requests 1024]
 
+--served also serves the model (`sluice serve`, one server for all loads) and sends each
+load's bodies with `sluice bench --endpoint /v1/completions --concurrency --max-num-seqs`
+three times: constrained (cold: the server has not seen these constraints), constrained
+again (warm: compiled grammars and their mask caches kept, as in a server that keeps
+serving a schema; the cache holds 128 constraints, so the corpus load stays mostly cold),
+and the unconstrained twin.
+
 --model is copied (symlinked weights) with TOKDIR's tokenizer.json and config.json's
 eos_token_id set to the tokenizer's end-of-text token. Results: OUT/constrained.json.
 """
@@ -31,6 +38,8 @@ import random
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 
 EXTRACTION_SCHEMA = {
     "type": "object",
@@ -113,6 +122,50 @@ def run(sluice, model, reqs, path, extra):
     return res
 
 
+def serve(sluice, model, port, extra, log):
+    proc = subprocess.Popen([sluice, "serve", "--model", model, "--port", str(port), *extra],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    t = time.time()
+    while time.time() - t < 300:
+        if proc.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    return None
+
+
+def bench(sluice, port, bodies, path, conc):
+    with open(path + ".bodies.jsonl", "w") as f:
+        for b in bodies:
+            f.write(json.dumps(b) + "\n")
+    cmd = [sluice, "bench", "--port", str(port), "--endpoint", "/v1/completions", "--input",
+           path + ".bodies.jsonl", "--concurrency", str(conc), "--requests", str(len(bodies))]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    txt = p.stdout + p.stderr
+    open(path + ".bench.txt", "w").write(txt)
+    m = re.search(r"requests: (\d+) ok, (\d+) total in ([\d.]+) s: ([\d.]+) req/s, ([\d.]+) "
+                  r"output tokens/s", txt)
+    if not m:
+        return {"error": txt[-2000:]}
+    return {"ok": int(m.group(1)), "total": int(m.group(2)), "seconds": float(m.group(3)),
+            "tok_per_s": float(m.group(5))}
+
+
+def served_body(r):
+    b = {"prompt": r["prompt_token_ids"], "max_tokens": r["max_tokens"],
+         "temperature": r["temperature"], "seed": r["seed"]}
+    for k in ("response_format", "ignore_eos"):
+        if k in r:
+            b[k] = r[k]
+    return b
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", required=True)
@@ -127,6 +180,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--loads", default="one_schema,corpus,json_object")
     ap.add_argument("--extra", default="", help="more sluice generate flags, space-separated")
+    ap.add_argument("--served", action="store_true", help="also the served runs (see above)")
+    ap.add_argument("--port", type=int, default=8031)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     model = os.path.join(a.out, "model")
@@ -138,6 +193,7 @@ def main():
     prompts = [[rng.randrange(5, min(100000, vocab)) for _ in range(128)] for _ in range(a.requests)]
     extra = ["--device", a.device, "--max-num-seqs", str(a.max_num_seqs),
              *a.extra.split()]
+    served_loads = {}
     results = {"eos_token_id": eos, "corpus_schemas_compiled": len(corpus),
                "requests": a.requests, "max_num_seqs": a.max_num_seqs}
 
@@ -166,6 +222,7 @@ def main():
             results[load] = {"constrained": c}
             print(load, c["error"][-800:], flush=True)
             continue
+        served_loads[load] = (reqs, c["lengths"])
         twin = []
         for i, n in enumerate(c["lengths"]):
             r = base(i)
@@ -179,6 +236,39 @@ def main():
         results[load] = {"constrained": c, "unconstrained_twin": u, "ratio": ratio}
         print(load, json.dumps(results[load]), flush=True)
         json.dump(results, open(os.path.join(a.out, "constrained.json"), "w"), indent=1)
+    if a.served and served_loads:
+        proc = serve(a.sluice, model, a.port, extra, os.path.join(a.out, "serve.log"))
+        if proc is None:
+            results["served_error"] = open(os.path.join(a.out, "serve.log")).read()[-2000:]
+        else:
+            try:
+                for load, (reqs, lengths) in served_loads.items():
+                    bodies = [served_body(r) for r in reqs]
+                    twin = []
+                    for r, n in zip(reqs, lengths):
+                        b = served_body(r)
+                        b.pop("response_format", None)
+                        b["max_tokens"] = max(n, 1)
+                        b["ignore_eos"] = True
+                        twin.append(b)
+                    base = os.path.join(a.out, "served_" + load)
+                    cold = bench(a.sluice, a.port, bodies, base + "_cold", a.max_num_seqs)
+                    warm = bench(a.sluice, a.port, bodies, base + "_warm", a.max_num_seqs)
+                    tw = bench(a.sluice, a.port, twin, base + "_twin", a.max_num_seqs)
+                    res = {"cold": cold, "warm": warm, "twin": tw}
+                    if all("tok_per_s" in x for x in (cold, warm, tw)):
+                        res["ratio_cold"] = cold["tok_per_s"] / tw["tok_per_s"]
+                        res["ratio_warm"] = warm["tok_per_s"] / tw["tok_per_s"]
+                    results.setdefault("served", {})[load] = res
+                    print("served", load, json.dumps(res), flush=True)
+                    json.dump(results, open(os.path.join(a.out, "constrained.json"), "w"),
+                              indent=1)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
     json.dump(results, open(os.path.join(a.out, "constrained.json"), "w"), indent=1)
 
 
