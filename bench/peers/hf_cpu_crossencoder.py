@@ -143,6 +143,7 @@ def main():
     ap.add_argument("--pairs", default="bert-base=256,minilm-l6=1024")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--peers", default="", help="comma list of: hf-bf16,ort-fp32,ort-int8")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of: " + ",".join(SHAPES))
     ap.add_argument("--sluice-dtypes", default="float32",
                     help="comma list of sluice score --dtype values")
     args = ap.parse_args()
@@ -153,6 +154,8 @@ def main():
     counts = dict(kv.split("=") for kv in args.pairs.split(","))
     rows = []
     for name, shape in SHAPES.items():
+        if name not in args.shapes.split(","):
+            continue
         n = int(counts[name])
         torch.manual_seed(0)
         cfg = BertConfig(vocab_size=VOCAB, max_position_embeddings=512, type_vocab_size=2,
