@@ -44,6 +44,18 @@ Status Utf8(std::string_view s, const std::string& path) {
   return Status::Ok();
 }
 
+// An input's header as both conversions check it: no per-input parameters, UTF-8 name and
+// datatype.
+Status CheckInputHeader(const inference::ModelInferRequest::InferInputTensor& in,
+                        const std::string& path) {
+  if (in.parameters_size() > 0) {
+    return io::FieldError(path + ".parameters",
+                          "is not supported (sluice takes no per-input parameters)");
+  }
+  RETURN_IF_ERROR(Utf8(in.name(), path + ".name"));
+  return Utf8(in.datatype(), path + ".datatype");
+}
+
 // A parameters map as a JSON object (keys sorted, so that errors name them in one order).
 Status WriteParameters(const google::protobuf::Map<std::string, InferParameter>& params,
                        const std::string& path, io::JsonWriter* w) {
@@ -497,12 +509,7 @@ Status ReadInferRequest(const inference::ModelInferRequest& req, server::KServeR
   for (int i = 0; i < req.inputs_size(); ++i) {
     const auto& in = req.inputs(i);
     const std::string path = "inputs[" + std::to_string(i) + "]";
-    if (in.parameters_size() > 0) {
-      return io::FieldError(path + ".parameters",
-                            "is not supported (sluice takes no per-input parameters)");
-    }
-    RETURN_IF_ERROR(Utf8(in.name(), path + ".name"));
-    RETURN_IF_ERROR(Utf8(in.datatype(), path + ".datatype"));
+    RETURN_IF_ERROR(CheckInputHeader(in, path));
     server::KServeInput& t = out->inputs[static_cast<size_t>(i)];
     t.name = in.name();
     t.datatype = in.datatype();
@@ -592,12 +599,7 @@ StatusOr<std::string> InferRequestJson(const inference::ModelInferRequest& req, 
   for (int i = 0; i < req.inputs_size(); ++i) {
     const auto& in = req.inputs(i);
     const std::string path = "inputs[" + std::to_string(i) + "]";
-    if (in.parameters_size() > 0) {
-      return io::FieldError(path + ".parameters",
-                            "is not supported (sluice takes no per-input parameters)");
-    }
-    RETURN_IF_ERROR(Utf8(in.name(), path + ".name"));
-    RETURN_IF_ERROR(Utf8(in.datatype(), path + ".datatype"));
+    RETURN_IF_ERROR(CheckInputHeader(in, path));
     w.BeginObject();
     w.KeyString("name", in.name());
     w.KeyString("datatype", in.datatype());
