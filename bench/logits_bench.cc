@@ -132,8 +132,9 @@ int main(int argc, char** argv) {
   const int words = (vocab + 31) / 32;
   std::printf("fsm_logits, vocab %d, %d threads, %d steps per batch size\n", vocab, threads, steps);
   std::printf(
-      "| rows | per step median (us) | p90 (us) | per row (us) | of which update_state (us) |\n");
-  std::printf("|---|---|---|---|---|\n");
+      "| rows | per step median (us) | p90 (us) | per row (us) | of which update_state (us) | "
+      "sparse rows |\n");
+  std::printf("|---|---|---|---|---|---|\n");
   double at16 = 0, at256 = 0;
   for (int B : batches) {
     auto proc = f->Create(vocab, B);
@@ -168,6 +169,11 @@ int main(int argc, char** argv) {
       seqs.push_back(std::move(s));
     }
     std::vector<uint32_t> masks(static_cast<size_t>(B) * words);
+    std::vector<int32_t> allowed(static_cast<size_t>(B) * words);
+    LpMaskOut out;
+    out.masks = masks.data();
+    out.allowed = allowed.data();
+    int sparse_rows = 0;
     std::vector<LpMaskJob> jobs;
     std::vector<LpMaskGroup> groups;
     std::vector<double> step_us, update_us;
@@ -175,13 +181,19 @@ int main(int argc, char** argv) {
       // The tokens the previous step "sampled": the first allowed one of each row's mask.
       if (step > 0) {
         for (int r = 0; r < B; ++r) {
-          Seq& s = *static_cast<Seq*>(groups[r].owner);
-          const uint32_t* m = masks.data() + static_cast<size_t>(r) * words;
+          const LpMaskGroup& g = groups[static_cast<size_t>(r)];
+          Seq& s = *static_cast<Seq*>(g.owner);
           int32_t t = 0;
-          for (int w = 0; w < words; ++w) {
-            if (m[w]) {
-              t = w * 32 + __builtin_ctz(m[w]);
-              break;
+          if (g.allowed_begin >= 0) {  // a sparse list (ABI 1.3): its lowest id
+            t = *std::min_element(allowed.begin() + g.allowed_begin,
+                                  allowed.begin() + g.allowed_end);
+          } else {
+            const uint32_t* m = masks.data() + static_cast<size_t>(g.mask) * words;
+            for (int w = 0; w < words; ++w) {
+              if (m[w]) {
+                t = w * 32 + __builtin_ctz(m[w]);
+                break;
+              }
             }
           }
           s.output.push_back(t);
@@ -198,7 +210,7 @@ int main(int argc, char** argv) {
                           Status::Ok()});
         jobs.push_back({0, s->slot.row});
       }
-      FillLogitsMasks(pool, procs, jobs, &groups, vocab, masks.data());
+      FillLogitsMasks(pool, procs, jobs, &groups, vocab, &out);
       const double t2 = Now();
       for (const LpMaskGroup& g : groups) {
         if (!g.error.ok()) {
@@ -206,6 +218,7 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
+      for (const LpMaskGroup& g : groups) sparse_rows += g.allowed_begin >= 0;
       if (step >= 5) {  // warm-up
         step_us.push_back(1e6 * (t2 - t0));
         update_us.push_back(1e6 * (t1 - t0));
@@ -214,8 +227,9 @@ int main(int argc, char** argv) {
     std::sort(step_us.begin(), step_us.end());
     std::sort(update_us.begin(), update_us.end());
     const double med = step_us[step_us.size() / 2], p90 = step_us[step_us.size() * 9 / 10];
-    std::printf("| %d | %.1f | %.1f | %.2f | %.1f |\n", B, med, p90, med / B,
-                update_us[update_us.size() / 2]);
+    std::printf("| %d | %.1f | %.1f | %.2f | %.1f | %.0f%% |\n", B, med, p90, med / B,
+                update_us[update_us.size() / 2],
+                100.0 * sparse_rows / (static_cast<double>(B) * (steps + 5)));
     if (B == 16) at16 = med;
     if (B == 256) at256 = med;
   }

@@ -33,7 +33,8 @@
  * rows still in partial (chunked) prefill; then fill_bitmask once per row that samples a token
  * this step, possibly on several threads at once (distinct rows). A preempted request is
  * removed, and re-added later with SLUICE_ROW_RESET and its full history; a row in partial
- * prefill is never sampled and its output does not change.
+ * prefill is never sampled and its output does not change. A processor with fill_allowed
+ * (minor 3) is asked for a row's allowed token ids instead, falling back to fill_bitmask.
  */
 #ifndef SLUICE_PLUGIN_H_
 #define SLUICE_PLUGIN_H_
@@ -52,8 +53,10 @@ extern "C" {
 /* Bumped on compatible additions (fields appended to structs, new host functions):
  *   0: logits processors;  1: IO processors (register_io_processor, sluice_io_*);
  *   2: IO processors on CLIP models: SLUICE_TASK_CLIP, sluice_io_call.add_image,
- *      sluice_io_model.model_dir (plugins of minor 0 and 1 load and behave as before). */
-#define SLUICE_PLUGIN_ABI_MINOR 2u
+ *      sluice_io_model.model_dir (plugins of minor 0 and 1 load and behave as before);
+ *   3: sparse allow-lists, sluice_logits_processor.fill_allowed (plugins of minor 0 to 2,
+ *      whose struct ends at fill_bitmask, load and behave as before). */
+#define SLUICE_PLUGIN_ABI_MINOR 3u
 
 /* Whether *p (a struct of `type` that sluice passed, starting with struct_size) has `field`. */
 #define SLUICE_STRUCT_HAS(p, type, field) \
@@ -172,6 +175,23 @@ typedef struct sluice_logits_processor {
    * distinct rows concurrently from a thread pool; non-zero (with err) fails only that row's
    * request. A mask with no bit left also fails the request. */
   int (*fill_bitmask)(void* instance, int32_t row, uint32_t* mask, sluice_plugin_error* err);
+  /* ---- minor 3 (sluice reads it only from a struct whose struct_size covers it) ---- */
+  /* Optional (NULL: fill_bitmask only). The allowed next tokens of `row` as a list of token
+   * ids, for rows that allow few tokens: sluice applies the list to the row's logits without
+   * building a (vocab_size + 31) / 32-word bitmask. Called instead of fill_bitmask, with the
+   * same threading; *count is -1 on entry and `ids` has room for `capacity` ids (at least 1;
+   * today (vocab_size + 31) / 32, so a list never takes more bytes than the bitmask).
+   *   - a list: write at most capacity ids into ids, set *count to their number, return 0;
+   *     duplicates are fine; an id outside [0, vocab_size) fails the row's request (naming
+   *     the processor); an empty list (*count 0) fails it too (no token is allowed);
+   *   - no list for this row (it needs more than capacity ids, or allows every token): leave
+   *     *count at -1 or set it to the size it would need (> capacity); sluice then calls
+   *     fill_bitmask for the row (ids is not read);
+   *   - non-zero (with err) fails only the row's request, as fill_bitmask's.
+   * A row that several processors constrain (its request names more than one, or a
+   * structured output and a plugin) gets fill_bitmask of each (the intersection). */
+  int (*fill_allowed)(void* instance, int32_t row, int32_t* ids, int32_t capacity, int32_t* count,
+                      sluice_plugin_error* err);
 } sluice_logits_processor;
 
 /* ---- IO processors (minor 1) ----

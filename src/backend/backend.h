@@ -223,6 +223,10 @@ struct SamplingRow {
   // >= 0: the row of SampleParams::masks holding the tokens this row may pick (structured
   // outputs); every other token is masked to -inf after the adjustments.
   int mask_row = -1;
+  // allowed_begin >= 0 (and mask_row < 0): the row may pick only the tokens
+  // SampleParams::allowed[allowed_begin, allowed_end) (a logits processor's sparse list, ids
+  // in [0, vocab), duplicates allowed); every other token is -inf after the adjustments.
+  int allowed_begin = -1, allowed_end = -1;
 };
 // One token's adjustment (distinct tokens within a row): the repetition penalty when
 // `repeat` (HF: logit < 0 ? logit * penalty : logit / penalty), then `add` (presence and
@@ -257,6 +261,9 @@ struct SampleParams {
   const uint32_t* masks = nullptr;
   int num_masks = 0;
   int mask_words = 0;
+  // Sparse allow-lists (host memory as rows/adjusts): the rows' SamplingRow::allowed_* ranges.
+  const int32_t* allowed = nullptr;
+  int num_allowed = 0;
 };
 
 // The attention inputs of one layer of a decoder with a paged KV cache: q and k rotated

@@ -128,12 +128,25 @@ void Generator::DetachProcessors(SeqState& s) {
   for (LpSlot& slot : s.lps) lp_rows_[static_cast<size_t>(slot.proc)]->Remove(&slot);
 }
 
-void Generator::FillMasks(uint32_t* masks) {
-  FillLogitsMasks(*lp_pool_, processors_, mask_jobs_, &mask_groups_, limits_.vocab_size, masks);
+void Generator::FillMasks(uint32_t* masks, int32_t* allowed) {
+  LpMaskOut out;
+  out.masks = masks;
+  out.allowed = allowed;
+  FillLogitsMasks(*lp_pool_, processors_, mask_jobs_, &mask_groups_, limits_.vocab_size, &out);
   for (LpMaskGroup& g : mask_groups_) {
     SeqState& s = *static_cast<SeqState*>(g.owner);
     if (!g.error.ok() && s.mask_error.ok()) s.mask_error = g.error;
   }
+  // The rows' group index becomes where the group's tokens went: a bitmask, a sparse list,
+  // or (a group that failed; its request fails after the step) neither.
+  for (SamplingRow& r : sampler_->sampling_rows()) {
+    if (r.mask_row < 0) continue;
+    const LpMaskGroup& g = mask_groups_[static_cast<size_t>(r.mask_row)];
+    r.mask_row = g.mask;
+    r.allowed_begin = g.allowed_begin;
+    r.allowed_end = g.allowed_end;
+  }
+  sampler_->SetFilled(out.num_masks, out.num_allowed);
   stats_.logits_masks += static_cast<int64_t>(mask_groups_.size());
 }
 
@@ -661,11 +674,15 @@ Status Generator::Step() {
                      runner_->Run(batch_, OutputRows::kNone, &staging_, &kv_->tensors()));
     // The masks, while the device runs the forward (where the backend queues it).
     const int words = (limits_.vocab_size + 31) / 32;
-    uint32_t* masks =
-        sampler_->PrepareMasks(static_cast<int>(mask_groups_.size()), words, /*slot=*/0);
+    // Room for a bitmask or a sparse list (at most `words` ids) per group.
+    const int groups = static_cast<int>(mask_groups_.size());
+    uint32_t* masks = sampler_->PrepareMasks(groups, words, /*slot=*/0);
+    const bool sparse = std::any_of(processors_.begin(), processors_.end(),
+                                    [](const auto& lp) { return lp->has_allowed(); });
+    int32_t* allowed = sampler_->PrepareAllowed(sparse ? groups * words : 0, /*slot=*/0);
     if (!mask_groups_.empty()) {
       const auto t_fill = SteadyClock::now();
-      FillMasks(masks);
+      FillMasks(masks, allowed);
       stats_.logits_s += Seconds(t_fill, SteadyClock::now());
     }
     RETURN_IF_ERROR(sampler_->Enqueue(batch_, f, 0));

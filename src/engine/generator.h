@@ -156,7 +156,7 @@ class Generator {
   Status SelectProcessors(GenerateRequest& r) const;
   void AttachProcessors(SeqState& s);
   void DetachProcessors(SeqState& s);
-  void FillMasks(uint32_t* masks);
+  void FillMasks(uint32_t* masks, int32_t* allowed);
   void Fail(const std::vector<StepItem>& items, const Status& st);
 
   GenerationOptions options_;

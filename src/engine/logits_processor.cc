@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -103,14 +104,60 @@ void StoreMask(uint32_t* dst, const uint32_t* src, int words) {
 
 void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsProcessor>>& procs,
                      const std::vector<LpMaskJob>& jobs, std::vector<LpMaskGroup>* groups,
-                     int vocab, uint32_t* masks) {
+                     int vocab, LpMaskOut* out) {
   const int words = (vocab + 31) / 32;
   const uint32_t tail = vocab % 32 == 0 ? ~0u : (1u << (vocab % 32)) - 1u;
+  std::atomic<int> num_masks{0}, num_allowed{0};
+  auto names = [&](const LpMaskGroup& g) {
+    std::string n;
+    for (int j = g.begin; j < g.end; ++j) {
+      n += (n.empty() ? "" : ", ") +
+           procs[static_cast<size_t>(jobs[static_cast<size_t>(j)].proc)]->name();
+    }
+    return n;
+  };
+  // A sparse list: asked into this thread's scratch, checked, then copied into the next free
+  // ids of the staging. False: no list (the group takes a bitmask).
+  auto fill_sparse = [&](LpMaskGroup& g, std::vector<int32_t>& ids) {
+    const LpMaskJob& job = jobs[static_cast<size_t>(g.begin)];
+    LogitsProcessor& p = *procs[static_cast<size_t>(job.proc)];
+    ids.resize(static_cast<size_t>(words));
+    int32_t count = -1;
+    Status st = p.FillAllowed(job.row, ids.data(), words, &count);
+    if (!st.ok()) {
+      g.error = st;
+      return true;
+    }
+    if (count < 0 || count > words) return false;
+    if (count == 0) {
+      g.error = Internal("logits processors (" + p.name() + ") allowed no token");
+      return true;
+    }
+    for (int32_t i = 0; i < count; ++i) {
+      const int32_t t = ids[static_cast<size_t>(i)];
+      if (t < 0 || t >= vocab) {
+        g.error =
+            Internal("logits processor " + p.name() + ": allowed token id " + std::to_string(t) +
+                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+        return true;
+      }
+    }
+    const int at = num_allowed.fetch_add(count, std::memory_order_relaxed);
+    std::memcpy(out->allowed + at, ids.data(), sizeof(int32_t) * static_cast<size_t>(count));
+    g.allowed_begin = at;
+    g.allowed_end = at + count;
+    return true;
+  };
   // Each row's mask is built in this thread's scratch (cache-resident, reused row after row):
   // preset to all allowed, each processor's refusals, the intersection of several processors,
   // the all-refused check; then stored once into the staging.
-  auto fill_group = [&](LpMaskGroup& g, uint32_t* out, std::vector<uint32_t>& mask,
-                        std::vector<uint32_t>& scratch) {
+  auto fill_group = [&](LpMaskGroup& g, std::vector<uint32_t>& mask, std::vector<uint32_t>& scratch,
+                        std::vector<int32_t>& ids) {
+    if (g.end - g.begin == 1 &&
+        procs[static_cast<size_t>(jobs[static_cast<size_t>(g.begin)].proc)]->has_allowed() &&
+        fill_sparse(g, ids)) {
+      return;
+    }
     mask.resize(static_cast<size_t>(words));
     for (int j = g.begin; j < g.end; ++j) {
       const LpMaskJob& job = jobs[static_cast<size_t>(j)];
@@ -132,14 +179,11 @@ void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsP
     }
     // Stops at the first allowed token (a full pass over the mask only when none is).
     if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
-      std::string names;
-      for (int j = g.begin; j < g.end; ++j) {
-        names += (names.empty() ? "" : ", ") +
-                 procs[static_cast<size_t>(jobs[static_cast<size_t>(j)].proc)]->name();
-      }
-      g.error = Internal("logits processors (" + names + ") allowed no token");
+      g.error = Internal("logits processors (" + names(g) + ") allowed no token");
     }
-    StoreMask(out, mask.data(), words);
+    g.mask = num_masks.fetch_add(1, std::memory_order_relaxed);
+    StoreMask(out->masks + static_cast<size_t>(g.mask) * static_cast<size_t>(words), mask.data(),
+              words);
   };
   // Rows are claimed one at a time (a mask can take from well under a microsecond, a cached
   // one, to milliseconds, a fresh walk of a large vocabulary): a thread that drew slow rows
@@ -149,14 +193,17 @@ void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsP
   pool.ParallelFor(
       std::min<size_t>(n, static_cast<size_t>(pool.num_threads())), [&](size_t, size_t) {
         thread_local std::vector<uint32_t> mask, scratch;
+        thread_local std::vector<int32_t> ids;
         for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
              i = next.fetch_add(1, std::memory_order_relaxed)) {
-          fill_group((*groups)[i], masks + i * static_cast<size_t>(words), mask, scratch);
+          fill_group((*groups)[i], mask, scratch, ids);
         }
 #if defined(__SSE2__)
         _mm_sfence();  // the streaming stores are visible before the caller uploads the masks
 #endif
       });
+  out->num_masks = num_masks.load();
+  out->num_allowed = num_allowed.load();
 }
 
 namespace {

@@ -56,6 +56,18 @@ class LogitsProcessor {
   // The allowed next tokens of `row` (all allowed on entry; clear the forbidden ones).
   // Called concurrently for distinct rows; an error fails that row's request only.
   virtual Status FillMask(int32_t row, uint32_t* mask) = 0;
+  // Whether FillAllowed can answer (a plugin with fill_allowed).
+  virtual bool has_allowed() const { return false; }
+  // The allowed next tokens of `row` as a list (sluice_logits_processor.fill_allowed):
+  // *count in [0, capacity] ids written to `ids`, or *count < 0 or > capacity: no list, the
+  // engine calls FillMask. Same threading as FillMask.
+  virtual Status FillAllowed(int32_t row, int32_t* ids, int32_t capacity, int32_t* count) {
+    (void)row;
+    (void)ids;
+    (void)capacity;
+    *count = -1;
+    return Status::Ok();
+  }
 };
 
 // A sequence's membership in one processor (owned by the engine's per-sequence state, whose
@@ -101,14 +113,29 @@ struct LpMaskGroup {
   void* owner;     // the engine's sequence
   int begin, end;  // its jobs
   Status error;    // a processor's error, or no token left
+  // Where FillLogitsMasks put the group's allowed tokens (neither on error): its bitmask
+  // (LpMaskOut::masks + mask * words), or its sparse list (LpMaskOut::allowed
+  // [allowed_begin, allowed_end)).
+  int mask = -1;
+  int allowed_begin = -1, allowed_end = -1;
 };
-// Fills mask i (words = (vocab + 31) / 32, masks + i * words) of each group on the pool: all
-// tokens allowed, then each job's processor (the first writes into the mask, later ones into
-// a scratch mask ANDed in); a mask left empty is an error of its group.
+// The step's staging: room for one bitmask of words = (vocab + 31) / 32 words and for words
+// token ids per group (a list never takes more than a bitmask); filled densely from 0.
+struct LpMaskOut {
+  uint32_t* masks = nullptr;
+  int32_t* allowed = nullptr;
+  int num_masks = 0;    // bitmasks written
+  int num_allowed = 0;  // ids written
+};
+// Fills the allowed tokens of each group on the pool. A group of one job whose processor
+// has_allowed() first asks for a sparse list (capacity words ids; ids checked in
+// [0, vocab)); otherwise, or when the processor gives no list, a bitmask: all tokens allowed,
+// then each job's processor (the first writes into the mask, later ones into a scratch mask
+// ANDed in). An empty list or mask is an error of its group.
 class ThreadPool;
 void FillLogitsMasks(ThreadPool& pool, const std::vector<std::unique_ptr<LogitsProcessor>>& procs,
                      const std::vector<LpMaskJob>& jobs, std::vector<LpMaskGroup>* groups,
-                     int vocab, uint32_t* masks);
+                     int vocab, LpMaskOut* out);
 
 // Structured outputs (docs/structured-outputs.md) as a logits processor: each row's DFA state
 // after its output so far, and its mask.

@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 
@@ -56,6 +58,16 @@ class PluginProcessor final : public LogitsProcessor {
     return Status::Ok();
   }
 
+  bool has_allowed() const override { return desc_.fill_allowed != nullptr; }
+  Status FillAllowed(int32_t row, int32_t* ids, int32_t capacity, int32_t* count) override {
+    sluice_plugin_error err{};
+    *count = -1;
+    if (desc_.fill_allowed(instance_, row, ids, capacity, count, &err) != 0) {
+      return Internal("logits processor " + name_ + ": " + Message(err));
+    }
+    return Status::Ok();
+  }
+
  private:
   sluice_logits_processor desc_;
   std::string name_;
@@ -71,7 +83,11 @@ struct HostContext {
 int HostRegister(void* context, const sluice_logits_processor* p, sluice_plugin_error* err) {
   auto* h = static_cast<HostContext*>(context);
   if (p == nullptr) return sluice_plugin_fail(err, "register_logits_processor: NULL processor");
-  Status st = h->set->Register(*p, h->path);
+  // A plugin of an older minor version passes a shorter struct: only struct_size bytes are
+  // its (the fields past them stay NULL).
+  sluice_logits_processor d{};
+  std::memcpy(&d, p, std::min<size_t>(p->struct_size, sizeof d));
+  Status st = h->set->Register(d, h->path);
   if (!st.ok()) return sluice_plugin_fail(err, "%s", st.message().c_str());
   return 0;
 }
@@ -117,6 +133,9 @@ LogitsProcessorFactory::LogitsProcessorFactory(const sluice_logits_processor& de
                                                std::string origin)
     : desc_(desc), name_(desc.name), origin_(std::move(origin)) {
   desc_.name = name_.c_str();
+  if (!SLUICE_STRUCT_HAS(&desc_, sluice_logits_processor, fill_allowed)) {
+    desc_.fill_allowed = nullptr;  // minor 0 to 2
+  }
 }
 
 Status LogitsProcessorFactory::Validate(const sluice_request_params& params) const {
@@ -149,11 +168,12 @@ PluginSet::~PluginSet() {
 }
 
 Status PluginSet::Register(const sluice_logits_processor& desc, const std::string& origin) {
-  // Fields up to fill_bitmask are required (a smaller struct is from no ABI we know).
-  if (desc.struct_size < sizeof(sluice_logits_processor)) {
+  // Fields up to fill_bitmask are required (a smaller struct is from no ABI we know); later
+  // ones (fill_allowed, minor 3) are read only when struct_size covers them.
+  constexpr size_t kMinSize = offsetof(sluice_logits_processor, fill_allowed);
+  if (desc.struct_size < kMinSize) {
     return InvalidArgument("logits processor struct_size " + std::to_string(desc.struct_size) +
-                           " is smaller than this ABI's " +
-                           std::to_string(sizeof(sluice_logits_processor)));
+                           " is smaller than ABI 1.0's " + std::to_string(kMinSize));
   }
   RETURN_IF_ERROR(CheckName(desc.name, "logits processor"));
   const std::string name = desc.name;

@@ -16,11 +16,20 @@ void Fit(Backend& backend, HostBuffer* b, size_t bytes) {
 uint32_t* Sampler::PrepareMasks(int num_masks, int words, int slot) {
   num_masks_ = num_masks;
   mask_words_ = words;
+  num_allowed_ = 0;
   if (num_masks == 0) return nullptr;
   Slot& s = slots_[slot];
   Fit(runner_->backend(), &s.masks,
       sizeof(uint32_t) * static_cast<size_t>(num_masks) * static_cast<size_t>(words));
   return s.masks.as<uint32_t>();
+}
+
+int32_t* Sampler::PrepareAllowed(int capacity, int slot) {
+  num_allowed_ = 0;
+  if (capacity == 0) return nullptr;
+  Slot& s = slots_[slot];
+  Fit(runner_->backend(), &s.allowed, sizeof(int32_t) * static_cast<size_t>(capacity));
+  return s.allowed.as<int32_t>();
 }
 
 Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int index) {
@@ -57,6 +66,10 @@ Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int i
     p.masks = s.masks.as<uint32_t>();
     p.mask_words = mask_words_;
     p.num_masks = num_masks_;
+  }
+  if (num_allowed_ > 0) {
+    p.allowed = s.allowed.as<int32_t>();
+    p.num_allowed = num_allowed_;
   }
   backend.Sample(p);
   return Status::Ok();

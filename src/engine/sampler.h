@@ -22,7 +22,17 @@ class Sampler final : public OutputStage {
   // of `words` words each in the slot's pinned staging, written by the caller before Enqueue
   // (0 masks: none). The pointer is valid until the next PrepareMasks.
   uint32_t* PrepareMasks(int num_masks, int words, int slot);
+  // Room for `capacity` token ids of sparse allow-lists (SamplingRow::allowed_begin) in the
+  // slot's pinned staging; valid until the next PrepareAllowed.
+  int32_t* PrepareAllowed(int capacity, int slot);
+  // How many masks (of those prepared) and ids the caller wrote: what Enqueue passes on
+  // (after PrepareMasks, every prepared mask).
+  void SetFilled(int num_masks, int num_allowed) {
+    num_masks_ = num_masks;
+    num_allowed_ = num_allowed;
+  }
   int num_masks() const { return num_masks_; }
+  int num_allowed() const { return num_allowed_; }
   int mask_words() const { return mask_words_; }
 
   OutputRows rows() const override { return OutputRows::kNone; }  // explicit output rows
@@ -32,13 +42,14 @@ class Sampler final : public OutputStage {
 
  private:
   struct Slot {
-    HostBuffer rows, adjusts, out, masks;  // pinned staging
+    HostBuffer rows, adjusts, out, masks, allowed;  // pinned staging
   };
   ModelRunner* runner_;
   std::vector<SamplingRow> rows_;
   std::vector<SamplingAdjust> adjusts_;
   int num_masks_ = 0;
   int mask_words_ = 0;
+  int num_allowed_ = 0;
   Slot slots_[kMaxSlots];
 };
 

@@ -16,7 +16,9 @@
 //
 // Built against the installed header only: include/sluice/plugin.h (plain C ABI). simdjson
 // parses extra_args. Threading: validate runs on request threads (pure), update_state on the
-// engine thread, fill_bitmask for distinct rows concurrently (reads its row only).
+// engine thread, fill_allowed / fill_bitmask for distinct rows concurrently (reads its row
+// only). Built against an ABI 1.1 header (the fsm_logits_abi11 test build) it has no
+// fill_allowed and sluice asks for bitmasks only.
 #include <simdjson.h>
 #include <sluice/plugin.h>
 
@@ -239,6 +241,23 @@ int FillBitmask(void* p, int32_t row, uint32_t* mask, sluice_plugin_error* err) 
   return 0;
 }
 
+#if SLUICE_PLUGIN_ABI_MINOR >= 3
+// The same tokens as a list (ABI 1.3): a state allows a few hundred tokens at most in the
+// usual rules, so sluice writes no bitmask of the whole vocabulary for the row. A state that
+// allows every token, or more than capacity, leaves *count at -1: sluice calls FillBitmask.
+int FillAllowed(void* p, int32_t row, int32_t* ids, int32_t capacity, int32_t* count,
+                sluice_plugin_error* err) {
+  const Instance& in = *static_cast<Instance*>(p);
+  const Row& r = in.rows[static_cast<size_t>(row)];
+  if (!r.error.empty()) return sluice_plugin_fail(err, "%s", r.error.c_str());
+  const State& st = r.fsm->states[static_cast<size_t>(r.state)];
+  if (st.any || st.allow.size() > static_cast<size_t>(capacity)) return 0;
+  std::copy(st.allow.begin(), st.allow.end(), ids);
+  *count = static_cast<int32_t>(st.allow.size());
+  return 0;
+}
+#endif
+
 }  // namespace
 
 extern "C" {
@@ -255,6 +274,9 @@ SLUICE_PLUGIN_EXPORT int sluice_plugin_init(const sluice_plugin_host* host,
   lp.destroy = Destroy;
   lp.update_state = UpdateState;
   lp.fill_bitmask = FillBitmask;
+#if SLUICE_PLUGIN_ABI_MINOR >= 3
+  lp.fill_allowed = FillAllowed;
+#endif
   return host->register_logits_processor(host->context, &lp, err);
 }
 

@@ -53,6 +53,19 @@ void SampleRow(const SampleParams& p, int r, std::vector<float>& raw, std::vecto
       if (!((m[i >> 5] >> (i & 31)) & 1u)) x[i] = kNegInf;
     }
     for (int64_t i = covered; i < V; ++i) x[i] = kNegInf;
+  } else if (row.allowed_begin >= 0) {
+    // A sparse allow-list: its (adjusted) logits kept, every other one -inf.
+    thread_local std::vector<float> kept;
+    kept.resize(static_cast<size_t>(std::max(0, row.allowed_end - row.allowed_begin)));
+    for (int a = row.allowed_begin; a < row.allowed_end; ++a) {
+      const int32_t t = p.allowed[a];
+      kept[static_cast<size_t>(a - row.allowed_begin)] = t >= 0 && t < V ? x[t] : kNegInf;
+    }
+    std::fill(x, x + V, kNegInf);
+    for (int a = row.allowed_begin; a < row.allowed_end; ++a) {
+      const int32_t t = p.allowed[a];
+      if (t >= 0 && t < V) x[t] = kept[static_cast<size_t>(a - row.allowed_begin)];
+    }
   }
 
   int32_t token = 0;

@@ -536,7 +536,15 @@ class CudaBackend final : public Backend {
       masks = static_cast<uint32_t*>(sample_mask_.Get(mask_bytes, kept_));
       CUDA_OK(cudaMemcpyAsync(masks, p.masks, mask_bytes, cudaMemcpyHostToDevice, stream_));
     }
-    cuda::Sample(p, rows, adj, raw, masks, out, stream_);
+    int32_t* allowed = nullptr;
+    float* allowed_vals = nullptr;
+    if (p.num_allowed > 0) {  // sparse allow-lists: the ids only (4 bytes per allowed token)
+      const size_t ids_bytes = sizeof(int32_t) * static_cast<size_t>(p.num_allowed);
+      allowed = static_cast<int32_t*>(sample_allowed_.Get(ids_bytes, kept_));
+      allowed_vals = static_cast<float*>(sample_allowed_vals_.Get(ids_bytes, kept_));
+      CUDA_OK(cudaMemcpyAsync(allowed, p.allowed, ids_bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    cuda::Sample(p, rows, adj, raw, masks, allowed, allowed_vals, out, stream_);
     CUDA_OK(cudaMemcpyAsync(p.out, out, out_bytes, cudaMemcpyDeviceToHost, stream_));
   }
   void Activate(Tensor x, Activation act) override {
@@ -710,7 +718,8 @@ class CudaBackend final : public Backend {
   Scratch blas_ws_, xconv_ws_, yws_, copy_ws_;
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
   Scratch sample_mask_;                                         // structured-output token bitmasks
-  Scratch decode_ws_;                                           // split-decode attention partials
+  Scratch sample_allowed_, sample_allowed_vals_;  // sparse allow-lists: ids, saved logits
+  Scratch decode_ws_;                             // split-decode attention partials
   Scratch decode_counters_;  // their per-(sequence, KV head) counters (DecodeCounters)
   void* counters_ptr_ = nullptr;
   size_t counters_zeroed_ = 0;

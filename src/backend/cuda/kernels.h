@@ -112,6 +112,7 @@ bool DecodeAttention(const AttentionParams& p, int splits, float* scratch, int* 
 // memory (adj_raw: p.num_adjusts floats of scratch).
 void WriteKv(const KvWriteParams& p, cudaStream_t stream);
 void Sample(const SampleParams& p, const SamplingRow* rows, const SamplingAdjust* adjusts,
-            float* adj_raw, const uint32_t* masks, SampledToken* out, cudaStream_t stream);
+            float* adj_raw, const uint32_t* masks, const int32_t* allowed, float* allowed_vals,
+            SampledToken* out, cudaStream_t stream);
 
 }  // namespace sluice::cuda

@@ -102,6 +102,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     SampleKernel(float* __restrict__ logits, int64_t ld, int V,
                  const SamplingRow* __restrict__ rows, const SamplingAdjust* __restrict__ adjusts,
                  float* __restrict__ adj_raw, const uint32_t* __restrict__ masks, int mask_words,
+                 const int32_t* __restrict__ allowed, float* __restrict__ allowed_vals,
                  SampledToken* __restrict__ out) {
   __shared__ Shared sh;
   const int r = blockIdx.x;
@@ -157,6 +158,21 @@ __global__ void __launch_bounds__(kSampleThreads)
     for (int i = t; i < V; i += kSampleThreads) {
       const bool ok = (i >> 5) < mask_words && ((mrow[i >> 5] >> (i & 31)) & 1u);
       if (!ok) x[i] = -INFINITY;
+    }
+    __syncthreads();
+  } else if (row.allowed_begin >= 0) {
+    // A sparse allow-list (ids uploaded with the rows): the listed (adjusted) logits saved,
+    // every logit -inf, the saved ones back (duplicates write the same value).
+    for (int a = row.allowed_begin + t; a < row.allowed_end; a += kSampleThreads) {
+      const int id = allowed[a];
+      allowed_vals[a] = id >= 0 && id < V ? x[id] : -INFINITY;
+    }
+    __syncthreads();
+    for (int i = t; i < V; i += kSampleThreads) x[i] = -INFINITY;
+    __syncthreads();
+    for (int a = row.allowed_begin + t; a < row.allowed_end; a += kSampleThreads) {
+      const int id = allowed[a];
+      if (id >= 0 && id < V) x[id] = allowed_vals[a];
     }
     __syncthreads();
   }
@@ -326,11 +342,12 @@ __global__ void WriteKvKernelF32(const float* __restrict__ k, int64_t ldk,
 }  // namespace
 
 void Sample(const SampleParams& p, const SamplingRow* rows, const SamplingAdjust* adjusts,
-            float* adj_raw, const uint32_t* masks, SampledToken* out, cudaStream_t stream) {
+            float* adj_raw, const uint32_t* masks, const int32_t* allowed, float* allowed_vals,
+            SampledToken* out, cudaStream_t stream) {
   if (p.num_rows == 0) return;
   SampleKernel<<<p.num_rows, kSampleThreads, 0, stream>>>(
       p.logits.ptr<float>(), p.logits.row_stride(), static_cast<int>(p.logits.cols), rows, adjusts,
-      adj_raw, masks, p.mask_words, out);
+      adj_raw, masks, p.mask_words, allowed, allowed_vals, out);
   CheckLaunch("Sample");
 }
 
