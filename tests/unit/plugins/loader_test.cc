@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <random>
@@ -133,6 +134,52 @@ TEST(PluginLoader, RegistrationErrors) {
   bad.struct_size = 8;
   EXPECT_FALSE(set.Register(bad, "b.so").ok());
   EXPECT_EQ(set.Names(), "ok");
+}
+
+int Allowed(void*, int32_t, int32_t* ids, int32_t, int32_t* count, sluice_plugin_error*) {
+  ids[0] = 3;
+  *count = 1;
+  return 0;
+}
+
+// ABI 1.3's fill_allowed is read only from a struct whose struct_size covers it: a plugin of
+// minor 0 to 2 (whose struct ends at fill_bitmask; whatever follows is not its) gets bitmasks.
+TEST(PluginLoader, FillAllowedOnlyFromAStructThatHasIt) {
+  PluginSet set;
+  sluice_logits_processor lp{};
+  lp.struct_size = sizeof lp;
+  lp.name = "sparse";
+  lp.create = Create;
+  lp.update_state = Update;
+  lp.fill_bitmask = Fill;
+  lp.fill_allowed = Allowed;
+  ASSERT_TRUE(set.Register(lp, "a.so").ok());
+  lp.name = "old";
+  lp.struct_size = offsetof(sluice_logits_processor, fill_allowed);  // ABI 1.0 - 1.2
+  ASSERT_TRUE(set.Register(lp, "a.so").ok());
+  lp.name = "shorter";
+  lp.struct_size = offsetof(sluice_logits_processor, fill_allowed) - 1;
+  Status small = set.Register(lp, "a.so");
+  EXPECT_TRUE(Contains(small.message(), "is smaller than ABI 1.0's")) << small.message();
+  auto sparse = set.Find("sparse")->Create(1024, 4);
+  auto old = set.Find("old")->Create(1024, 4);
+  ASSERT_TRUE(sparse.ok() && old.ok());
+  EXPECT_TRUE((*sparse)->has_allowed());
+  EXPECT_FALSE((*old)->has_allowed());
+  int32_t ids[4], count = -1;
+  ASSERT_TRUE((*sparse)->FillAllowed(0, ids, 4, &count).ok());
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(ids[0], 3);
+  // The example plugin: built against this header it lists; against the ABI 1.1 header
+  // (tests/plugins/abi_1_1) it loads and has bitmasks only.
+  auto cur = LoadPlugins({kDir + "/fsm_logits.so"});
+  auto abi11 = LoadPlugins({kDir + "/fsm_logits_abi11.so"});
+  ASSERT_TRUE(cur.ok() && abi11.ok()) << abi11.status().ToString();
+  auto a = (*cur)->Find("fsm")->Create(1024, 4);
+  auto b = (*abi11)->Find("fsm")->Create(1024, 4);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)->has_allowed());
+  EXPECT_FALSE((*b)->has_allowed());
 }
 
 // A processor that replays the updates onto its own table.

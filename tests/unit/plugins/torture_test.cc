@@ -84,6 +84,7 @@ struct Truth {
 struct CheckStats {
   std::mutex mu;
   int64_t updates = 0, added = 0, resets = 0, removed = 0, moved = 0, partial = 0, fills = 0;
+  int64_t sparse_fills = 0;  // of fills: sparse lists (ABI 1.3 fill_allowed)
   int64_t failures = 0;
   std::string first_failure;
   void Fail(const std::string& m) {
@@ -165,15 +166,64 @@ class Checker final : public LogitsProcessor {
   }
 
   Status FillMask(int32_t r, uint32_t* mask) override {
-    if (r < 0 || r >= static_cast<int32_t>(rows_.size())) {
-      stats_->Fail("fill of a row out of range");
-      return Status::Ok();
-    }
-    const Row& row = rows_[r];
-    if (row.partial) stats_->Fail(name() + ": a row in partial prefill was sampled");
+    const Row* row = Fillable(r);
+    if (row == nullptr) return Status::Ok();
     Status st = inner_->FillMask(r, mask);
     if (!st.ok()) return st;
-    const int words = (truth_->vocab + 31) / 32;
+    if (Want(*row) != std::vector<uint32_t>(mask, mask + Words())) {
+      stats_->Fail(name() + ": mask of " + row->id + " differs from its history's");
+    }
+    std::lock_guard<std::mutex> l(stats_->mu);
+    ++stats_->fills;
+    return Status::Ok();
+  }
+
+  bool has_allowed() const override { return inner_->has_allowed(); }
+  // The list, when the processor gives one, must be the history's allowed set (duplicates
+  // fine); no list only for a state that allows every token (the FSMs here allow <= 6).
+  Status FillAllowed(int32_t r, int32_t* ids, int32_t capacity, int32_t* count) override {
+    const Row* row = Fillable(r);
+    if (row == nullptr) return Status::Ok();
+    Status st = inner_->FillAllowed(r, ids, capacity, count);
+    if (!st.ok()) return st;
+    const std::vector<uint32_t> want = Want(*row);
+    if (*count < 0 || *count > capacity) {
+      if (std::any_of(want.begin(), want.end() - 1, [](uint32_t w) { return w != ~0u; })) {
+        stats_->Fail(name() + ": no list for " + row->id + " whose state allows few tokens");
+      }
+      return Status::Ok();
+    }
+    std::vector<uint32_t> got(want.size(), 0u);
+    for (int32_t i = 0; i < *count; ++i) got[ids[i] / 32] |= 1u << (ids[i] % 32);
+    if (got != want) stats_->Fail(name() + ": list of " + row->id + " differs from its history's");
+    std::lock_guard<std::mutex> l(stats_->mu);
+    ++stats_->fills;
+    ++stats_->sparse_fills;
+    return Status::Ok();
+  }
+
+ private:
+  struct Row {
+    GenerateRequest* req = nullptr;
+    std::string id;
+    int index = 0;
+    const sluice_token_view* output = nullptr;
+    bool partial = false;
+    int64_t partial_len = 0;
+  };
+  int Words() const { return (truth_->vocab + 31) / 32; }
+  // The row asked for, checked (in range, not in partial prefill); nullptr if out of range.
+  const Row* Fillable(int32_t r) {
+    if (r < 0 || r >= static_cast<int32_t>(rows_.size())) {
+      stats_->Fail("fill of a row out of range");
+      return nullptr;
+    }
+    if (rows_[r].partial) stats_->Fail(name() + ": a row in partial prefill was sampled");
+    return &rows_[r];
+  }
+  // The mask the row's true history implies.
+  std::vector<uint32_t> Want(const Row& row) const {
+    const int words = Words();
     std::vector<uint32_t> want(static_cast<size_t>(words), ~0u);
     if (truth_->vocab % 32) want[words - 1] = (1u << (truth_->vocab % 32)) - 1u;
     const std::vector<int32_t>& hist = row.req->outputs[row.index].token_ids;
@@ -194,23 +244,8 @@ class Checker final : public LogitsProcessor {
       }
       if (s < 0 || !g.FillMask(s, want.data()).ok()) stats_->Fail("structured: dead history");
     }
-    if (!std::equal(want.begin(), want.end(), mask)) {
-      stats_->Fail(name() + ": mask of " + row.id + " differs from its history's");
-    }
-    std::lock_guard<std::mutex> l(stats_->mu);
-    ++stats_->fills;
-    return Status::Ok();
+    return want;
   }
-
- private:
-  struct Row {
-    GenerateRequest* req = nullptr;
-    std::string id;
-    int index = 0;
-    const sluice_token_view* output = nullptr;
-    bool partial = false;
-    int64_t partial_len = 0;
-  };
   std::unique_ptr<LogitsProcessor> inner_;
   const Truth* truth_;
   CheckStats* stats_;
@@ -363,6 +398,8 @@ TEST(LogitsProcessorTorture, EveryViewIsTheTrueHistory) {
   EXPECT_GT(cancelled, 0);
   EXPECT_GT(forks, 0);
   EXPECT_GT(stats.fills, 500);
+  EXPECT_GT(stats.sparse_fills, 100);                // fsm-only rows: lists
+  EXPECT_GT(stats.fills - stats.sparse_fills, 100);  // fsm + structured rows: bitmasks
   EXPECT_GT(fsm_checked, 20);
   EXPECT_GT(json_checked, 3);
   EXPECT_GT(finished, 40);
@@ -403,6 +440,66 @@ int CountingFill(void*, int32_t, uint32_t*, sluice_plugin_error*) {
   return 0;
 }
 
+// "sparse" (ABI 1.3 fill_allowed): what each row's extra_args "mode" asks: "list" ids
+// {11, 12, 11}; "oob" {5, vocab}; "neg" {-1}; "empty" no id; "overflow" a list over capacity
+// (its bitmask, token 7 only, is used); anything else no list (the bitmask allows all, or
+// {11, 12} in "list" mode, for rows another processor also constrains).
+struct Sparse {
+  int32_t vocab = 0;
+  std::vector<std::string> mode;  // by row
+};
+int g_counting_lists = 0;
+
+void* SparseCreate(void*, const sluice_processor_config* c, sluice_plugin_error*) {
+  auto* s = new Sparse;
+  s->vocab = c->vocab_size;
+  return s;
+}
+void SparseDestroy(void* p) { delete static_cast<Sparse*>(p); }
+void SparseUpdate(void* p, const sluice_batch_update* u) {
+  Sparse& s = *static_cast<Sparse*>(p);
+  s.mode.resize(std::max<size_t>(s.mode.size(), u->batch_size + u->num_moved + u->num_added));
+  for (int32_t i = 0; i < u->num_added; ++i) {
+    const std::string args = u->added[i].params->extra_args;
+    std::string mode;
+    for (const char* m : {"list", "oob", "neg", "empty", "overflow"}) {
+      if (args.find(std::string("\"mode\":\"") + m + "\"") != std::string::npos) mode = m;
+    }
+    s.mode[u->added[i].row] = mode;
+  }
+  for (int32_t i = 0; i < u->num_moved; ++i) s.mode[u->moved[i].to] = s.mode[u->moved[i].from];
+}
+int SparseAllowed(void* p, int32_t row, int32_t* ids, int32_t capacity, int32_t* count,
+                  sluice_plugin_error*) {
+  const Sparse& s = *static_cast<Sparse*>(p);
+  const std::string& m = s.mode[row];
+  std::vector<int32_t> list;
+  if (m == "list") list = {11, 12, 11};
+  if (m == "oob") list = {5, s.vocab};
+  if (m == "neg") list = {-1};
+  if (m == "empty") *count = 0;
+  if (m == "overflow") *count = capacity + 1;
+  if (!list.empty()) {
+    std::copy(list.begin(), list.end(), ids);
+    *count = static_cast<int32_t>(list.size());
+  }
+  return 0;
+}
+int SparseFill(void* p, int32_t row, uint32_t* mask, sluice_plugin_error*) {
+  const Sparse& s = *static_cast<Sparse*>(p);
+  const std::string& m = s.mode[row];
+  if (m != "overflow" && m != "list") return 0;
+  std::fill(mask, mask + (s.vocab + 31) / 32, 0u);
+  for (int32_t t : m == "list" ? std::vector<int32_t>{11, 12} : std::vector<int32_t>{7}) {
+    mask[t / 32] |= 1u << (t % 32);
+  }
+  return 0;
+}
+int CountingAllowed(void*, int32_t, int32_t*, int32_t, int32_t*, sluice_plugin_error*) {
+  ++g_counting_lists;  // no list: counting's fill_bitmask follows
+  return 0;
+}
+
 std::shared_ptr<PluginSet> TestProcessors() {
   auto set = std::make_shared<PluginSet>();
   sluice_logits_processor lp{};
@@ -416,6 +513,18 @@ std::shared_ptr<PluginSet> TestProcessors() {
   lp.name = "counting";
   lp.flags = SLUICE_LP_ARGMAX_INVARIANT;
   lp.fill_bitmask = CountingFill;
+  EXPECT_TRUE(set->Register(lp, "test").ok());
+  lp.name = "counting_sparse";
+  lp.fill_allowed = CountingAllowed;
+  EXPECT_TRUE(set->Register(lp, "test").ok());
+  lp = sluice_logits_processor{};
+  lp.struct_size = sizeof lp;
+  lp.name = "sparse";
+  lp.create = SparseCreate;
+  lp.destroy = SparseDestroy;
+  lp.update_state = SparseUpdate;
+  lp.fill_bitmask = SparseFill;
+  lp.fill_allowed = SparseAllowed;
   EXPECT_TRUE(set->Register(lp, "test").ok());
   EXPECT_TRUE(set->LoadLibrary(kPluginDir + "/fsm_logits.so").ok());
   return set;
@@ -476,6 +585,124 @@ TEST(LogitsProcessors, ArgmaxInvariantSkipsGreedyRows) {
   EXPECT_EQ(g_counting_fills, 0);
   testing::RunAll(*g, {Req("sampled", {"counting"}, "", 0.7f)});
   EXPECT_EQ(g_counting_fills, 6);
+  // The same with fill_allowed: skipped for greedy rows; else asked, no list, then the mask.
+  g_counting_fills = g_counting_lists = 0;
+  testing::RunAll(*g, {Req("greedy", {"counting_sparse"}, "", 0.f)});
+  EXPECT_EQ(g_counting_lists + g_counting_fills, 0);
+  testing::RunAll(*g, {Req("sampled", {"counting_sparse"}, "", 0.7f)});
+  EXPECT_EQ(g_counting_lists, 6);
+  EXPECT_EQ(g_counting_fills, 6);
+}
+
+// One batch of sparse-list rows, bitmask rows (a list over capacity, two processors on one
+// row, a structured output) and unconstrained rows: each samples only what it allows.
+TEST(LogitsProcessors, SparseAndBitmaskRowsInOneBatch) {
+  auto g = LoadWith(TestProcessors());
+  ASSERT_NE(g, nullptr);
+  structured::ConstraintSpec choice;
+  choice.kind = structured::ConstraintSpec::Kind::kChoice;
+  choice.field = "guided_choice";
+  choice.choices = {"river", "sea"};
+  auto structured = Req("structured", {}, "");
+  structured->params.constraint = choice;
+  structured->params.ignore_eos = false;
+  structured->params.max_tokens = 20;
+  const std::string fsm = R"({"fsm":{"states":[{"allow":[11,12,13]}]}})";
+  std::vector<std::shared_ptr<GenerateRequest>> reqs = {
+      Req("list", {"sparse"}, R"({"mode":"list"})"),
+      Req("overflow", {"sparse"}, R"({"mode":"overflow"})"),
+      Req("both", {"sparse", "fsm"}, R"({"mode":"list","fsm":{"states":[{"allow":[12,13]}]}})"),
+      Req("fsm", {"fsm"}, fsm),
+      Req("fsm_greedy_logprobs", {"fsm"}, fsm, 0.f),
+      Req("plain", {}, ""),
+      structured};
+  reqs[4]->params.logprobs = 2;
+  std::map<std::string, Status> done;
+  for (auto& r : reqs) {
+    r->sink.on_done = [&](GenerateRequest& q, const Status& st) { done[q.id] = st; };
+  }
+  testing::RunAll(*g, reqs);
+  ASSERT_EQ(done.size(), reqs.size());
+  for (const auto& [id, st] : done) EXPECT_TRUE(st.ok()) << id << ": " << st.ToString();
+  auto tokens = [&](int i) { return reqs[static_cast<size_t>(i)]->outputs[0].token_ids; };
+  auto only = [&](int i, std::set<int32_t> allowed) {
+    EXPECT_EQ(tokens(i).size(), 6u) << reqs[static_cast<size_t>(i)]->id;
+    for (int32_t t : tokens(i)) EXPECT_TRUE(allowed.count(t)) << reqs[i]->id << ": " << t;
+  };
+  only(0, {11, 12});
+  only(1, {7});
+  only(2, {12});
+  only(3, {11, 12, 13});
+  only(4, {11, 12, 13});
+  EXPECT_EQ(reqs[6]->outputs[0].finish_reason, "stop");
+  EXPECT_TRUE(reqs[6]->outputs[0].text == "river" || reqs[6]->outputs[0].text == "sea");
+}
+
+// A list with an id outside the vocabulary, a negative id or no id fails only its request,
+// naming the processor.
+TEST(LogitsProcessors, BadSparseListsFailOnlyTheirRequest) {
+  auto g = LoadWith(TestProcessors());
+  ASSERT_NE(g, nullptr);
+  std::vector<std::shared_ptr<GenerateRequest>> reqs = {
+      Req("oob", {"sparse"}, R"({"mode":"oob"})"), Req("neg", {"sparse"}, R"({"mode":"neg"})"),
+      Req("empty", {"sparse"}, R"({"mode":"empty"})"), Req("ok", {"sparse"}, R"({"mode":"list"})"),
+      Req("oob_greedy", {"sparse"}, R"({"mode":"oob"})", 0.f)};
+  std::map<std::string, Status> done;
+  for (auto& r : reqs) {
+    r->sink.on_done = [&](GenerateRequest& q, const Status& st) { done[q.id] = st; };
+  }
+  testing::RunAll(*g, reqs);
+  ASSERT_EQ(done.size(), reqs.size());
+  EXPECT_EQ(done["oob"].message(),
+            "logits processor sparse: allowed token id 1024 is outside the vocabulary [0, 1024)");
+  EXPECT_EQ(done["oob_greedy"].message(), done["oob"].message());
+  EXPECT_EQ(done["neg"].message(),
+            "logits processor sparse: allowed token id -1 is outside the vocabulary [0, 1024)");
+  EXPECT_EQ(done["empty"].message(), "logits processors (sparse) allowed no token");
+  EXPECT_TRUE(done["ok"].ok());
+  EXPECT_EQ(reqs[3]->outputs[0].token_ids.size(), 6u);
+}
+
+// fsm_logits with sparse lists (this header) and with bitmasks only (built against the ABI 1.1
+// header): the same requests sample the same tokens with the same logprobs.
+TEST(LogitsProcessors, SparseListsSampleTheSameTokensAsBitmasks) {
+  std::vector<std::vector<CompletionOutput>> runs;
+  for (const char* lib : {"/fsm_logits.so", "/fsm_logits_abi11.so"}) {
+    auto plugins = LoadPlugins({kPluginDir + lib});
+    ASSERT_TRUE(plugins.ok()) << plugins.status().ToString();
+    auto g = LoadWith(*plugins);
+    ASSERT_NE(g, nullptr);
+    std::mt19937 rng(99);
+    std::vector<std::shared_ptr<GenerateRequest>> reqs;
+    for (int i = 0; i < 12; ++i) {
+      TestFsm f = RandomFsm(rng, g->limits().vocab_size, false);
+      auto r = Req("r" + std::to_string(i), {"fsm"}, f.Json(), i % 4 == 0 ? 0.f : 0.9f);
+      r->params.seed = 17 + static_cast<uint64_t>(i);
+      r->params.n = i % 3 == 0 ? 2 : 1;
+      r->params.max_tokens = 12;
+      r->params.ignore_eos = true;
+      if (i % 2 == 0) r->params.logprobs = 3;
+      reqs.push_back(r);
+    }
+    testing::RunAll(*g, reqs);
+    std::vector<CompletionOutput> outs;
+    for (const auto& r : reqs) {
+      ASSERT_TRUE(r->done);
+      for (const CompletionOutput& o : r->outputs) outs.push_back(o);
+    }
+    EXPECT_EQ(g->stats().logits_masks > 0, true);
+    runs.push_back(std::move(outs));
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].token_ids, runs[1][i].token_ids) << i;
+    EXPECT_EQ(runs[0][i].finish_reason, runs[1][i].finish_reason) << i;
+    ASSERT_EQ(runs[0][i].logprobs.size(), runs[1][i].logprobs.size()) << i;
+    for (size_t k = 0; k < runs[0][i].logprobs.size(); ++k) {
+      EXPECT_EQ(runs[0][i].logprobs[k].logprob, runs[1][i].logprobs[k].logprob);
+      EXPECT_EQ(runs[0][i].logprobs[k].top, runs[1][i].logprobs[k].top);
+    }
+  }
 }
 
 TEST(LogitsProcessors, AMaskWithNoTokenFailsTheRequest) {
@@ -501,7 +728,8 @@ TEST(LogitsProcessors, AdmissionErrors) {
   Status unknown = g->Add(Req("u", {"nope"}, ""));
   EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(unknown.message(),
-            "logits_processors: unknown logits processor \"nope\" (loaded: flaky, counting, fsm)");
+            "logits_processors: unknown logits processor \"nope\" (loaded: flaky, counting, "
+            "counting_sparse, sparse, fsm)");
   Status twice = g->Add(Req("t", {"fsm", "fsm"}, R"({"fsm":{"states":[{}]}})"));
   EXPECT_EQ(twice.message(), "logits_processors: \"fsm\" is named twice");
   Status bad = g->Add(Req("b", {"fsm"}, R"({"fsm":{"states":[{"allow":[99999]}]}})"));
