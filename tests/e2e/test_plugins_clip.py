@@ -143,8 +143,8 @@ try:
     with Server(model, "--allow-private-media-urls", "--allowed-local-media-path", IMAGES) as s:
         c.check(any("IO processors: clip_rank" in line for line in s.log),
                 "start-up log names the IO processor")
-        c.check(any("clip_adapter.so (ABI 1.2)" in line for line in s.log),
-                "the example is an ABI 1.2 plugin")
+        c.check(any("clip_adapter.so (ABI 1.3)" in line for line in s.log),
+                "the example is an ABI 1.3 plugin (this header)")
         q_ids = EXP["texts"][3]["ids"]
         emb = embeddings(s, [q_ids] + [{"image": u} for u in urls])
         q, xs = emb[0], emb[1:]
