@@ -402,6 +402,19 @@ Status ParseDenseConfig(const std::string& dir, StDense* d) {
   return Status::Ok();
 }
 
+// A JSON list of strings (`what` names it in the error).
+StatusOr<std::vector<std::string>> StringList(element e, const std::string& what) {
+  simdjson::dom::array a;
+  if (e.get(a)) return InvalidArgument(what + " must be a list of strings");
+  std::vector<std::string> out;
+  for (auto x : a) {
+    std::string_view s;
+    if (x.get(s)) return InvalidArgument(what + " must be a list of strings");
+    out.emplace_back(s);
+  }
+  return out;
+}
+
 // PyLate's ColBERT settings (config_sentence_transformers.json); the file's other fields
 // (versions, prompts) are not ours.
 Status ReadPylateSettings(const std::string& dir, SentenceTransformersConfig* st) {
@@ -422,6 +435,9 @@ Status ReadPylateSettings(const std::string& dir, SentenceTransformersConfig* st
     bool b = false;
     RETURN_IF_ERROR(cf.Bool("attend_to_expansion_tokens", &b));
     st->attend_to_expansion_tokens = b;
+  }
+  if (cf.Get("skiplist_words", &e)) {
+    ASSIGN_OR_RETURN(st->skiplist_words, StringList(e, stc.string() + ": skiplist_words"));
   }
   return Status::Ok();
 }
@@ -505,7 +521,8 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
                                  "normalize",     "late_interaction",
                                  "query_prefix",  "document_prefix",
                                  "absa",          "plugins",
-                                 "query_length",  "attend_to_expansion_tokens"};
+                                 "query_length",  "attend_to_expansion_tokens",
+                                 "skiplist_words"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;
@@ -550,6 +567,10 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
     bool attend = false;
     RETURN_IF_ERROR(f.Bool("attend_to_expansion_tokens", &attend));
     o.attend_to_expansion_tokens = attend;
+  }
+  element e_skip;
+  if (f.Get("skiplist_words", &e_skip)) {
+    ASSIGN_OR_RETURN(o.skiplist_words, StringList(e_skip, origin + ": skiplist_words"));
   }
   element plugins;
   if (f.Get("plugins", &plugins)) {
@@ -692,6 +713,17 @@ StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig&
                            "models (sluice.json \"late_interaction\": true)");
   }
   return q;
+}
+
+std::vector<std::string> ResolveSkiplistWords(const SentenceTransformersConfig& st,
+                                              const SluiceOverrides& overrides) {
+  if (overrides.skiplist_words) return *overrides.skiplist_words;
+  if (st.skiplist_words) return *st.skiplist_words;
+  // Python's string.punctuation, PyLate's default.
+  const std::string punctuation = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+  std::vector<std::string> words;
+  for (char c : punctuation) words.emplace_back(1, c);
+  return words;
 }
 
 std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim) {

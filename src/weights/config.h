@@ -112,6 +112,8 @@ struct SentenceTransformersConfig {
   std::optional<int> query_length;
   bool do_query_expansion = true;
   std::optional<bool> attend_to_expansion_tokens;
+  // PyLate's skiplist_words: tokens whose vectors are left out of documents (never queries).
+  std::optional<std::vector<std::string>> skiplist_words;
 };
 
 // generation_config.json (transformers GenerationConfig): the model's sampling defaults and
@@ -163,6 +165,9 @@ struct SluiceOverrides {
   // `attend_to_expansion_tokens`, over PyLate's config_sentence_transformers.json.
   std::optional<int> query_length;
   std::optional<bool> attend_to_expansion_tokens;
+  // ColBERT document skiplist (late interaction): the tokens whose vectors are dropped from
+  // documents before MaxSim, over PyLate's config_sentence_transformers.json skiplist_words.
+  std::optional<std::vector<std::string>> skiplist_words;
   // Aspect-based sentiment (POST /absa) on a token classifier with BIO labels (O, B-X,
   // I-X): `sentiments` maps a tag X to the sentiment it reports (default: X lower-cased),
   // `aggregation` is the word aggregation of the token-classification pipeline used to
@@ -208,6 +213,12 @@ struct QueryExpansion {
 StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig& st,
                                                const SluiceOverrides& overrides,
                                                bool late_interaction);
+
+// The document skiplist of a late-interaction model, as PyLate resolves it: sluice.json
+// skiplist_words, else config_sentence_transformers.json skiplist_words, else PyLate's default
+// (Python's string.punctuation, one word per character). [] = none.
+std::vector<std::string> ResolveSkiplistWords(const SentenceTransformersConfig& st,
+                                              const SluiceOverrides& overrides);
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& origin);
