@@ -71,6 +71,9 @@ struct ModelContext {
   // on their own, token by token (prefixes prepended to texts), and scored by MaxSim.
   bool late_interaction = false;
   std::string query_prefix, document_prefix;
+  // Text and token-id documents are cut to document_length tokens (PyLate's document_length;
+  // 0 = only the limit per input), special tokens kept for texts, never refused for length.
+  int document_length = 0;
   // ColBERT query augmentation (0 = off): a query (text or ids, after its prefix and special
   // tokens) is padded with query_mask_id up to query_length tokens; longer queries are
   // refused unless truncation is asked for (then cut to query_length).

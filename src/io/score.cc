@@ -337,7 +337,12 @@ class ScoreProcessor : public IoProcessor {
       q_index[i] = add(std::move(s));
     }
     for (size_t i = 0; i < st.docs.size(); ++i) {
-      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix, st.truncate,
+      Truncate dt = st.truncate;
+      if (m.document_length > 0) {
+        // PyLate cuts documents to its document_length (the prefix and special tokens in).
+        dt.tokens = dt.tokens > 0 ? std::min(dt.tokens, m.document_length) : m.document_length;
+      }
+      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix, dt,
                                                st.docs_field + "[" + std::to_string(i) + "]"));
       st.q_seq.push_back(q_index[st.queries.size() == 1 ? 0 : i]);
       st.d_ids.push_back(s.ids);

@@ -114,6 +114,9 @@ struct SentenceTransformersConfig {
   std::optional<bool> attend_to_expansion_tokens;
   // PyLate's skiplist_words: tokens whose vectors are left out of documents (never queries).
   std::optional<std::vector<std::string>> skiplist_words;
+  // PyLate's query_prefix / document_prefix (its "[Q] " / "[D] " tokens) and document_length.
+  std::optional<std::string> query_prefix, document_prefix;
+  std::optional<int> document_length;
 };
 
 // generation_config.json (transformers GenerationConfig): the model's sampling defaults and
@@ -159,8 +162,11 @@ struct SluiceOverrides {
   // each token vector L2-normalised) and scores a (query, document) pair by MaxSim: the
   // sum over query tokens of the best dot product with any document token. Served through
   // /score and /v1/rerank; query_prefix / document_prefix are prepended to the texts.
+  // query_prefix / document_prefix, document_length (documents cut to it; 0 = off) over
+  // PyLate's config_sentence_transformers.json (LateInteractionTexts).
   bool late_interaction = false;
-  std::string query_prefix, document_prefix;
+  std::optional<std::string> query_prefix, document_prefix;
+  std::optional<int> document_length;
   // ColBERT query augmentation (late interaction): `query_length` (0 = off) and
   // `attend_to_expansion_tokens`, over PyLate's config_sentence_transformers.json.
   std::optional<int> query_length;
@@ -213,6 +219,17 @@ struct QueryExpansion {
 StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig& st,
                                                const SluiceOverrides& overrides,
                                                bool late_interaction);
+
+// The text settings of a late-interaction model: its query/document prefixes (put before
+// text queries and documents) and document_length (text documents cut to that many tokens, as
+// PyLate cuts them; 0 = only the model's limit), sluice.json's over PyLate's
+// config_sentence_transformers.json; none by default. An error for a negative length.
+struct LateInteractionTexts {
+  std::string query_prefix, document_prefix;
+  int document_length = 0;
+};
+StatusOr<LateInteractionTexts> ResolveLateInteractionTexts(const SentenceTransformersConfig& st,
+                                                           const SluiceOverrides& overrides);
 
 // The document skiplist of a late-interaction model, as PyLate resolves it: sluice.json
 // skiplist_words, else config_sentence_transformers.json skiplist_words, else PyLate's default

@@ -215,6 +215,32 @@ TEST(PylateSkiplist, PoolingDropsPunctuationOfDocumentsOnly) {
   EXPECT_EQ((*off)[2].rows, static_cast<int>(seqs[2].ids.size()));
 }
 
+// PyLate cuts documents to its document_length (config_sentence_transformers.json: 40 here),
+// the prefix and [SEP] in: [CLS] [D] the first 37 tokens [SEP]. Queries are not cut.
+TEST(PylateSkiplist, DocumentsAreCutToTheDocumentLength) {
+  Served s = Load(kModel);
+  ASSERT_TRUE(s.engine);
+  EXPECT_EQ(s.m.document_length, 40);
+  EXPECT_EQ(s.m.document_prefix, "[D] ");  // from PyLate's config (and sluice.json)
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "the food was great ";
+  io::ProcessorRegistry reg;
+  const IoProcessor* p = reg.FindRoute("/score");
+  auto st = p->Parse(IoRequest{
+      "/score", R"({"text_1": "wait was long", "text_2": [")" + text + R"(", "Boston"]})", &s.m});
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  std::vector<TokenSequence> seqs;
+  ASSERT_TRUE(p->PreProcess(s.m, **st, &seqs).ok());
+  ASSERT_EQ(seqs.size(), 3u);
+  const Tokenizer& tok = *s.engine->bundle().tokenizer;
+  std::vector<int32_t> full = tok.Encode("[D] " + text, true)->ids;
+  ASSERT_GT(full.size(), 40u);
+  std::vector<int32_t> want(full.begin(), full.begin() + 39);
+  want.push_back(full.back());  // [SEP]
+  EXPECT_EQ(seqs[1].ids, want);
+  EXPECT_EQ(seqs[2].ids, tok.Encode("[D] Boston", true)->ids);
+}
+
 TEST(PylateSkiplist, SluiceJsonOverridesTheSkiplist) {
   const fs::path dir =
       fs::temp_directory_path() / ("sluice_skiplist_" + std::to_string(::getpid()));

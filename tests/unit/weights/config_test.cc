@@ -263,6 +263,37 @@ TEST_F(DirTest, ColbertSkiplistFromPylateConfigAndSluiceJson) {
   EXPECT_NE(bad_st.status().message().find("skiplist_words"), std::string::npos);
 }
 
+TEST_F(DirTest, ColbertPrefixesAndDocumentLengthFromPylateConfig) {
+  SluiceOverrides none;
+  SentenceTransformersConfig empty;
+  auto t0 = ResolveLateInteractionTexts(empty, none);
+  ASSERT_TRUE(t0.ok());
+  EXPECT_EQ(t0->query_prefix, "");
+  EXPECT_EQ(t0->document_length, 0);
+  // PyLate saves its prefixes and document_length; sluice.json's win, "" and 0 included.
+  Write("config_sentence_transformers.json",
+        R"({"query_prefix": "[Q] ", "document_prefix": "[D] ", "document_length": 180})");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto t = ResolveLateInteractionTexts(*st, none);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->query_prefix, "[Q] ");
+  EXPECT_EQ(t->document_prefix, "[D] ");
+  EXPECT_EQ(t->document_length, 180);
+  Write("sluice.json", R"({"late_interaction": true, "query_prefix": "", "document_length": 0})");
+  auto o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  t = ResolveLateInteractionTexts(*st, *o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->query_prefix, "");
+  EXPECT_EQ(t->document_prefix, "[D] ");
+  EXPECT_EQ(t->document_length, 0);
+  Write("sluice.json", R"({"document_length": -3})");
+  o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_FALSE(ResolveLateInteractionTexts(*st, *o).ok());
+}
+
 TEST_F(DirTest, ColbertQueryExpansionFromPylateConfigAndSluiceJson) {
   // PyLate's config_sentence_transformers.json: expansion on with query_length.
   Write("config_sentence_transformers.json",
