@@ -163,9 +163,8 @@ int main(int argc, char** argv) {
     }
   }
   const auto st = cpu::LinearRunner::GetCacheStats();
-  std::printf("\nprocess: %lld primitives created, %lld held, %lld evicted, %lld hits\n",
-              static_cast<long long>(st.created), static_cast<long long>(st.entries),
-              static_cast<long long>(st.evicted), static_cast<long long>(st.hits));
+  std::printf("\nprocess: %lld primitives created, %lld lookups hit\n",
+              static_cast<long long>(st.created), static_cast<long long>(st.hits));
   const auto pool = cpu::BufferPool::GetStats();
   std::printf("buffer pool: %lld reused, %lld allocated, %lld held (%.1f MiB)\n",
               static_cast<long long>(pool.reused), static_cast<long long>(pool.allocated),

@@ -67,7 +67,7 @@ void MakePlan(int64_t m, std::vector<Step>* plan) {
 }
 
 struct Counters {
-  std::atomic<int64_t> created{0}, hits{0}, evicted{0}, pd_ns{0}, prim_ns{0};
+  std::atomic<int64_t> created{0}, hits{0}, pd_ns{0}, prim_ns{0};
 };
 Counters g_counters;
 int64_t NowNs() {
@@ -388,7 +388,6 @@ LinearRunner::CacheStats LinearRunner::GetCacheStats() {
   CacheStats s;
   s.created = g_counters.created.load();
   s.hits = g_counters.hits.load();
-  s.evicted = g_counters.evicted.load();
   s.pd_ms = static_cast<double>(g_counters.pd_ns.load()) * 1e-6;
   s.prim_ms = static_cast<double>(g_counters.prim_ns.load()) * 1e-6;
   return s;

@@ -60,12 +60,10 @@ class LinearRunner {
 
   // oneDNN matmul primitives created so far (process-wide) and the time that took.
   struct CacheStats {
-    int64_t entries = 0;  // primitives held now
     int64_t created = 0;  // misses: primitive descriptor + primitive created
     int64_t hits = 0;     // lookups served without creating anything
-    int64_t evicted = 0;
-    double pd_ms = 0;    // creating primitive descriptors
-    double prim_ms = 0;  // creating primitives (oneDNN's JIT, or its primitive cache)
+    double pd_ms = 0;     // creating primitive descriptors
+    double prim_ms = 0;   // creating primitives (oneDNN's JIT, or its primitive cache)
   };
   static CacheStats GetCacheStats();
 
