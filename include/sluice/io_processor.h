@@ -71,6 +71,9 @@ struct ModelContext {
   // on their own, token by token (prefixes prepended to texts), and scored by MaxSim.
   bool late_interaction = false;
   std::string query_prefix, document_prefix;
+  // Text and token-id documents are cut to document_length tokens (PyLate's document_length;
+  // 0 = only the limit per input), special tokens kept for texts, never refused for length.
+  int document_length = 0;
   // ColBERT query augmentation (0 = off): a query (text or ids, after its prefix and special
   // tokens) is padded with query_mask_id up to query_length tokens; longer queries are
   // refused unless truncation is asked for (then cut to query_length).
@@ -81,6 +84,13 @@ struct ModelContext {
   // tokens (the expansion) is left out of the attention's keys (TokenSequence::attended), as
   // PyLate's attention_mask 0 leaves it; its token vectors are still computed and scored.
   bool query_expansion_attended = true;
+  // ColBERT document skiplist (PyLate's skiplist_words, default string.punctuation, as token
+  // ids; sorted): the vectors of these tokens are dropped from documents (never queries)
+  // before MaxSim and in /pooling's token vectors of a document. A /pooling input is a
+  // document when its second token is document_prefix_id (the document prefix's token, as
+  // PyLate puts it after [CLS]; -1 = none, then /pooling inputs are never documents).
+  std::vector<int32_t> skiplist_ids;
+  int32_t document_prefix_id = -1;
   // Aspect-based sentiment (/absa; sluice.json "absa"): tag (or label) -> sentiment name,
   // the word aggregation that builds spans, the aspects one request may hold.
   bool absa = false;

@@ -238,7 +238,9 @@ sluice::StatusOr<std::vector<sluice::PooledOutput>> RunInputs(sluice_model* m,
     RETURN_IF_ERROR(sluice::io::EncodeTexts(engine, eo, m->pool.get(), &parsed));
   }
   RETURN_IF_ERROR(sluice::io::MarkQueryExpansion(engine, &parsed.seqs));
-  return m->engine->Run(parsed.seqs);
+  auto outs = m->engine->Run(parsed.seqs);
+  if (outs.ok()) sluice::io::DropDocumentSkiplist(engine, parsed.seqs, &*outs);
+  return outs;
 }
 
 Status CheckRunOptions(const sluice_run_options* o) {

@@ -36,6 +36,7 @@ struct GenerateFlags {
   bool profile = false;
   std::vector<std::string> plugins;
   int logits_threads = 0;
+  int64_t structured_cache_mb = 1024;
 };
 
 StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
@@ -68,6 +69,8 @@ StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
   o.cuda_graphs = f.cuda_graphs == "on";
   if (f.logits_threads < 0) return InvalidArgument("--logits-threads must be >= 0");
   o.logits_threads = f.logits_threads;
+  if (f.structured_cache_mb < 1) return InvalidArgument("--structured-cache-mb must be >= 1");
+  o.structured_cache_bytes = static_cast<size_t>(f.structured_cache_mb) << 20;
   return o;
 }
 
@@ -324,6 +327,10 @@ Registrar generate_cmd(Command{
                       "name (repeatable)");
       sub->add_option("--logits-threads", f->logits_threads,
                       "threads filling logits-processor masks (0 = hardware threads, at most 16)")
+          ->capture_default_str();
+      sub->add_option("--structured-cache-mb", f->structured_cache_mb,
+                      "structured outputs: MiB of token masks cached over all compiled "
+                      "constraints (the least recently used constraints are dropped past it)")
           ->capture_default_str();
       return std::function<int()>([f] { return RunGenerate(*f); });
     }});

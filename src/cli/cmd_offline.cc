@@ -299,6 +299,7 @@ int RunOffline(const OfflineFlags& f, Task task) {
     bar.Update(done, tokens);
   });
   if (!out_or.ok()) return ReportError(out_or.status());
+  io::DropDocumentSkiplist(engine, inputs, &*out_or);  // ColBERT documents (PyLate's skiplist)
   bar.Finish(inputs.size(), total_tokens);
   if (engine.prefix_reuse()) {
     const PrefixReuseStats& st = engine.prefix_reuse_stats();
@@ -341,6 +342,13 @@ int RunOffline(const OfflineFlags& f, Task task) {
           WriteFloats(&line, o.values.data() + r * dim, dim);
         }
         line += "]";
+        if (!o.token_indices.empty()) {
+          line += ",\"token_indices\":[";
+          for (size_t k = 0; k < o.token_indices.size(); ++k) {
+            line += (k ? "," : "") + std::to_string(o.token_indices[k]);
+          }
+          line += "]";
+        }
       } else {
         line += ",\"embedding\":";
         WriteFloats(&line, o.values.data(), o.values.size());

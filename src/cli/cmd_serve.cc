@@ -256,8 +256,8 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   if (f.gen.given && !use->several) {
     return InvalidArgument(
         "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
-        "--gpu-memory-utilization, --enable-prefix-caching, --chat-template and "
-        "--logits-threads apply to generation models; " +
+        "--gpu-memory-utilization, --enable-prefix-caching, --chat-template, "
+        "--logits-threads and --structured-cache-mb apply to generation models; " +
         mf.model + " is served as a scoring model");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, LoadEngine(mf));
@@ -514,9 +514,9 @@ int RunServe(const ServeFlags& f) {
     if (f.gen.given && flag_use.generation == 0) {
       unused =
           "--max-model-len, --max-num-batched-tokens, --kv-cache-memory, "
-          "--gpu-memory-utilization, --enable-prefix-caching, --chat-template and "
-          "--logits-threads apply to generation models, and none of the start-up models "
-          "is one";
+          "--gpu-memory-utilization, --enable-prefix-caching, --chat-template, "
+          "--logits-threads and --structured-cache-mb apply to generation models, and none of "
+          "the start-up models is one";
     } else if (!f.scoring_only_set.empty() && flag_use.scoring == 0) {
       for (const std::string& n : f.scoring_only_set) unused += (unused.empty() ? "" : ", ") + n;
       unused += ": scoring-model settings, and none of the start-up models is a scoring model";
@@ -657,10 +657,14 @@ Registrar serve_cmd(Command{
       sub->add_option("--logits-threads", f->gen.logits_threads,
                       "generation: threads filling logits-processor masks (0 = hardware "
                       "threads, at most 16)");
+      sub->add_option("--structured-cache-mb", f->gen.structured_cache_mb,
+                      "generation: MiB of structured-output token masks cached over all "
+                      "compiled constraints (least recently used constraints dropped past it)")
+          ->capture_default_str();
       return std::function<int()>([f, sub] {
         for (const char* flag : {"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory",
                                  "--gpu-memory-utilization", "--enable-prefix-caching",
-                                 "--chat-template", "--logits-threads"}) {
+                                 "--chat-template", "--logits-threads", "--structured-cache-mb"}) {
           if (sub->count(flag) > 0) f->gen.given = true;
         }
         for (const char* flag : {"--max-inputs-per-request", "--max-tokens-per-input", "--truncate",

@@ -79,6 +79,8 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadGenerationModel(const Generat
 
   o.logits_threads = g.logits_threads;
   if (g.logits_threads < 0) return InvalidArgument("--logits-threads must be >= 0");
+  if (g.structured_cache_mb < 1) return InvalidArgument("--structured-cache-mb must be >= 1");
+  o.structured_cache_bytes = static_cast<size_t>(g.structured_cache_mb) << 20;
 
   const double t0 = NowSeconds();
   ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(a.model.model));

@@ -17,10 +17,11 @@ struct GenerationServeFlags {
   int64_t kv_cache_memory = 0;
   double gpu_memory_utilization = 0.9;
   std::string prefix_caching = "on";
-  std::string chat_template;         // --chat-template FILE
-  std::vector<std::string> plugins;  // --plugin (repeatable)
-  int logits_threads = 0;            // --logits-threads
-  bool given = false;                // any of the above was set on the command line
+  std::string chat_template;           // --chat-template FILE
+  std::vector<std::string> plugins;    // --plugin (repeatable)
+  int logits_threads = 0;              // --logits-threads
+  int64_t structured_cache_mb = 1024;  // --structured-cache-mb
+  bool given = false;                  // any of the above was set on the command line
 };
 
 struct GenerationServeArgs {

@@ -151,7 +151,8 @@ StatusOr<std::shared_ptr<structured::Grammar>> Generator::CompileConstraint(
       if (!trie.ok()) return InvalidArgument(spec.field + ": " + trie.status().message());
       SLUICE_LOG_INFO("structured outputs: vocabulary trie of {} tokens, {} nodes",
                       (*trie)->num_tokens(), (*trie)->num_nodes());
-      grammars_ = std::make_shared<structured::GrammarCache>(*trie);
+      grammars_ = std::make_shared<structured::GrammarCache>(
+          *trie, options_.structured_cache_entries, options_.structured_cache_bytes);
     }
     cache = grammars_;
   }

@@ -87,6 +87,10 @@ struct GenerationOptions {
   // fill the step's masks (0 = the machine's hardware threads, at most 16).
   std::shared_ptr<const PluginSet> plugins;
   int logits_threads = 0;
+  // Structured outputs: compiled constraints kept (count) and the bytes of masks and walks
+  // cached over all of them (structured::GrammarCache).
+  size_t structured_cache_entries = 128;
+  size_t structured_cache_bytes = structured::GrammarCache::kDefaultMaxBytes;
   // Tests: wraps every logits processor the engine creates (the structured-output one too).
   std::function<std::unique_ptr<LogitsProcessor>(std::unique_ptr<LogitsProcessor>)> wrap_processor;
 };

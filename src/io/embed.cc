@@ -6,6 +6,8 @@
 // /pooling's "task" names what the model pools: embed (one vector per input), token_embed
 // (a vector per token: pooling all/step, late-interaction models), classify, score,
 // token_classify (per-token label probabilities); it must be the model's own (the default).
+// A late-interaction model's document (an input whose second token is the document prefix's)
+// loses its skiplist tokens' vectors (PyLate's skiplist_words); token_indices names the kept.
 #include <cmath>
 
 #include "io/builtins.h"
@@ -23,6 +25,9 @@ struct EmbedState : IoState {
   int dimensions = 0;
   bool normalize = true;  // L2-normalise the embeddings (the model's default unless asked)
   Truncate truncate;
+  // Late interaction: the tokens of each input that is a document (empty: not one), whose
+  // skiplist tokens' vectors are dropped.
+  std::vector<std::vector<int32_t>> doc_ids;
 };
 
 // What /pooling pools for this model (vLLM's task names).
@@ -130,6 +135,8 @@ class EmbedProcessor : public IoProcessor {
       ASSIGN_OR_RETURN(TokenSequence s, EncodeOne(m, st.items[i], st.truncate, path));
       // A query the client padded with [MASK] (token ids) gets the query path's vectors.
       MarkQueryExpansion(m, &s);
+      // A document (its second token the document prefix's) loses its skiplist tokens.
+      st.doc_ids.push_back(IsMarkedDocument(m, s) ? s.ids : std::vector<int32_t>{});
       st.prompt_tokens += static_cast<int64_t>(s.ids.size());
       seqs->push_back(std::move(s));
     }
@@ -139,6 +146,9 @@ class EmbedProcessor : public IoProcessor {
   StatusOr<IoResponse> PostProcess(const ModelContext& m, IoState& state,
                                    std::vector<PooledOutput>& outs) const override {
     auto& st = static_cast<EmbedState&>(state);
+    for (size_t i = 0; i < outs.size() && i < st.doc_ids.size(); ++i) {
+      if (!st.doc_ids[i].empty()) DropSkiplistRows(st.doc_ids[i], m.skiplist_ids, &outs[i]);
+    }
     for (auto& o : outs) {
       if (st.dimensions > 0 && static_cast<size_t>(st.dimensions) < o.values.size()) {
         o.values.resize(st.dimensions);

@@ -125,6 +125,23 @@ void MarkQueryExpansion(const ModelContext& model, TokenSequence* s) {
   s->attended = n < s->ids.size() && n > 0 ? static_cast<int32_t>(n) : 0;
 }
 
+std::vector<int32_t> SkiplistIds(const Tokenizer& tok, const std::vector<std::string>& words) {
+  std::vector<int32_t> ids;
+  for (const std::string& w : words) {
+    std::optional<int32_t> id = tok.TokenToId(w);
+    if (!id) id = tok.UnkId();
+    if (id) ids.push_back(*id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+bool IsMarkedDocument(const ModelContext& model, const TokenSequence& s) {
+  return model.late_interaction && model.document_prefix_id >= 0 && s.ids.size() > 1 &&
+         s.ids[1] == model.document_prefix_id;
+}
+
 StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, const Truncate& t,
                                   const std::string& path) {
   bool truncating;

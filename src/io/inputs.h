@@ -51,6 +51,13 @@ StatusOr<TokenSequence> EncodeOne(const ModelContext& model, const Item& item, c
 // (TokenSequence::attended). Nothing otherwise.
 void MarkQueryExpansion(const ModelContext& model, TokenSequence* s);
 
+// PyLate's skiplist as token ids: each word converted as convert_tokens_to_ids does (the
+// token's id, else the unknown token's, else none); sorted, without duplicates.
+std::vector<int32_t> SkiplistIds(const Tokenizer& tok, const std::vector<std::string>& words);
+// Whether a late-interaction /pooling (or offline) input is a document: its second token is
+// the document prefix's (ModelContext::document_prefix_id).
+bool IsMarkedDocument(const ModelContext& model, const TokenSequence& s);
+
 // A (query, document) pair for cross-encoders: the tokenizer's pair template for texts,
 // prefix + a + separator + b + suffix for token ids. Truncation shortens the document.
 // Causal-LM rerankers render text pairs with the prompt template and `instruction`

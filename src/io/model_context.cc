@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "io/inputs.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/config.h"
 
@@ -68,8 +69,19 @@ StatusOr<ModelContext> BuildModelContext(const Engine& engine, const Tokenizer* 
     m.pair_b_type = pair.b_type;
   }
   m.late_interaction = head.late_interaction;
-  m.query_prefix = overrides.query_prefix;
-  m.document_prefix = overrides.document_prefix;
+  if (m.late_interaction) {
+    ASSIGN_OR_RETURN(LateInteractionTexts texts,
+                     ResolveLateInteractionTexts(engine.bundle().st, overrides));
+    m.query_prefix = texts.query_prefix;
+    m.document_prefix = texts.document_prefix;
+    m.document_length = texts.document_length;
+  }
+  if (m.late_interaction && tokenizer) {
+    m.skiplist_ids = SkiplistIds(*tokenizer, ResolveSkiplistWords(engine.bundle().st, overrides));
+    if (!m.document_prefix.empty()) {
+      m.document_prefix_id = tokenizer->TokenToId(m.document_prefix).value_or(-1);
+    }
+  }
   ASSIGN_OR_RETURN(QueryExpansion qe,
                    ResolveQueryExpansion(engine.bundle().st, overrides, m.late_interaction));
   if (qe.length > 0) {

@@ -113,6 +113,22 @@ Status MarkQueryExpansion(const Engine& engine, std::vector<TokenSequence>* seqs
   return Status::Ok();
 }
 
+void DropDocumentSkiplist(const Engine& engine, const std::vector<TokenSequence>& seqs,
+                          std::vector<PooledOutput>* outs) {
+  const Tokenizer* tok = engine.bundle().tokenizer.get();
+  const SluiceOverrides& ov = engine.bundle().overrides;
+  if (!engine.head().late_interaction || !tok) return;
+  auto texts = ResolveLateInteractionTexts(engine.bundle().st, ov);
+  if (!texts.ok() || texts->document_prefix.empty()) return;
+  ModelContext m;
+  m.late_interaction = true;
+  m.document_prefix_id = tok->TokenToId(texts->document_prefix).value_or(-1);
+  m.skiplist_ids = SkiplistIds(*tok, ResolveSkiplistWords(engine.bundle().st, ov));
+  for (size_t i = 0; i < seqs.size() && i < outs->size(); ++i) {
+    if (IsMarkedDocument(m, seqs[i])) DropSkiplistRows(seqs[i].ids, m.skiplist_ids, &(*outs)[i]);
+  }
+}
+
 Status CheckDimensions(const Engine& engine, int dimensions, const std::string& flag) {
   const HeadSpec& head = engine.head();
   if (engine.info().task != Task::kEmbed || head.pooling == PoolingKind::kAll ||

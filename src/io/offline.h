@@ -65,6 +65,13 @@ Status EncodeTexts(const Engine& engine, const EncodeOptions& options, ThreadPoo
 // (io::MarkQueryExpansion, as the server's routes do). Nothing for other models. Offline
 // inputs are not padded: give a query padded to the query length to get PyLate's vectors.
 Status MarkQueryExpansion(const Engine& engine, std::vector<TokenSequence>* seqs);
+// ColBERT's document skiplist offline (as /pooling): a late-interaction model's input whose
+// second token is the document prefix's (sluice.json document_prefix, one token) is a
+// document, and the vectors of its skiplist tokens (PyLate's skiplist_words, default
+// string.punctuation) are dropped from its output; token_indices names the kept tokens.
+// Nothing for other models, or without a tokenizer.
+void DropDocumentSkiplist(const Engine& engine, const std::vector<TokenSequence>& seqs,
+                          std::vector<PooledOutput>* outs);
 
 Status CheckDimensions(const Engine& engine, int dimensions, const std::string& flag);
 // Embeddings as the embed routes return them: the first `dimensions` values (0 = all), then

@@ -7,7 +7,8 @@
 // decoded text ({"text": "..."}, never a list; without a tokenizer no "document" is
 // returned); a query that leaves no room for a document is reported as the query.
 // Late-interaction models (sluice.json) embed the query and each document on their own and
-// score the pair by MaxSim (pooling/head.h).
+// score the pair by MaxSim (pooling/head.h), after dropping the document's skiplist tokens
+// (PyLate's skiplist_words, default string.punctuation; never the query's).
 #include <algorithm>
 #include <numeric>
 
@@ -32,6 +33,7 @@ struct ScoreState : IoState {
   int max_tokens_per_doc = 0;  // Cohere v2: documents cut to this many tokens first
   // Late interaction: each pair's query and document sequence in the engine's outputs.
   std::vector<size_t> q_seq, d_seq;
+  std::vector<std::vector<int32_t>> d_ids;  // each document's tokens (the skiplist)
 };
 
 // A rerank document: "text" | {"text": "..."} | [ids...]; empty text and ids are documents.
@@ -212,6 +214,8 @@ class ScoreProcessor : public IoProcessor {
     std::vector<float> scores(st.docs.size());
     for (size_t i = 0; i < scores.size(); ++i) {
       if (m.late_interaction) {
+        // PyLate's skiplist: the document's punctuation (by default) is not scored.
+        DropSkiplistRows(st.d_ids[i], m.skiplist_ids, &outs[st.d_seq[i]]);
         scores[i] = MaxSim(outs[st.q_seq[i]], outs[st.d_seq[i]]);
         continue;
       }
@@ -333,9 +337,15 @@ class ScoreProcessor : public IoProcessor {
       q_index[i] = add(std::move(s));
     }
     for (size_t i = 0; i < st.docs.size(); ++i) {
-      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix, st.truncate,
+      Truncate dt = st.truncate;
+      if (m.document_length > 0) {
+        // PyLate cuts documents to its document_length (the prefix and special tokens in).
+        dt.tokens = dt.tokens > 0 ? std::min(dt.tokens, m.document_length) : m.document_length;
+      }
+      ASSIGN_OR_RETURN(TokenSequence s, encode(st.docs[i], m.document_prefix, dt,
                                                st.docs_field + "[" + std::to_string(i) + "]"));
       st.q_seq.push_back(q_index[st.queries.size() == 1 ? 0 : i]);
+      st.d_ids.push_back(s.ids);
       st.d_seq.push_back(add(std::move(s)));
     }
     return Status::Ok();

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -455,6 +456,27 @@ float MaxSim(const PooledOutput& q, const PooledOutput& d) {
     total += best;
   }
   return static_cast<float>(total);
+}
+
+void DropSkiplistRows(const std::vector<int32_t>& ids, const std::vector<int32_t>& skip,
+                      PooledOutput* out) {
+  if (out->rows <= 0 || static_cast<size_t>(out->rows) != ids.size() || out->values.empty()) {
+    return;
+  }
+  const size_t dim = out->values.size() / static_cast<size_t>(out->rows);
+  size_t kept = 0;
+  out->token_indices.clear();
+  for (size_t r = 0; r < ids.size(); ++r) {
+    if (std::binary_search(skip.begin(), skip.end(), ids[r])) continue;
+    if (kept != r) {
+      std::copy_n(out->values.begin() + static_cast<long>(r * dim), dim,
+                  out->values.begin() + static_cast<long>(kept * dim));
+    }
+    out->token_indices.push_back(static_cast<int32_t>(r));
+    ++kept;
+  }
+  out->values.resize(kept * dim);
+  out->rows = static_cast<int>(kept);
 }
 
 StatusOr<std::string> HostActivation(const std::string& a) {

@@ -108,6 +108,11 @@ void NormalizeRows(PooledOutput* out);
 // MaxSim (ColBERT late interaction): sum over the rows of q of the largest dot product with
 // any row of d (both [rows, dim]); 0 when either has no rows.
 float MaxSim(const PooledOutput& q, const PooledOutput& d);
+// ColBERT's document skiplist: drops the rows of token-level output `out` (one row per token
+// of `ids`) whose token is in `skip` (sorted), as PyLate drops them from documents; its
+// token_indices become the kept tokens' positions. Nothing when the rows are not the tokens.
+void DropSkiplistRows(const std::vector<int32_t>& ids, const std::vector<int32_t>& skip,
+                      PooledOutput* out);
 
 // The host name ("none", "gelu", ...) of a transformers activation name (hidden_act /
 // classifier_activation spellings: gelu, gelu_new, gelu_pytorch_tanh, relu, silu, tanh, ...).

@@ -1,5 +1,7 @@
 #include "structured/constraint.h"
 
+#include <algorithm>
+
 #include "structured/grammar.h"
 #include "structured/json_schema.h"
 #include "structured/regex.h"
@@ -68,7 +70,9 @@ StatusOr<std::shared_ptr<Grammar>> GrammarCache::Get(const ConstraintSpec& spec)
     } else if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       ++hits_;
-      return it->second->second;
+      std::shared_ptr<Grammar> g = it->second->second;
+      EvictLocked();  // grammars grow while they run: re-check the byte bound
+      return g;
     }
   }
   ASSIGN_OR_RETURN(ExprP e, CompileConstraint(spec));
@@ -81,12 +85,31 @@ StatusOr<std::shared_ptr<Grammar>> GrammarCache::Get(const ConstraintSpec& spec)
   if (map_.count(key) == 0) {
     lru_.emplace_front(key, *g);
     map_[key] = lru_.begin();
-    if (lru_.size() > capacity_) {
-      map_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
+    EvictLocked();
   }
   return *g;
+}
+
+void GrammarCache::EvictLocked() {
+  size_t total = 0;
+  for (const auto& [key, g] : lru_) total += g->CacheBytes();
+  while (lru_.size() > 1 && (lru_.size() > capacity_ || total > max_bytes_)) {
+    total -= std::min(total, lru_.back().second->CacheBytes());
+    map_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
+size_t GrammarCache::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+size_t GrammarCache::bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t total = 0;
+  for (const auto& [key, g] : lru_) total += g->CacheBytes();
+  return total;
 }
 
 }  // namespace sluice::structured

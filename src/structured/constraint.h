@@ -34,24 +34,36 @@ StatusOr<ExprP> CompileConstraint(const ConstraintSpec& spec);
 
 class GrammarCache {
  public:
-  explicit GrammarCache(std::shared_ptr<const TokenTrie> trie, size_t capacity = 128)
-      : trie_(std::move(trie)), capacity_(capacity) {}
+  // At most `capacity` compiled constraints, and at most `max_bytes` of cached masks and walks
+  // over all of them (Grammar::CacheBytes; each grammar also bounds its own to
+  // Grammar::kMaskCacheBytes): past either, the least recently used grammars are dropped
+  // (requests running on one keep it until they end). The most recently used one is never
+  // dropped, so one grammar may alone exceed a max_bytes below kMaskCacheBytes.
+  static constexpr size_t kDefaultMaxBytes = size_t{1} << 30;
+  explicit GrammarCache(std::shared_ptr<const TokenTrie> trie, size_t capacity = 128,
+                        size_t max_bytes = kDefaultMaxBytes)
+      : trie_(std::move(trie)), capacity_(capacity), max_bytes_(max_bytes) {}
   const std::shared_ptr<const TokenTrie>& trie() const { return trie_; }
   // Compiled once per distinct constraint (least recently used ones dropped past capacity).
   // The start state's mask is computed here, on the caller's thread (a request thread when
   // serving), so a new constraint's first mask is not computed inside a generation step.
   StatusOr<std::shared_ptr<Grammar>> Get(const ConstraintSpec& spec);
   size_t hits() const { return hits_; }
+  size_t size();
+  // Cached bytes of the grammars it holds (their Grammar::CacheBytes summed).
+  size_t bytes();
 
  private:
   std::shared_ptr<const TokenTrie> trie_;
   size_t capacity_;
+  size_t max_bytes_;
   std::mutex mu_;
   std::list<std::pair<std::string, std::shared_ptr<Grammar>>> lru_;
   std::unordered_map<std::string,
                      std::list<std::pair<std::string, std::shared_ptr<Grammar>>>::iterator>
       map_;
   size_t hits_ = 0;
+  void EvictLocked();
 };
 
 }  // namespace sluice::structured

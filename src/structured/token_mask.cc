@@ -8,9 +8,7 @@
 
 namespace sluice::structured {
 
-namespace {
-constexpr size_t kMaskCacheBytes = 64u << 20;  // per grammar
-}
+namespace {}
 
 std::shared_ptr<const TokenTrie> TokenTrie::Build(
     const std::vector<std::optional<std::string>>& tokens, int vocab_size,
@@ -343,6 +341,7 @@ const Grammar::WalkOut* Grammar::After(A& d, int32_t ts) {
   }
   after_lru_.emplace_front(ts, std::move(out));
   after_cache_[ts] = after_lru_.begin();
+  CountEntries();
   return &after_lru_.front().second;
 }
 
@@ -440,6 +439,7 @@ void Grammar::PdaMask(int32_t s, uint32_t* words) {
     }
     abs_lru_.emplace_front(a, std::move(fresh));
     abs_cache_[a] = abs_lru_.begin();
+    CountEntries();
     abs = &abs_lru_.front().second;
   }
   // Depths: a real item's stack lies where the opaque frame is, so a configuration met in the
@@ -506,6 +506,7 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
   }
   lru_.emplace_front(s, std::vector<uint32_t>(words, words + n));
   cache_[s] = lru_.begin();
+  CountEntries();
   return Status::Ok();
 }
 
@@ -559,6 +560,11 @@ int32_t Grammar::Run(int32_t s, std::string_view bytes) {
 size_t Grammar::num_states() {
   std::lock_guard<std::mutex> lock(mu_);
   return pda_ ? pda_->num_states() : dfa_->num_states();
+}
+
+size_t Grammar::CacheBytes() const {
+  return cached_entries_.load(std::memory_order_relaxed) * sizeof(uint32_t) *
+         static_cast<size_t>(trie_->words());
 }
 
 bool Grammar::Worn(size_t threshold) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -132,6 +133,10 @@ class Grammar {
   // Pushdown constraints keep a configuration per distinct stack seen; past `threshold` states
   // the compiled-constraint cache hands new requests a fresh copy (running ones go on here).
   bool Worn(size_t threshold);
+  // Bytes its caches of masks and walks hold now (they grow as states are visited, up to
+  // kMaskCacheBytes; read without taking the grammar's lock).
+  size_t CacheBytes() const;
+  static constexpr size_t kMaskCacheBytes = 64u << 20;
 
  private:
   Grammar() = default;
@@ -181,6 +186,11 @@ class Grammar {
   WalkLru abs_lru_, after_lru_;
   std::unordered_map<int32_t, WalkLru::iterator> abs_cache_, after_cache_;
   size_t max_walks_ = 0;
+  std::atomic<size_t> cached_entries_{0};  // masks + walks held, updated under mu_
+  void CountEntries() {
+    cached_entries_.store(cache_.size() + abs_cache_.size() + after_cache_.size(),
+                          std::memory_order_relaxed);
+  }
   std::vector<std::pair<uint32_t, int32_t>> stack_;
   struct DfsItem {
     uint32_t node;

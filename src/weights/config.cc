@@ -402,6 +402,19 @@ Status ParseDenseConfig(const std::string& dir, StDense* d) {
   return Status::Ok();
 }
 
+// A JSON list of strings (`what` names it in the error).
+StatusOr<std::vector<std::string>> StringList(element e, const std::string& what) {
+  simdjson::dom::array a;
+  if (e.get(a)) return InvalidArgument(what + " must be a list of strings");
+  std::vector<std::string> out;
+  for (auto x : a) {
+    std::string_view s;
+    if (x.get(s)) return InvalidArgument(what + " must be a list of strings");
+    out.emplace_back(s);
+  }
+  return out;
+}
+
 // PyLate's ColBERT settings (config_sentence_transformers.json); the file's other fields
 // (versions, prompts) are not ours.
 Status ReadPylateSettings(const std::string& dir, SentenceTransformersConfig* st) {
@@ -422,6 +435,19 @@ Status ReadPylateSettings(const std::string& dir, SentenceTransformersConfig* st
     bool b = false;
     RETURN_IF_ERROR(cf.Bool("attend_to_expansion_tokens", &b));
     st->attend_to_expansion_tokens = b;
+  }
+  for (auto [key, out] : {std::pair{"query_prefix", &st->query_prefix},
+                          std::pair{"document_prefix", &st->document_prefix}}) {
+    if (!cf.Get(key, &e) || e.is_null()) continue;  // PyLate writes null for "no prefix" too
+    std::string v;
+    RETURN_IF_ERROR(cf.String(key, &v));
+    *out = v;
+  }
+  if (cf.Get("document_length", &e) && !e.is_null()) {
+    RETURN_IF_ERROR(cf.OptInt("document_length", &st->document_length));
+  }
+  if (cf.Get("skiplist_words", &e)) {
+    ASSIGN_OR_RETURN(st->skiplist_words, StringList(e, stc.string() + ": skiplist_words"));
   }
   return Status::Ok();
 }
@@ -495,17 +521,18 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
   }
   const std::string origin = path.string();
   Fields f(obj, origin);
-  static const char* kKnown[] = {"task",          "pooling",
-                                 "activation",    "calibration",
-                                 "labels",        "thresholds",
-                                 "yes_token",     "no_token",
-                                 "yes_token_id",  "no_token_id",
-                                 "instruction",   "step_token_id",
-                                 "is_matryoshka", "matryoshka_dimensions",
-                                 "normalize",     "late_interaction",
-                                 "query_prefix",  "document_prefix",
-                                 "absa",          "plugins",
-                                 "query_length",  "attend_to_expansion_tokens"};
+  static const char* kKnown[] = {"task",           "pooling",
+                                 "activation",     "calibration",
+                                 "labels",         "thresholds",
+                                 "yes_token",      "no_token",
+                                 "yes_token_id",   "no_token_id",
+                                 "instruction",    "step_token_id",
+                                 "is_matryoshka",  "matryoshka_dimensions",
+                                 "normalize",      "late_interaction",
+                                 "query_prefix",   "document_prefix",
+                                 "absa",           "plugins",
+                                 "query_length",   "attend_to_expansion_tokens",
+                                 "skiplist_words", "document_length"};
   for (auto kv : obj) {
     bool known = false;
     for (const char* k : kKnown) known |= kv.key == k;
@@ -542,14 +569,25 @@ StatusOr<SluiceOverrides> LoadSluiceOverrides(const std::string& dir) {
     o.normalize = normalize;
   }
   RETURN_IF_ERROR(f.Bool("late_interaction", &o.late_interaction));
-  RETURN_IF_ERROR(f.String("query_prefix", &o.query_prefix));
-  RETURN_IF_ERROR(f.String("document_prefix", &o.document_prefix));
+  for (auto [key, out] : {std::pair{"query_prefix", &o.query_prefix},
+                          std::pair{"document_prefix", &o.document_prefix}}) {
+    element e_prefix;
+    if (!f.Get(key, &e_prefix)) continue;
+    std::string v;
+    RETURN_IF_ERROR(f.String(key, &v));
+    *out = v;
+  }
+  RETURN_IF_ERROR(f.OptInt("document_length", &o.document_length));
   RETURN_IF_ERROR(f.OptInt("query_length", &o.query_length));
   element e_attend;
   if (f.Get("attend_to_expansion_tokens", &e_attend)) {
     bool attend = false;
     RETURN_IF_ERROR(f.Bool("attend_to_expansion_tokens", &attend));
     o.attend_to_expansion_tokens = attend;
+  }
+  element e_skip;
+  if (f.Get("skiplist_words", &e_skip)) {
+    ASSIGN_OR_RETURN(o.skiplist_words, StringList(e_skip, origin + ": skiplist_words"));
   }
   element plugins;
   if (f.Get("plugins", &plugins)) {
@@ -692,6 +730,32 @@ StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig&
                            "models (sluice.json \"late_interaction\": true)");
   }
   return q;
+}
+
+StatusOr<LateInteractionTexts> ResolveLateInteractionTexts(const SentenceTransformersConfig& st,
+                                                           const SluiceOverrides& overrides) {
+  LateInteractionTexts t;
+  t.query_prefix = overrides.query_prefix.value_or(st.query_prefix.value_or(""));
+  t.document_prefix = overrides.document_prefix.value_or(st.document_prefix.value_or(""));
+  t.document_length = overrides.document_length.value_or(st.document_length.value_or(0));
+  if (t.document_length < 0) {
+    return InvalidArgument(std::string(overrides.document_length
+                                           ? "sluice.json"
+                                           : "config_sentence_transformers.json") +
+                           " document_length must be >= 0 (0 = the model's limit only)");
+  }
+  return t;
+}
+
+std::vector<std::string> ResolveSkiplistWords(const SentenceTransformersConfig& st,
+                                              const SluiceOverrides& overrides) {
+  if (overrides.skiplist_words) return *overrides.skiplist_words;
+  if (st.skiplist_words) return *st.skiplist_words;
+  // Python's string.punctuation, PyLate's default.
+  const std::string punctuation = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+  std::vector<std::string> words;
+  for (char c : punctuation) words.emplace_back(1, c);
+  return words;
 }
 
 std::string MatryoshkaDimensionsError(const Matryoshka& m, int64_t dimensions, int output_dim) {

@@ -112,6 +112,11 @@ struct SentenceTransformersConfig {
   std::optional<int> query_length;
   bool do_query_expansion = true;
   std::optional<bool> attend_to_expansion_tokens;
+  // PyLate's skiplist_words: tokens whose vectors are left out of documents (never queries).
+  std::optional<std::vector<std::string>> skiplist_words;
+  // PyLate's query_prefix / document_prefix (its "[Q] " / "[D] " tokens) and document_length.
+  std::optional<std::string> query_prefix, document_prefix;
+  std::optional<int> document_length;
 };
 
 // generation_config.json (transformers GenerationConfig): the model's sampling defaults and
@@ -157,12 +162,18 @@ struct SluiceOverrides {
   // each token vector L2-normalised) and scores a (query, document) pair by MaxSim: the
   // sum over query tokens of the best dot product with any document token. Served through
   // /score and /v1/rerank; query_prefix / document_prefix are prepended to the texts.
+  // query_prefix / document_prefix, document_length (documents cut to it; 0 = off) over
+  // PyLate's config_sentence_transformers.json (LateInteractionTexts).
   bool late_interaction = false;
-  std::string query_prefix, document_prefix;
+  std::optional<std::string> query_prefix, document_prefix;
+  std::optional<int> document_length;
   // ColBERT query augmentation (late interaction): `query_length` (0 = off) and
   // `attend_to_expansion_tokens`, over PyLate's config_sentence_transformers.json.
   std::optional<int> query_length;
   std::optional<bool> attend_to_expansion_tokens;
+  // ColBERT document skiplist (late interaction): the tokens whose vectors are dropped from
+  // documents before MaxSim, over PyLate's config_sentence_transformers.json skiplist_words.
+  std::optional<std::vector<std::string>> skiplist_words;
   // Aspect-based sentiment (POST /absa) on a token classifier with BIO labels (O, B-X,
   // I-X): `sentiments` maps a tag X to the sentiment it reports (default: X lower-cased),
   // `aggregation` is the word aggregation of the token-classification pipeline used to
@@ -208,6 +219,23 @@ struct QueryExpansion {
 StatusOr<QueryExpansion> ResolveQueryExpansion(const SentenceTransformersConfig& st,
                                                const SluiceOverrides& overrides,
                                                bool late_interaction);
+
+// The text settings of a late-interaction model: its query/document prefixes (put before
+// text queries and documents) and document_length (text documents cut to that many tokens, as
+// PyLate cuts them; 0 = only the model's limit), sluice.json's over PyLate's
+// config_sentence_transformers.json; none by default. An error for a negative length.
+struct LateInteractionTexts {
+  std::string query_prefix, document_prefix;
+  int document_length = 0;
+};
+StatusOr<LateInteractionTexts> ResolveLateInteractionTexts(const SentenceTransformersConfig& st,
+                                                           const SluiceOverrides& overrides);
+
+// The document skiplist of a late-interaction model, as PyLate resolves it: sluice.json
+// skiplist_words, else config_sentence_transformers.json skiplist_words, else PyLate's default
+// (Python's string.punctuation, one word per character). [] = none.
+std::vector<std::string> ResolveSkiplistWords(const SentenceTransformersConfig& st,
+                                              const SluiceOverrides& overrides);
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json, const std::string& origin);

@@ -203,9 +203,11 @@ def late_interaction_case(out, name, config, seed, dim):
 
 # ---------------------------------------------------------------- PyLate ColBERT queries
 
-# Words of train_wordpiece's corpus (short tokenisations, no truncation), documents without
-# punctuation (PyLate leaves its skiplist, string.punctuation, out of documents' vectors).
-# 24 inputs: the golden test's batch-invariance check needs at least 22.
+# Words of train_wordpiece's corpus (short tokenisations, no truncation). The last documents
+# carry punctuation: PyLate leaves its skiplist (string.punctuation, each character converted
+# with convert_tokens_to_ids, so one missing from the vocabulary is [UNK]) out of documents'
+# vectors before MaxSim, and the served scores must do the same.
+# 26 inputs: the golden test's batch-invariance check needs at least 22.
 PYLATE_QUERIES = ["the food was great", "wait was long", "Boston", "coffee staff", "dirty room",
                   "pasta cold", "offices near Seattle", "friendly staff", "Tokyo Paris",
                   "음식이 맛있고", "the station", "Amazon"]
@@ -220,7 +222,9 @@ PYLATE_DOCUMENTS = ["The staff was friendly and the food was delicious",
                     "Try Le Chalet near the station",
                     "음식이 맛있고 직원이 친절합니다",
                     "Google Microsoft Apple Amazon New York",
-                    "the pasta was cold and the coffee was great"]
+                    "the pasta was cold and the coffee was great",
+                    "The food was great, but the wait was long!",
+                    "Service was slow; the pasta cold? still (Anna) loved it..."]
 
 
 def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
@@ -229,7 +233,8 @@ def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
     "[Q] " / "[D] " added to the tokenizer and their ids put after [CLS]; queries padded with
     [MASK] (the pad token) to query_length with attention_mask 0 on the padding, the [MASK]
     tokens' vectors kept; documents cut to document_length, not padded; the Dense projection,
-    each token vector L2-normalised; MaxSim. The model directory carries PyLate's
+    each token vector L2-normalised; the documents' skiplist tokens (string.punctuation)
+    dropped; MaxSim. The model directory carries PyLate's
     config_sentence_transformers.json (no attend_to_expansion_tokens override in sluice.json),
     so sluice must serve PyLate's default. Written as a golden case (inputs with "attended":
     the engine's key limits) plus "served": texts and PyLate's scores for the text path of
@@ -265,6 +270,7 @@ def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
         json.dump({"__version__": {"pylate": "emulated"}, "prompts": {}, "query_prefix": "[Q] ",
                    "document_prefix": "[D] ", "query_length": query_length,
                    "document_length": document_length, "attend_to_expansion_tokens": False,
+                   "skiplist_words": list(string.punctuation),  # as PyLate saves it
                    "do_query_expansion": True, "similarity_fn_name": "MaxSim"}, f, indent=2)
     with open(os.path.join(path, "sluice.json"), "w") as f:
         json.dump({"late_interaction": True, "query_prefix": "[Q] ", "document_prefix": "[D] "}, f)
@@ -280,7 +286,7 @@ def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
         return ids[:1] + [prefix] + ids[1:], att[:1] + [1] + att[1:]
 
     skiplist = {tok.convert_tokens_to_ids(w) for w in string.punctuation}
-    inputs, vecs, served_q, served_d = [], [], [], []
+    inputs, vecs, kept, served_q, served_d = [], [], [], [], []
     with torch.no_grad():
         for text, is_query in ([(t, True) for t in PYLATE_QUERIES] +
                                [(t, False) for t in PYLATE_DOCUMENTS]):
@@ -290,8 +296,6 @@ def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
             if is_query:
                 mine = mine + [mask_id] * (query_length - len(mine))
             assert mine == ids, (text, mine, ids)
-            if not is_query:
-                assert not skiplist & set(ids), ("PyLate drops punctuation from documents", text)
             assert ids[-1] != mask_id or is_query
             h = model(input_ids=torch.tensor([ids]),
                       attention_mask=torch.tensor([att])).last_hidden_state[0]
@@ -302,22 +306,31 @@ def pylate_case(out, name, seed, query_length=20, document_length=40, dim=16):
                 assert att == [1] * sum(att) + [0] * (len(att) - sum(att))
             inputs.append(entry)
             vecs.append(v)
+            # ColBERT.encode(is_query=False): the skiplist tokens' vectors are dropped (the
+            # golden case keeps every row: the engine's output; the served scores drop them).
+            kept.append(v if is_query else v[torch.tensor([t not in skiplist for t in ids])])
             (served_q if is_query else served_d).append(text)
     nq = len(PYLATE_QUERIES)
-    maxsim, scores = [], []
+    maxsim, scores, skipped = [], [], 0.0
     for q in range(nq):
         row = []
         for d in range(len(PYLATE_DOCUMENTS)):
-            s = float((vecs[q] @ vecs[nq + d].T).max(dim=1).values.sum())
-            maxsim.append([q, nq + d, s])
+            # The engine's MaxSim over every row (golden_test.cc), PyLate's over the kept rows.
+            every = float((vecs[q] @ vecs[nq + d].T).max(dim=1).values.sum())
+            s = float((kept[q] @ kept[nq + d].T).max(dim=1).values.sum())
+            maxsim.append([q, nq + d, every])
             row.append(s)
+            skipped = max(skipped, abs(every - s))
         scores.append(row)
+    assert skipped > 1e-3, ("the skiplist changes no score; the fixture would not test it",
+                            skipped)
     g.write_case(out, name, {"task": "score", "dtype": "f32", "inputs": inputs,
                              "outputs": [g.tolist(v) for v in vecs], "token_level": True,
                              "maxsim": maxsim, "tolerance": g.FP32_TOL,
                              "served": {"queries": served_q, "documents": served_d,
                                         "query_length": query_length, "scores": scores},
-                             "notes": "PyLate ColBERT emulated: query expansion with "
+                             "notes": "PyLate ColBERT emulated: document skiplist (string.punctuation; "
+                                      "served scores only), query expansion with "
                                       "attend_to_expansion_tokens false"})
     return {"queries": nq, "documents": len(PYLATE_DOCUMENTS)}
 

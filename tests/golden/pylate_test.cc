@@ -5,6 +5,9 @@
 // The model directory asks for the expansion the PyLate way (config_sentence_transformers.json
 // query_length, attend_to_expansion_tokens false); /score and /v1/rerank over the texts must
 // build PyLate's sequences (the [MASK] tokens left out of the keys) and give its scores. The
+// documents' skiplist tokens (PyLate's string.punctuation) must be left out of their MaxSim
+// (the fixture's "outputs" keep every row, as the engine gives them; "served" scores do not:
+// tests/golden/skiplist_test.cc checks the same by hand on documents full of punctuation). The
 // golden test runs the same fixture's inputs through the engine (golden_test.cc); the offline
 // path (io::MarkQueryExpansion) marks PyLate's padded ids the same way. Skipped,
 // saying how to make the fixture, only when it is absent.

@@ -639,6 +639,7 @@ TEST(Cli, GenerateRefusesBadRequestsNamingTheProblem) {
       {R"({"max_tokens":3})", "", "exactly one"},
       {R"({"prompt_token_ids":[5,6]})", "--enable-prefix-caching maybe", "--enable-prefix-caching"},
       {R"({"prompt_token_ids":[5,6]})", "--kv-cache-memory 1000", "KV"},
+      {R"({"prompt_token_ids":[5,6]})", "--structured-cache-mb 0", "--structured-cache-mb"},
   };
   for (const Case& c : cases) {
     auto r = run(c.line, c.flags);

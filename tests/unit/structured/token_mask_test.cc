@@ -49,6 +49,57 @@ TEST(TokenMask, MaskFollowsTheAutomatonAndEosOnlyWhenAccepting) {
   EXPECT_EQ((*g)->Advance((*g)->start(), 6), Grammar::kDead);  // eos is not a byte string
 }
 
+TEST(TokenMask, GrammarCacheBoundsItsBytesOverAllGrammars) {
+  // A 4,096-token vocabulary: one cached mask is 512 bytes.
+  std::vector<std::optional<std::string>> toks;
+  for (int i = 0; i < 4095; ++i)
+    toks.push_back(std::string(1, static_cast<char>('a' + i % 26)) + std::to_string(i));
+  toks.push_back("<eos>");
+  auto trie = TokenTrie::Build(toks, 4096, {4095});
+  const size_t per = sizeof(uint32_t) * static_cast<size_t>(trie->words());
+  // Room for 12 masks in all; each regex below caches its start mask and one more per state.
+  GrammarCache cache(trie, /*capacity=*/128, /*max_bytes=*/12 * per);
+  std::vector<std::shared_ptr<Grammar>> held;
+  std::vector<uint32_t> m(static_cast<size_t>(trie->words()));
+  for (int i = 0; i < 10; ++i) {
+    ConstraintSpec spec;
+    spec.kind = ConstraintSpec::Kind::kRegex;
+    spec.field = "structured_outputs.regex";
+    spec.text = "[a-z][0-9]{1,4}x" + std::to_string(i);
+    auto g = cache.Get(spec);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    // Visit a few states: the grammar's cache grows after Get.
+    int32_t st = (*g)->start();
+    for (int32_t id : {0, 27}) {
+      ASSERT_TRUE((*g)->FillMask(st, m.data()).ok());
+      st = (*g)->Advance(st, id);
+      if (st < 0) break;
+    }
+    EXPECT_GE((*g)->CacheBytes(), 2 * per);
+    held.push_back(*g);
+  }
+  // Without the byte bound all 10 would be kept (capacity 128); with it, the next Get evicts
+  // down to 12 masks' worth (the one just used kept).
+  ConstraintSpec again;
+  again.kind = ConstraintSpec::Kind::kRegex;
+  again.field = "structured_outputs.regex";
+  again.text = "[a-z][0-9]{1,4}x9";
+  ASSERT_TRUE(cache.Get(again).ok());
+  EXPECT_LT(cache.size(), 10u);
+  EXPECT_GE(cache.size(), 1u);
+  EXPECT_LE(cache.bytes(), 12 * per);
+  // A grammar dropped from the cache still works for a request that holds it.
+  ASSERT_TRUE(held[0]->FillMask(held[0]->start(), m.data()).ok());
+  // No byte bound to speak of: all kept.
+  GrammarCache roomy(trie, 128, size_t{1} << 30);
+  for (int i = 0; i < 10; ++i) {
+    ConstraintSpec spec = again;
+    spec.text = "[a-z]y" + std::to_string(i);
+    ASSERT_TRUE(roomy.Get(spec).ok());
+  }
+  EXPECT_EQ(roomy.size(), 10u);
+}
+
 TEST(TokenMask, DemoChatTokenizerAndCache) {
   auto tok = Tokenizer::FromDirectory(std::string(SLUICE_FIXTURES_DIR) + "/../../models/demo-chat");
   ASSERT_TRUE(tok.ok()) << tok.status().message();

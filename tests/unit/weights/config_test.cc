@@ -226,6 +226,74 @@ TEST_F(DirTest, AbsaSentimentModelIsResolvedAgainstTheModelDirectory) {
   }
 }
 
+TEST_F(DirTest, ColbertSkiplistFromPylateConfigAndSluiceJson) {
+  // Neither file names it: PyLate's default, Python's string.punctuation, a word per character.
+  SluiceOverrides none;
+  SentenceTransformersConfig empty;
+  const std::vector<std::string> words = ResolveSkiplistWords(empty, none);
+  std::string joined;
+  for (const std::string& w : words) {
+    EXPECT_EQ(w.size(), 1u);
+    joined += w;
+  }
+  EXPECT_EQ(joined, "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~");
+  // PyLate saves its skiplist_words in config_sentence_transformers.json.
+  Write("config_sentence_transformers.json",
+        R"({"query_length": 32, "skiplist_words": ["!", "::"]})");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(ResolveSkiplistWords(*st, none), (std::vector<std::string>{"!", "::"}));
+  // sluice.json wins; [] turns it off.
+  Write("sluice.json", R"({"late_interaction": true, "skiplist_words": []})");
+  auto o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(ResolveSkiplistWords(*st, *o).empty());
+  Write("sluice.json", R"({"skiplist_words": ["?"]})");
+  o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(ResolveSkiplistWords(*st, *o), std::vector<std::string>{"?"});
+  // Not a list of strings: refused, naming the field.
+  Write("sluice.json", R"({"skiplist_words": "!?"})");
+  auto bad = LoadSluiceOverrides(dir_.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("skiplist_words"), std::string::npos);
+  Write("config_sentence_transformers.json", R"({"skiplist_words": [1]})");
+  auto bad_st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_FALSE(bad_st.ok());
+  EXPECT_NE(bad_st.status().message().find("skiplist_words"), std::string::npos);
+}
+
+TEST_F(DirTest, ColbertPrefixesAndDocumentLengthFromPylateConfig) {
+  SluiceOverrides none;
+  SentenceTransformersConfig empty;
+  auto t0 = ResolveLateInteractionTexts(empty, none);
+  ASSERT_TRUE(t0.ok());
+  EXPECT_EQ(t0->query_prefix, "");
+  EXPECT_EQ(t0->document_length, 0);
+  // PyLate saves its prefixes and document_length; sluice.json's win, "" and 0 included.
+  Write("config_sentence_transformers.json",
+        R"({"query_prefix": "[Q] ", "document_prefix": "[D] ", "document_length": 180})");
+  auto st = LoadSentenceTransformersConfig(dir_.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto t = ResolveLateInteractionTexts(*st, none);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->query_prefix, "[Q] ");
+  EXPECT_EQ(t->document_prefix, "[D] ");
+  EXPECT_EQ(t->document_length, 180);
+  Write("sluice.json", R"({"late_interaction": true, "query_prefix": "", "document_length": 0})");
+  auto o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  t = ResolveLateInteractionTexts(*st, *o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->query_prefix, "");
+  EXPECT_EQ(t->document_prefix, "[D] ");
+  EXPECT_EQ(t->document_length, 0);
+  Write("sluice.json", R"({"document_length": -3})");
+  o = LoadSluiceOverrides(dir_.string());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_FALSE(ResolveLateInteractionTexts(*st, *o).ok());
+}
+
 TEST_F(DirTest, ColbertQueryExpansionFromPylateConfigAndSluiceJson) {
   // PyLate's config_sentence_transformers.json: expansion on with query_length.
   Write("config_sentence_transformers.json",
