@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/buffer_pool.h"
 #include "backend/cpu/cpu_linear.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sampling.h"
@@ -22,10 +23,9 @@ int AvailableCores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
-std::shared_ptr<void> AlignedAlloc(size_t bytes) {
-  void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
+// Large buffers are recycled process-wide (buffer_pool.h): a new model version's
+// activations reuse pages an unloaded one already faulted in.
+std::shared_ptr<void> AlignedAlloc(size_t bytes) { return cpu::BufferPool::Shared(bytes); }
 
 // Converts n elements between float dtypes (f32/f16/bf16 -> f32/bf16); same dtype copies.
 void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {

@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -62,6 +64,16 @@ void MakePlan(int64_t m, std::vector<Step>* plan) {
     plan->push_back({r0, rows, bucket});
     r0 += rows;
   }
+}
+
+struct Counters {
+  std::atomic<int64_t> created{0}, hits{0}, pd_ns{0}, prim_ns{0};
+};
+Counters g_counters;
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 struct Primitive {
@@ -333,8 +345,13 @@ struct LinearRunner::Impl {
     // Key collisions are impossible for m < 2^24, ld < 2^20.
     std::lock_guard<std::mutex> lock(w.mu);
     auto it = w.cache.find(key);
-    if (it != w.cache.end()) return it->second;
+    if (it != w.cache.end()) {
+      g_counters.hits.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+    const int64_t t0 = NowNs();
     auto pd = MakePd(w, m, lds, ldd, w.packed_md, MakeAttr(act, sum));
+    const int64_t t1 = NowNs();
     if (!warned && std::strncmp(pd.impl_info_str(), "brg", 3) != 0) {
       warned = true;
       SLUICE_LOG_WARN("oneDNN matmul picked '{}' (not brgemm) for M={} K={} N={}",
@@ -342,6 +359,9 @@ struct LinearRunner::Impl {
     }
     Primitive p{dnnl::matmul(pd), dnnl::memory(pd.src_desc(), eng, DNNL_MEMORY_NONE),
                 dnnl::memory(pd.dst_desc(), eng, DNNL_MEMORY_NONE)};
+    g_counters.pd_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+    g_counters.prim_ns.fetch_add(NowNs() - t1, std::memory_order_relaxed);
+    g_counters.created.fetch_add(1, std::memory_order_relaxed);
     return w.cache.emplace(key, std::move(p)).first->second;
   }
 
@@ -363,6 +383,15 @@ struct LinearRunner::Impl {
     strm.wait();
   }
 };
+
+LinearRunner::CacheStats LinearRunner::GetCacheStats() {
+  CacheStats s;
+  s.created = g_counters.created.load();
+  s.hits = g_counters.hits.load();
+  s.pd_ms = static_cast<double>(g_counters.pd_ns.load()) * 1e-6;
+  s.prim_ms = static_cast<double>(g_counters.prim_ns.load()) * 1e-6;
+  return s;
+}
 
 LinearRunner::LinearRunner() : impl_(std::make_unique<Impl>()) {}
 

@@ -58,6 +58,15 @@ class LinearRunner {
   // oneDNN-brgemm(avx512_core) x1": what a model's linear layers really run on.
   std::string DescribePrepared() const;
 
+  // oneDNN matmul primitives created so far (process-wide) and the time that took.
+  struct CacheStats {
+    int64_t created = 0;  // misses: primitive descriptor + primitive created
+    int64_t hits = 0;     // lookups served without creating anything
+    double pd_ms = 0;     // creating primitive descriptors
+    double prim_ms = 0;   // creating primitives (oneDNN's JIT, or its primitive cache)
+  };
+  static CacheStats GetCacheStats();
+
   // Rows per primitive call used for a given M (exposed for tests/benchmarks).
   static int64_t BucketFor(int64_t m);
   // The primitive calls used for M rows, e.g. "256 + 44 (padded to 48)".
