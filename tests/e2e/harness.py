@@ -130,6 +130,18 @@ class Server:
             out[key] = out.get(key, 0) + value
         return out
 
+    def logged(self, *needles, timeout=5.0):
+        """True once a server log line contains one of `needles`. The log is read by a
+        thread, so a line written just before a response may not be in self.log yet."""
+        def seen():
+            return any(n in line for line in list(self.log) for n in needles)
+        deadline = time.time() + timeout
+        while not seen():
+            if time.time() > deadline or self.proc.poll() is not None:
+                return seen()
+            time.sleep(0.02)
+        return True
+
     def signal(self, sig=signal.SIGTERM):
         self.proc.send_signal(sig)
 

@@ -118,7 +118,7 @@ def drain():
     c.check(rc == 0, f"exit code {rc}")
     c.check(ready_after == 503, f"/ready during drain: {ready_after}")
     c.check(results.count(200) == 8, f"in-flight requests completed: {results}")
-    c.check(any("draining" in l for l in s.log), "drain logged")
+    c.check(s.logged("draining"), "drain logged")
 
 
 backpressure()

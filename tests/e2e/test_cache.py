@@ -319,8 +319,7 @@ try:
                     ("sluice_model_cache_bytes_total 0" in text) == (attempt == "hit"),
                     f"cache metrics after the {attempt}es: " +
                     "; ".join(x for x in text.splitlines() if x.startswith("sluice_model_cache")))
-            c.check(any('version 2: pulled ' + url in line or
-                        'version 2: cached ' + url in line for line in s.log),
+            c.check(s.logged('version 2: pulled ' + url, 'version 2: cached ' + url),
                     "the version's pull is logged")
     p = subprocess.run([harness.ARGS.sluice, "serve", "--model-repository", repo, "--port", "0"],
                        capture_output=True, text=True, timeout=60)

@@ -117,7 +117,7 @@ with Server(MODEL, "--chat-template", TEMPLATE) as s:
               "response_format": {"type": "text"}, "parallel_tool_calls": True,
               "user": "chat-user-7"})
     c.check(b["usage"]["completion_tokens"] == 3, "max_tokens (deprecated name)")
-    c.check(any("chat-user-7" in l for l in s.log), "user recorded in the server log")
+    c.check(s.logged("chat-user-7"), "user recorded in the server log")
     st, _, b = s.post("/v1/chat/completions", {"messages": MSGS, "parallel_tool_calls": False})
     c.check(st == 400 and "parallel_tool_calls" in json.dumps(b), f"parallel_tool_calls {b}")
     # Errors.

@@ -208,7 +208,7 @@ with Server(MODEL) as s:
             len(ch["logprobs"]["tokens"]) == b["usage"]["prompt_tokens"] + 3, "echo logprobs")
     comp({"prompt": "hello", "max_tokens": 2, "user": "e2e-user-42"})
     time.sleep(0.2)
-    c.check(any("e2e-user-42" in l for l in s.log), "user recorded in the server log")
+    c.check(s.logged("e2e-user-42"), "user recorded in the server log")
     b = comp({"prompt": "hello", "max_tokens": 2, "best_of": 2, "n": 2, "temperature": 1})
     c.check(len(b.get("choices", [])) == 2, "best_of == n accepted")
     b = comp({"prompt": "hello", "max_tokens": 2, "model": "model"})

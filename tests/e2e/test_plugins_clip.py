@@ -325,7 +325,7 @@ body = {"query": "How do salmon swim?", "documents": ["Salmon swim up the river.
                                                       "Traders sell shares."],
         "keywords": ["salmon"], "boost": 0.5}
 answers = []
-for lib, abi in (("keyword_rerank_abi11.so", "1.1"), ("keyword_rerank.so", "1.2")):
+for lib, abi in (("keyword_rerank_abi11.so", "1.1"), ("keyword_rerank.so", "1.3")):
     with Server(RERANKER, "--plugin", os.path.join(PLUGINS, lib)) as s:
         c.check(any(f"{lib} (ABI {abi})" in line for line in s.log), f"{lib} is ABI {abi}")
         st, _, r = s.post("/plugins/keyword_rerank", body)
