@@ -34,6 +34,7 @@ struct BenchFlags {
   size_t limit = 0;
   std::string whitespace;
   bool check_masks = false;
+  bool no_counted_sharing = false;
   int walks = 0;          // random constrained generations per compiled schema
   int walk_tokens = 128;  // tokens per generation at most
 };
@@ -179,6 +180,7 @@ int RunBench(const BenchFlags& f) {
   size_t bad_json = 0;
   std::vector<double> mask_us, compile_ms, walk_mask_us;
   size_t walk_dead = 0;
+  size_t mask_walks = 0;  // masks computed by a walk (not found cached), all schemas
   std::vector<std::string> rejected_ids, accepted_ids;
   std::vector<uint32_t> words(static_cast<size_t>((*trie)->words()));
   std::vector<uint32_t> ref_words(words.size());
@@ -203,7 +205,9 @@ int RunBench(const BenchFlags& f) {
         StatusOr<std::shared_ptr<structured::Grammar>> g =
             [&]() -> StatusOr<std::shared_ptr<structured::Grammar>> {
           ASSIGN_OR_RETURN(structured::ExprP e, structured::CompileConstraint(spec));
-          ASSIGN_OR_RETURN(auto gr, structured::Grammar::Create(e, *trie));
+          structured::CompileLimits limits;
+          limits.share_counted_masks = !f.no_counted_sharing;
+          ASSIGN_OR_RETURN(auto gr, structured::Grammar::Create(e, *trie, limits));
           RETURN_IF_ERROR(gr->FillMask(gr->start(), words.data()));  // time to the first mask
           return gr;
         }();
@@ -368,6 +372,7 @@ int RunBench(const BenchFlags& f) {
           rec += ",\"walk_masks\":" + std::to_string(walk_masks) +
                  ",\"walk_dead_ends\":" + std::to_string(dead);
         }
+        mask_walks += (*g)->MaskWalks();
         if (mask_us.size() > masks_before) {  // this schema's masks: mean and max
           double sum = 0, mx = 0;
           for (size_t i = masks_before; i < mask_us.size(); ++i) {
@@ -394,7 +399,8 @@ int RunBench(const BenchFlags& f) {
       "\"invalid_tests\":%zu,\"invalid_rejected\":%zu,\"invalid_accepted\":%zu,\"unserialisable_"
       "tests\":%zu,"
       "\"masks\":%zu,\"mask_us\":{\"mean\":%.2f,\"p50\":%.2f,\"p99\":%.2f,\"max\":%.1f},"
-      "\"compile_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.1f},\"trie_ms\":%.1f,\"vocab\":%d",
+      "\"compile_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.1f},\"trie_ms\":%.1f,\"vocab\":%d,"
+      "\"mask_walks\":%zu",
       n_schemas, n_compiled, n_schemas - n_compiled,
       n_schemas ? static_cast<double>(n_compiled) / static_cast<double>(n_schemas) : 0.0,
       valid_total, valid_accepted, valid_rejected, invalid_total, invalid_rejected,
@@ -402,7 +408,7 @@ int RunBench(const BenchFlags& f) {
       mask_us.empty() ? 0.0 : *std::max_element(mask_us.begin(), mask_us.end()),
       Pct(compile_ms, 0.5), Pct(compile_ms, 0.99),
       compile_ms.empty() ? 0.0 : *std::max_element(compile_ms.begin(), compile_ms.end()), trie_ms,
-      n_tok);
+      n_tok, mask_walks);
   if (f.walks > 0) {
     double wm = 0;
     for (double v : walk_mask_us) wm += v;
@@ -446,6 +452,9 @@ const Registrar kRegistrar{Command{
                       "among the allowed ones, as a random-weight model samples): mask times "
                       "reported apart, dead ends counted (exit 1 on any)");
       sub->add_option("--walk-tokens", f->walk_tokens, "Tokens per random generation at most");
+      sub->add_flag("--no-counted-sharing", f->no_counted_sharing,
+                    "Compute the mask of every counted position (maxLength, {m,n}) apart, as "
+                    "before masks were shared between them (to measure the sharing)");
       sub->add_option("--whitespace", f->whitespace,
                       "Whitespace regex between JSON tokens (default: none)");
       return [f]() { return RunBench(*f); };

@@ -60,6 +60,30 @@ void Utf8Split(uint32_t lo, uint32_t hi,
   out->push_back(std::move(seq));
 }
 
+// Whether e may match the empty string (conservatively true for kinds not worked out here).
+bool Nullable(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::kNothing:
+    case Expr::Kind::kBytes:
+    case Expr::Kind::kCodepoints:
+      return false;
+    case Expr::Kind::kConcat:
+      for (const ExprP& k : e.kids) {
+        if (!Nullable(*k)) return false;
+      }
+      return true;
+    case Expr::Kind::kAlt:
+      for (const ExprP& k : e.kids) {
+        if (Nullable(*k)) return true;
+      }
+      return false;
+    case Expr::Kind::kRepeat:
+      return e.min == 0 || Nullable(*e.kids[0]);
+    default:
+      return true;
+  }
+}
+
 class Emitter {
  public:
   Emitter(Nfa* nfa, size_t limit, bool pushdown) : nfa_(nfa), limit_(limit), pushdown_(pushdown) {}
@@ -142,8 +166,13 @@ class Emitter {
       }
       case Expr::Kind::kRepeat: {
         int32_t cur = from;
+        // c_1 .. c_max of a counted repetition (Nfa::Counted).
+        const bool counted =
+            e.max >= kMinCountedCopies && !e.kids[0]->has_ref && !Nullable(*e.kids[0]);
+        std::vector<int32_t> starts;
         for (int i = 0; i < e.min; ++i) {
           const int32_t next = New();
+          if (counted) starts.push_back(next);
           Emit(*e.kids[0], cur, next);
           cur = next;
         }
@@ -157,11 +186,13 @@ class Emitter {
         }
         for (int i = e.min; i < e.max; ++i) {
           const int32_t next = New();
+          if (counted) starts.push_back(next);
           Eps(cur, to);
           Emit(*e.kids[0], cur, next);
           cur = next;
         }
         Eps(cur, to);
+        if (counted) RecordCounted(starts, e.min);
         return;
       }
       case Expr::Kind::kList: {
@@ -331,6 +362,30 @@ class Emitter {
     const int32_t end = New();
     for (int c = std::max(0, e.min); c <= cap; ++c) Eps(last[static_cast<size_t>(c)], end);
     Emit(close, end, to);
+  }
+
+  // Records a counted repetition whose copies were emitted as blocks of one layout (c_k, then
+  // the states inside copy k-1; Nfa::Counted), with the bytes a copy reads.
+  void RecordCounted(const std::vector<int32_t>& starts, int min) {
+    if (overflow_ || starts.size() < 3) return;
+    const int32_t stride = starts[1] - starts[0];
+    for (size_t k = 1; k < starts.size(); ++k) {
+      if (starts[k] - starts[k - 1] != stride) return;
+    }
+    if (static_cast<int64_t>(nfa_->num_states()) != starts.back() + stride) return;
+    Nfa::Counted c;
+    c.begin = starts[0];
+    c.stride = stride;
+    c.copies = static_cast<int>(starts.size());
+    c.min = min;
+    // Block 2 holds the inside of copy 1 and c_2, whose edges begin copy 2: every edge of a copy.
+    for (int32_t q = starts[1]; q < starts[1] + stride; ++q) {
+      for (const Nfa::Edge& ed : nfa_->edges[static_cast<size_t>(q)]) {
+        for (int b = ed.lo; b <= ed.hi; ++b)
+          c.bytes[static_cast<size_t>(b) / 64] |= 1ull << (b % 64);
+      }
+    }
+    nfa_->counted.push_back(c);
   }
 
   // The product of the kids' DFAs, explored eagerly (bounded), trimmed to the states from
@@ -706,6 +761,12 @@ void Dfa::Closure(std::vector<int32_t>* set) {
     }
   }
   std::sort(set->begin(), set->end());
+}
+
+int32_t Dfa::Intern(std::vector<int32_t> states) {
+  std::sort(states.begin(), states.end());
+  states.erase(std::unique(states.begin(), states.end()), states.end());
+  return AddState(std::move(states));
 }
 
 int32_t Dfa::AddState(std::vector<int32_t> set) {

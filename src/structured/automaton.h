@@ -8,6 +8,7 @@
 // size of the expression and only the states a generation or a token-mask walk visits exist.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -119,6 +120,20 @@ struct Nfa {
   std::vector<Call> calls;
   std::vector<int32_t> rule_start, rule_accept;
   std::vector<std::string> rule_names;
+  // Counted repetitions (a bounded kRepeat of a non-empty, call-free kid with at least
+  // kMinCountedCopies copies, e.g. a string's maxLength), unrolled into `copies` blocks of
+  // `stride` consecutive states: block k (1-based) = [begin + (k-1) stride, begin + k stride)
+  // holds c_k, the state after k copies, and the states inside copy k-1 (those after k-1
+  // copies). Every block has the same layout, so the same offset in two blocks is the same
+  // place in the kid. c_k leaves the repetition iff k >= min; it starts another copy iff k <
+  // copies. `bytes`: every byte a copy can read (bit b of word b / 64). Token masks use this to
+  // share the mask of positions no token can tell apart (token_mask.h).
+  struct Counted {
+    int32_t begin = 0, stride = 0;
+    int copies = 0, min = 0;
+    std::array<uint64_t, 4> bytes{};
+  };
+  std::vector<Counted> counted;
   bool pushdown() const { return !calls.empty(); }
   int32_t AddState() {
     edges.emplace_back();
@@ -128,9 +143,14 @@ struct Nfa {
   size_t num_states() const { return edges.size(); }
 };
 
+// Fewer copies than this are not recorded as Nfa::Counted (no mask to share).
+inline constexpr int kMinCountedCopies = 16;
+
 struct CompileLimits {
   size_t max_nfa_states = 2'000'000;
   size_t max_dfa_states = 200'000;
+  // Token masks share the masks of counted positions (token_mask.h); off only to measure it.
+  bool share_counted_masks = true;
 };
 
 // Emits the expression; ResourceExhausted when the NFA would exceed the limit. With `pushdown`,
@@ -170,6 +190,10 @@ class Dfa {
     const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
     return t != kUnknown ? t : Next(s, b);
   }
+  // The NFA states of s, and the state of a set of NFA states (made when new; kDead at the
+  // state limit).
+  const std::vector<int32_t>& NfaStates(int32_t s) const { return sets_[static_cast<size_t>(s)]; }
+  int32_t Intern(std::vector<int32_t> states);
 
  private:
   static constexpr int32_t kUnknown = -2;

@@ -102,6 +102,27 @@ void Pda::Closure(std::vector<uint64_t>* items, bool* cut, bool* hole) {
   std::sort(items->begin(), items->end());
 }
 
+std::vector<int32_t> Pda::ItemStates(int32_t s) const {
+  std::vector<int32_t> out;
+  for (uint64_t it : sets_[static_cast<size_t>(s)]) {
+    if (it < kHoleItem) out.push_back(StateOf(it));
+  }
+  return out;
+}
+
+int32_t Pda::Remap(int32_t s, const std::vector<int32_t>& states) {
+  std::vector<uint64_t> items;
+  size_t i = 0;
+  for (uint64_t it : sets_[static_cast<size_t>(s)]) {
+    if (it >= kHoleItem) continue;
+    items.push_back(Pack(states[i++], StackOf(it)));
+  }
+  std::sort(items.begin(), items.end());
+  items.erase(std::unique(items.begin(), items.end()), items.end());
+  return AddState(std::move(items), at_limit_[static_cast<size_t>(s)],
+                  (flags_[static_cast<size_t>(s)] & kHoleFlag) != 0);
+}
+
 int32_t Pda::AddState(std::vector<uint64_t> items, bool cut, bool hole) {
   if (items.empty() && !hole) return kDead;
   const bool has_items = !items.empty();

@@ -66,6 +66,11 @@ class Pda {
   bool HasHole(int32_t s) const { return s >= 0 && (flags_[static_cast<size_t>(s)] & kHoleFlag); }
   // s has items besides the hole and cut markers (it reads on or accepts).
   bool HasItems(int32_t s) const { return s >= 0 && (flags_[static_cast<size_t>(s)] & kItemsFlag); }
+  // The NFA state of each item of s (markers left out), and the configuration whose items are
+  // those of s with their states replaced one for one by `states` (stacks and markers kept;
+  // made when new; kDead at the state limit).
+  std::vector<int32_t> ItemStates(int32_t s) const;
+  int32_t Remap(int32_t s, const std::vector<int32_t>& states);
   size_t num_states() const { return sets_.size(); }
   size_t num_rules() const { return nfa_->rule_start.size(); }
   bool overflowed() const { return overflowed_; }

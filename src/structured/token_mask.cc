@@ -142,6 +142,31 @@ const std::string* TokenTrie::bytes(int32_t id) const {
   return t ? &*t : nullptr;
 }
 
+uint32_t TokenTrie::MaxDepthWithin(const ByteSet& l) const {
+  {
+    std::lock_guard<std::mutex> lock(cover_mu_);
+    for (const auto& [set, d] : depths_) {
+      if (set == l) return d;
+    }
+  }
+  // Nodes are in DFS order: a byte outside l skips the node's subtree.
+  uint32_t d = 0;
+  const auto n_nodes = static_cast<uint32_t>(num_nodes());
+  for (uint32_t n = 1; n < n_nodes;) {
+    const uint8_t b = byte_[n];
+    if ((l[b >> 6] >> (b & 63)) & 1) {
+      d = std::max(d, depth_[n]);
+      ++n;
+    } else {
+      n = end_[n];
+    }
+  }
+  std::lock_guard<std::mutex> lock(cover_mu_);
+  if (depths_.size() >= kMaxLoopCovers) depths_.erase(depths_.begin());
+  depths_.emplace_back(l, d);
+  return d;
+}
+
 StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
                                                    std::shared_ptr<const TokenTrie> trie,
                                                    const CompileLimits& limits) {
@@ -157,6 +182,13 @@ StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
     g->start_ = g->dfa_->start();
   }
   g->trie_ = std::move(trie);
+  for (const Nfa::Counted& c :
+       limits.share_counted_masks ? nfa->counted : std::vector<Nfa::Counted>{}) {
+    const int d = static_cast<int>(g->trie_->MaxDepthWithin(c.bytes));
+    // Worth it when some positions share: after min (from max(min, 1) to copies - d - 1) or
+    // before it (1 to min - d - 1).
+    if (c.copies - d - std::max(c.min, 1) >= 2 || c.min - d - 1 >= 2) g->counted_.push_back({c, d});
+  }
   // All caches together within kMaskCacheBytes: 3/5 for states, 1/5 each for abstract and
   // after-first-byte walks.
   const size_t per = sizeof(uint32_t) * static_cast<size_t>(g->trie_->words());
@@ -475,9 +507,62 @@ void Grammar::PdaMask(int32_t s, uint32_t* words) {
   AddEos(d.Accepting(s), words);
 }
 
-Status Grammar::FillMask(int32_t s, uint32_t* words) {
+int32_t Grammar::Canonical(int32_t s) {
+  if (counted_.empty() || s < 0) return s;
+  const auto i = static_cast<size_t>(s);
+  if (canonical_.size() <= i) canonical_.resize(i + 1, kUnknownCanonical);
+  if (canonical_[i] != kUnknownCanonical) return canonical_[i];
+  std::vector<int32_t> st = pda_ ? pda_->ItemStates(s) : dfa_->NfaStates(s);
+  bool changed = false;
+  // A shift may move states into another repetition's blocks (nested ones): until none applies.
+  for (int pass = 0; pass < 8; ++pass) {
+    bool any = false;
+    for (const CountedRun& r : counted_) {
+      const Nfa::Counted& c = r.c;
+      const int32_t end = c.begin + c.copies * c.stride;
+      int lo = c.copies + 1, hi = 0;  // blocks of s's states: the fewest copies each can have done
+      for (int32_t q : st) {
+        if (q < c.begin || q >= end) continue;
+        const int k = (q - c.begin) / c.stride + 1;
+        lo = std::min(lo, k);
+        hi = std::max(hi, k);
+      }
+      if (hi == 0) continue;
+      // Within one token a state of block k meets c_k .. c_(k+D): the same exits and copies
+      // from every block of the range when all are past min and D copies short of the last,
+      // or all D copies short of min.
+      int target;
+      if (lo >= c.min && hi + r.depth < c.copies) {
+        target = std::max(c.min, 1);
+      } else if (hi + r.depth < c.min) {
+        target = 1;
+      } else {
+        continue;
+      }
+      if (lo == target) continue;
+      const int32_t shift = (lo - target) * c.stride;
+      for (int32_t& q : st) {
+        if (q >= c.begin && q < end) q -= shift;
+      }
+      any = true;
+    }
+    if (!any) break;
+    changed = true;
+  }
+  int32_t out = s;
+  if (changed) {
+    const int32_t t = pda_ ? pda_->Remap(s, st) : dfa_->Intern(std::move(st));
+    if (t >= 0) out = t;
+  }
+  if (canonical_.size() <= i) canonical_.resize(i + 1, kUnknownCanonical);
+  canonical_[i] = out;
+  return out;
+}
+
+Status Grammar::FillMask(int32_t state, uint32_t* words) {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t n = static_cast<size_t>(trie_->words());
+  const int32_t s = Canonical(state);
   auto it = cache_.find(s);
   if (it != cache_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -489,6 +574,7 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
                   "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +
                       " levels deep, the limit of recursive constraints");
   }
+  mask_walks_.fetch_add(1, std::memory_order_relaxed);
   if (pda_) {
     PdaMask(s, words);
   } else {

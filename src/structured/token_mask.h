@@ -17,6 +17,13 @@
 //   to itself on a byte set L (a string's plain characters), starts from the trie's LoopCover
 //   of L (the tokens whose later bytes are all in L, kept per trie and so shared by every
 //   grammar) and walks only the edges that leave it.
+// - Counted positions (Nfa::Counted: a string's maxLength, a regex's {m,n}): position k of a
+//   repetition and position j are told apart only by a token that reaches a bound (min or the
+//   last copy) from one and not from the other; a token reads at most D bytes inside the
+//   repetition (D = the longest token prefix made of bytes a copy can read) and each copy takes
+//   at least one byte. So every position from which neither bound is within D copies (and the
+//   same for the positions before min) has one mask: the state's positions are shifted to the
+//   first such position (Canonical) and the mask is computed and cached once for all of them.
 // - Stack-independent masks (pushdown): a configuration's mask is computed once for its
 //   abstract configuration (Pda::Abstract: the stacks below the top replaced by an opaque
 //   frame) and shared by every configuration with the same top; only the tokens whose walk
@@ -78,6 +85,8 @@ class TokenTrie {
   // more string classes than that recomputes the oldest when they come back).
   std::shared_ptr<const LoopCover> Cover(const ByteSet& l) const;
   static constexpr size_t kMaxLoopCovers = 256;
+  // The longest token prefix whose bytes are all in l (kept per set, like covers).
+  uint32_t MaxDepthWithin(const ByteSet& l) const;
 
  private:
   friend class Grammar;
@@ -99,6 +108,7 @@ class TokenTrie {
   uint32_t max_depth_ = 0;
   mutable std::mutex cover_mu_;
   mutable std::vector<std::pair<ByteSet, std::shared_ptr<const LoopCover>>> covers_;
+  mutable std::vector<std::pair<ByteSet, uint32_t>> depths_;
 };
 
 class Grammar {
@@ -137,6 +147,8 @@ class Grammar {
   // kMaskCacheBytes; read without taking the grammar's lock).
   size_t CacheBytes() const;
   static constexpr size_t kMaskCacheBytes = 64u << 20;
+  // Masks computed by a walk so far (FillMask calls that found no cached mask).
+  size_t MaskWalks() const { return mask_walks_.load(std::memory_order_relaxed); }
 
  private:
   Grammar() = default;
@@ -165,11 +177,22 @@ class Grammar {
   template <typename A>
   void Scan(A& a, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out);
   void PdaMask(int32_t s, uint32_t* words);
+  // The state whose mask is s's (Counted positions shifted; s itself when none applies).
+  int32_t Canonical(int32_t s);
   void MarkTokens(uint32_t node, uint32_t* words) const;
   void ClearSubtree(uint32_t node, uint32_t* words) const;
   void AddEos(bool accepting, uint32_t* words) const;
 
   std::shared_ptr<const TokenTrie> trie_;
+  // The NFA's counted repetitions worth sharing masks in, with D (Canonical).
+  struct CountedRun {
+    Nfa::Counted c;
+    int depth;
+  };
+  std::vector<CountedRun> counted_;
+  std::vector<int32_t> canonical_;  // per state; kUnknownCanonical until computed
+  static constexpr int32_t kUnknownCanonical = -2;
+  std::atomic<size_t> mask_walks_{0};
   std::unique_ptr<Dfa> dfa_;
   std::unique_ptr<Pda> pda_;
   int32_t start_ = 0;

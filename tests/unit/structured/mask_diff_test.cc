@@ -313,5 +313,78 @@ factor ::= [0-9]+ | "(" expr ")" | "-" factor | "\"" [a-z ]* "\""
   FollowText(*g, "((1+2)*3))");  // invalid
 }
 
+TEST_F(MaskDiff, CountedStringPositionsShareMasks) {
+  // maxLength strings (Nfa::Counted): positions far from both bounds share one mask
+  // (Grammar::Canonical); every mask along the way must still equal the plain walk, at the
+  // bounds too (tokens that would overrun maxLength, the closing quote before minLength).
+  auto g = Schema(R"({"type":"object","properties":{
+      "a":{"type":"string","maxLength":300},
+      "b":{"type":"string","minLength":150,"maxLength":400},
+      "c":{"type":"array","items":{"type":"string","minLength":2,"maxLength":40},"maxItems":3}},
+      "required":["a","b","c"],"additionalProperties":false})");
+  ASSERT_TRUE(g);
+  const std::string a300(300, 'a'), b150(150, 'b'), b400(400, 'b');
+  FollowText(*g, "{\"a\":\"" + a300 + "\",\"b\":\"" + b150 + "\",\"c\":[\"xy\",\"" +
+                     std::string(40, 'z') + "\"]}");
+  FollowText(*g, "{\"a\":\"" + a300 + "a\"");  // one over maxLength: refused at the end
+  FollowText(*g, "{\"a\":\"\",\"b\":\"" + std::string(149, 'b') + "\"");  // one short of minLength
+  FollowText(*g, "{\"a\":\"hello world, caf\xc3\xa9 \\\"quoted\\\" \\n\",\"b\":\"" + b400 +
+                     "\",\"c\":[]}");
+  RandomWalks(*g, 6, 400, 11, false);
+}
+
+TEST_F(MaskDiff, CountedPositionsAreWalkedOnce) {
+  // 1,000 positions of one string, typed one byte at a time: each a state of its own, but only
+  // the positions within a token's reach of a bound need a mask of their own.
+  auto g = Schema(R"({"type":"string","maxLength":1000})");
+  ASSERT_TRUE(g);
+  int32_t s = g->start();
+  std::vector<uint32_t> m(static_cast<size_t>(trie_->words()));
+  std::set<int32_t> states;
+  s = g->Advance(s, ids_.at("\""));
+  for (int i = 0; i < 1000 && s >= 0; ++i) {
+    states.insert(s);
+    ASSERT_TRUE(g->FillMask(s, m.data()).ok());
+    s = g->Advance(s, ids_.at(i % 2 ? "a" : "b"));
+  }
+  ASSERT_GE(s, 0);
+  EXPECT_EQ(states.size(), 1000u);
+  // The synthetic vocabulary's longest tokens are ~20 bytes: ~20 positions before the end,
+  // the first position and the shared one.
+  EXPECT_LT(g->MaskWalks(), 60u);
+  Check(*g, s, "at maxLength");
+  RandomWalks(*g, 3, 200, 12, false);
+}
+
+TEST_F(MaskDiff, CountedRegexRepetitions) {
+  for (const char* pattern : {"[a-z]{5,400}x", "(ab[0-9]{0,40}){20,30}", "[\\u00e9a]{0,100}!",
+                              "\"([^\"\\\\]|\\\\[\"\\\\n]){30,200}\"(,[a-z]{40,60})*"}) {
+    auto re = ParseRegex(pattern, RegexMode::kFullMatch);
+    ASSERT_TRUE(re.ok()) << pattern << ": " << re.status().message();
+    auto g = Make(*re);
+    ASSERT_TRUE(g);
+    RandomWalks(*g, 4, 300, 13, false);
+  }
+  auto re = ParseRegex("[a-z]{5,400}x", RegexMode::kFullMatch);
+  ASSERT_TRUE(re.ok());
+  auto g = Make(*re);
+  ASSERT_TRUE(g);
+  FollowText(*g, std::string(400, 'q') + "x");
+  FollowText(*g, std::string(401, 'q') + "x");  // refused
+  FollowText(*g, "abcdx");                      // refused: 4 < 5
+}
+
+TEST_F(MaskDiff, CountedStringsInsideRecursion) {
+  auto g = Schema(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":120},
+      "kids":{"type":"array","items":{"$ref":"#"}}},
+      "required":["name"],"additionalProperties":false})");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(g->pushdown());
+  RandomWalks(*g, 6, 300, 14, true);
+  FollowText(*g, "{\"name\":\"" + std::string(120, 'n') + "\",\"kids\":[{\"name\":\"" +
+                     std::string(100, 'k') + "\"}]}");
+}
+
 }  // namespace
 }  // namespace sluice::structured
