@@ -66,14 +66,49 @@ int32_t Pda::Push(int32_t ret, int32_t below) {
   return id;
 }
 
+bool Pda::SeenSet::Insert(uint64_t x) {
+  if ((size_ + 1) * 2 > slots_.size()) Grow();
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = Hash(x) & mask;; i = (i + 1) & mask) {
+    if (gen_[i] != gen_now_) {
+      gen_[i] = gen_now_;
+      slots_[i] = x;
+      ++size_;
+      return true;
+    }
+    if (slots_[i] == x) return false;
+  }
+}
+
+void Pda::SeenSet::Clear() {
+  size_ = 0;
+  if (++gen_now_ == 0) {  // wrapped: every stamp is stale again
+    std::fill(gen_.begin(), gen_.end(), 0u);
+    gen_now_ = 1;
+  }
+}
+
+void Pda::SeenSet::Grow() {
+  std::vector<uint64_t> live;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (gen_[i] == gen_now_) live.push_back(slots_[i]);
+  }
+  const size_t n = std::max<size_t>(64, slots_.size() * 2);
+  slots_.assign(n, 0);
+  gen_.assign(n, 0u);
+  gen_now_ = 1;
+  size_ = 0;
+  for (uint64_t x : live) Insert(x);
+}
+
 void Pda::Closure(std::vector<uint64_t>* items, bool* cut, bool* hole) {
   work_.assign(items->begin(), items->end());
   items->clear();
-  seen_.clear();
+  seen_.Clear();
   while (!work_.empty()) {
     const uint64_t it = work_.back();
     work_.pop_back();
-    if (!seen_.insert(it).second) continue;
+    if (!seen_.Insert(it)) continue;
     const int32_t q = StateOf(it), st = StackOf(it);
     const auto qs = static_cast<size_t>(q);
     if (!nfa_->edges[qs].empty() || (q == nfa_->accept && st < 0)) items->push_back(it);
@@ -102,6 +137,20 @@ void Pda::Closure(std::vector<uint64_t>* items, bool* cut, bool* hole) {
   std::sort(items->begin(), items->end());
 }
 
+const Pda::SeedClosure& Pda::ClosureOf(uint64_t seed) {
+  auto it = seed_closures_.find(seed);
+  if (it != seed_closures_.end()) return it->second;
+  SeedClosure c;
+  c.items.push_back(seed);
+  Closure(&c.items, &c.cut, &c.hole);
+  if (seed_closure_items_ + c.items.size() > kMaxSeedClosureItems) {
+    seed_closures_.clear();
+    seed_closure_items_ = 0;
+  }
+  seed_closure_items_ += c.items.size();
+  return seed_closures_.emplace(seed, std::move(c)).first->second;
+}
+
 std::vector<int32_t> Pda::ItemStates(int32_t s) const {
   std::vector<int32_t> out;
   for (uint64_t it : sets_[static_cast<size_t>(s)]) {
@@ -123,20 +172,21 @@ int32_t Pda::Remap(int32_t s, const std::vector<int32_t>& states) {
                   (flags_[static_cast<size_t>(s)] & kHoleFlag) != 0);
 }
 
-int32_t Pda::AddState(std::vector<uint64_t> items, bool cut, bool hole) {
+int32_t Pda::AddState(const std::vector<uint64_t>& items, bool cut, bool hole) {
   if (items.empty() && !hole) return kDead;
   const bool has_items = !items.empty();
-  int depth = 0;
-  for (uint64_t it : items) {
-    const int32_t st = StackOf(it);
-    if (st >= 0) depth = std::max(depth, frames_[static_cast<size_t>(st)].depth);
-  }
   // Markers, after the sorted items (the largest values): part of the key, so the same items
   // without the cut (or the hole) differ.
-  if (hole) items.push_back(kHoleItem);
-  if (cut) items.push_back(kCutItem);
-  auto it = ids_.find(items);
+  key_.assign(items.begin(), items.end());
+  if (hole) key_.push_back(kHoleItem);
+  if (cut) key_.push_back(kCutItem);
+  auto it = ids_.find(key_);
   if (it != ids_.end()) return it->second;
+  int depth = 0;
+  for (uint64_t item : items) {
+    const int32_t st = StackOf(item);
+    if (st >= 0) depth = std::max(depth, frames_[static_cast<size_t>(st)].depth);
+  }
   if (sets_.size() >= max_states_) {
     overflowed_ = true;
     return kDead;
@@ -148,8 +198,8 @@ int32_t Pda::AddState(std::vector<uint64_t> items, bool cut, bool hole) {
   flags_.push_back(static_cast<uint8_t>((hole ? kHoleFlag : 0) | (has_items ? kItemsFlag : 0)));
   has_next_.push_back(-1);
   table_.resize(table_.size() + static_cast<size_t>(num_classes_), kUnknown);
-  ids_.emplace(items, id);
-  sets_.push_back(std::move(items));
+  ids_.emplace(key_, id);
+  sets_.push_back(key_);
   return id;
 }
 
@@ -158,19 +208,27 @@ int32_t Pda::Next(int32_t s, uint8_t b) {
   const size_t slot = static_cast<size_t>(s) * num_classes_ + byte_class_[b];
   if (table_[slot] != kUnknown) return table_[slot];
   const uint8_t rep = class_rep_[byte_class_[b]];
-  std::vector<uint64_t> next;
+  seeds_.clear();
   for (uint64_t it : sets_[static_cast<size_t>(s)]) {
     if (it >= kHoleItem) continue;  // markers
     const int32_t st = StackOf(it);
     for (const Nfa::Edge& ed : nfa_->edges[static_cast<size_t>(StateOf(it))]) {
-      if (ed.lo <= rep && rep <= ed.hi) next.push_back(Pack(ed.to, st));
+      if (ed.lo <= rep && rep <= ed.hi) seeds_.push_back(Pack(ed.to, st));
     }
   }
   int32_t t = kDead;
-  if (!next.empty()) {
+  if (!seeds_.empty()) {
+    std::sort(seeds_.begin(), seeds_.end());
+    seeds_.erase(std::unique(seeds_.begin(), seeds_.end()), seeds_.end());
     bool cut = false, hole = false;
-    Closure(&next, &cut, &hole);
-    t = AddState(std::move(next), cut, hole);
+    if (seeds_.size() == 1) {
+      const SeedClosure& c = ClosureOf(seeds_[0]);
+      t = AddState(c.items, c.cut, c.hole);
+    } else {  // (a union of memoised closures can repeat most items once per seed)
+      next_.assign(seeds_.begin(), seeds_.end());
+      Closure(&next_, &cut, &hole);
+      t = AddState(next_, cut, hole);
+    }
   }
   if (!overflowed_ || t != kDead) table_[slot] = t;
   return t;

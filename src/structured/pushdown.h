@@ -23,7 +23,6 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "structured/automaton.h"
@@ -96,7 +95,36 @@ class Pda {
   // Epsilon moves, calls and returns; keeps the items that read bytes (or accept). Sets *cut
   // when a call was left out for depth, *hole when a return popped the opaque frame.
   void Closure(std::vector<uint64_t>* items, bool* cut, bool* hole);
-  int32_t AddState(std::vector<uint64_t> items, bool cut, bool hole = false);
+  // The closure of one item, memoised: a transition's closure is the union of its targets'
+  // (Next), and the same targets recur from many configurations (a string's characters, a key's
+  // next byte), so most transitions to a configuration met before cost a few look-ups.
+  struct SeedClosure {
+    std::vector<uint64_t> items;
+    bool cut = false, hole = false;
+  };
+  const SeedClosure& ClosureOf(uint64_t seed);
+  // Past this many items held the memo starts over (8 bytes each).
+  static constexpr size_t kMaxSeedClosureItems = 1 << 20;
+  size_t seed_closure_items_ = 0;
+  // Closure's visited items: open addressing with generation stamps (cleared in O(1), no
+  // allocation per item).
+  class SeenSet {
+   public:
+    bool Insert(uint64_t x);  // false when already there
+    void Clear();
+
+   private:
+    static size_t Hash(uint64_t x) {
+      return static_cast<size_t>((x * 0x9E3779B97F4A7C15ull) >> 20);
+    }
+    void Grow();
+    std::vector<uint64_t> slots_;
+    std::vector<uint32_t> gen_;
+    uint32_t gen_now_ = 1;
+    size_t size_ = 0;
+  };
+  // `items` sorted; copied only when the configuration is new.
+  int32_t AddState(const std::vector<uint64_t>& items, bool cut, bool hole = false);
 
   std::shared_ptr<const Nfa> nfa_;
   size_t max_states_;
@@ -119,8 +147,10 @@ class Pda {
     size_t operator()(const std::vector<uint64_t>& v) const;
   };
   std::unordered_map<std::vector<uint64_t>, int32_t, SetHash> ids_;
-  std::unordered_set<uint64_t> seen_;
+  SeenSet seen_;
   std::vector<uint64_t> work_;
+  std::unordered_map<uint64_t, SeedClosure> seed_closures_;
+  std::vector<uint64_t> seeds_, next_, key_;  // Next's and AddState's scratch
   int32_t start_ = 0;
   bool overflowed_ = false;
 };
