@@ -142,29 +142,42 @@ const std::string* TokenTrie::bytes(int32_t id) const {
   return t ? &*t : nullptr;
 }
 
-uint32_t TokenTrie::MaxDepthWithin(const ByteSet& l) const {
+std::shared_ptr<const TokenTrie::Reach> TokenTrie::ReachWithin(const ByteSet& l) const {
   {
     std::lock_guard<std::mutex> lock(cover_mu_);
-    for (const auto& [set, d] : depths_) {
-      if (set == l) return d;
+    for (const auto& [set, r] : reaches_) {
+      if (set == l) return r;
     }
   }
-  // Nodes are in DFS order: a byte outside l skips the node's subtree.
-  uint32_t d = 0;
-  const auto n_nodes = static_cast<uint32_t>(num_nodes());
-  for (uint32_t n = 1; n < n_nodes;) {
+  // in_l[n]: the length of the prefix of node n's bytes in l (nodes are in DFS order, so a
+  // parent comes before its children).
+  const size_t n_nodes = num_nodes();
+  std::vector<uint32_t> in_l(n_nodes, 0);
+  std::vector<size_t> count(max_depth_ + 2, 0);  // tokens by in_l
+  for (size_t n = 1; n < n_nodes; ++n) {
+    const uint32_t p = parent_[n];
     const uint8_t b = byte_[n];
-    if ((l[b >> 6] >> (b & 63)) & 1) {
-      d = std::max(d, depth_[n]);
-      ++n;
-    } else {
-      n = end_[n];
-    }
+    in_l[n] = (in_l[p] == depth_[p] && ((l[b >> 6] >> (b & 63)) & 1)) ? depth_[n] : in_l[p];
+    count[in_l[n]] += tok_begin_[n + 1] - tok_begin_[n];
+  }
+  auto r = std::make_shared<Reach>();
+  size_t above = 0;  // tokens with in_l > r->depth
+  r->depth = max_depth_ + 1;
+  while (r->depth > 0 && above + count[r->depth] <= kMaxReachExceptions) {
+    above += count[r->depth];
+    --r->depth;
+  }
+  for (size_t n = 1; n < n_nodes; ++n) {
+    if (in_l[n] <= r->depth) continue;
+    for (uint32_t k = tok_begin_[n]; k < tok_begin_[n + 1]; ++k) r->longer.push_back(tok_ids_[k]);
   }
   std::lock_guard<std::mutex> lock(cover_mu_);
-  if (depths_.size() >= kMaxLoopCovers) depths_.erase(depths_.begin());
-  depths_.emplace_back(l, d);
-  return d;
+  for (const auto& [set, other] : reaches_) {
+    if (set == l) return other;
+  }
+  if (reaches_.size() >= kMaxLoopCovers) reaches_.erase(reaches_.begin());
+  reaches_.emplace_back(l, r);
+  return r;
 }
 
 StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
@@ -184,10 +197,14 @@ StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
   g->trie_ = std::move(trie);
   for (const Nfa::Counted& c :
        limits.share_counted_masks ? nfa->counted : std::vector<Nfa::Counted>{}) {
-    const int d = static_cast<int>(g->trie_->MaxDepthWithin(c.bytes));
+    if (g->counted_.size() >= kMaxCountedRuns) break;
+    auto reach = g->trie_->ReachWithin(c.bytes);
+    const int d = static_cast<int>(reach->depth);
     // Worth it when some positions share: after min (from max(min, 1) to copies - d - 1) or
     // before it (1 to min - d - 1).
-    if (c.copies - d - std::max(c.min, 1) >= 2 || c.min - d - 1 >= 2) g->counted_.push_back({c, d});
+    if (c.copies - d - std::max(c.min, 1) >= 2 || c.min - d - 1 >= 2) {
+      g->counted_.push_back({c, std::move(reach)});
+    }
   }
   // All caches together within kMaskCacheBytes: 3/5 for states, 1/5 each for abstract and
   // after-first-byte walks.
@@ -507,18 +524,20 @@ void Grammar::PdaMask(int32_t s, uint32_t* words) {
   AddEos(d.Accepting(s), words);
 }
 
-int32_t Grammar::Canonical(int32_t s) {
-  if (counted_.empty() || s < 0) return s;
+Grammar::Canon Grammar::Canonical(int32_t s) {
+  if (counted_.empty() || s < 0) return {s, 0, false};
   const auto i = static_cast<size_t>(s);
-  if (canonical_.size() <= i) canonical_.resize(i + 1, kUnknownCanonical);
-  if (canonical_[i] != kUnknownCanonical) return canonical_[i];
+  if (canonical_.size() <= i) canonical_.resize(i + 1);
+  if (canonical_[i].state != kUnknownCanonical) return canonical_[i];
   std::vector<int32_t> st = pda_ ? pda_->ItemStates(s) : dfa_->NfaStates(s);
-  bool changed = false;
+  uint64_t runs = 0;
+  bool exceptions = false;
   // A shift may move states into another repetition's blocks (nested ones): until none applies.
   for (int pass = 0; pass < 8; ++pass) {
     bool any = false;
-    for (const CountedRun& r : counted_) {
-      const Nfa::Counted& c = r.c;
+    for (size_t ri = 0; ri < counted_.size(); ++ri) {
+      const Nfa::Counted& c = counted_[ri].c;
+      const int depth = static_cast<int>(counted_[ri].reach->depth);
       const int32_t end = c.begin + c.copies * c.stride;
       int lo = c.copies + 1, hi = 0;  // blocks of s's states: the fewest copies each can have done
       for (int32_t q : st) {
@@ -528,13 +547,13 @@ int32_t Grammar::Canonical(int32_t s) {
         hi = std::max(hi, k);
       }
       if (hi == 0) continue;
-      // Within one token a state of block k meets c_k .. c_(k+D): the same exits and copies
-      // from every block of the range when all are past min and D copies short of the last,
-      // or all D copies short of min.
+      // Within one token (but the Reach exceptions) a state of block k meets c_k .. c_(k+D):
+      // the same exits and copies from every block of the range when all are past min and D
+      // copies short of the last, or all D copies short of min.
       int target;
-      if (lo >= c.min && hi + r.depth < c.copies) {
+      if (lo >= c.min && hi + depth < c.copies) {
         target = std::max(c.min, 1);
-      } else if (hi + r.depth < c.min) {
+      } else if (hi + depth < c.min) {
         target = 1;
       } else {
         continue;
@@ -544,36 +563,34 @@ int32_t Grammar::Canonical(int32_t s) {
       for (int32_t& q : st) {
         if (q >= c.begin && q < end) q -= shift;
       }
+      runs |= 1ull << ri;
+      exceptions |= !counted_[ri].reach->longer.empty();
       any = true;
     }
     if (!any) break;
-    changed = true;
   }
-  int32_t out = s;
-  if (changed) {
+  Canon out{s, 0, false};
+  if (runs) {
     const int32_t t = pda_ ? pda_->Remap(s, st) : dfa_->Intern(std::move(st));
-    if (t >= 0) out = t;
+    if (t >= 0) out = {t, runs, exceptions};
   }
-  if (canonical_.size() <= i) canonical_.resize(i + 1, kUnknownCanonical);
+  if (canonical_.size() <= i) canonical_.resize(i + 1);
   canonical_[i] = out;
   return out;
 }
 
-Status Grammar::FillMask(int32_t state, uint32_t* words) {
-  std::lock_guard<std::mutex> lock(mu_);
+void Grammar::CacheMask(int32_t s, const uint32_t* words) {
   const size_t n = static_cast<size_t>(trie_->words());
-  const int32_t s = Canonical(state);
-  auto it = cache_.find(s);
-  if (it != cache_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    std::memcpy(words, it->second->second.data(), n * sizeof(uint32_t));
-    return Status::Ok();
+  if (cache_.size() >= max_cached_) {
+    cache_.erase(lru_.back().first);
+    lru_.pop_back();
   }
-  if (pda_ && pda_->AtLimit(s)) {
-    return Status(StatusCode::kResourceExhausted,
-                  "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +
-                      " levels deep, the limit of recursive constraints");
-  }
+  lru_.emplace_front(s, std::vector<uint32_t>(words, words + n));
+  cache_[s] = lru_.begin();
+  CountEntries();
+}
+
+Status Grammar::OwnMask(int32_t s, uint32_t* words) {
   mask_walks_.fetch_add(1, std::memory_order_relaxed);
   if (pda_) {
     PdaMask(s, words);
@@ -586,14 +603,63 @@ Status Grammar::FillMask(int32_t state, uint32_t* words) {
     return Status(StatusCode::kResourceExhausted,
                   "structured output: the constraint's automaton outgrew its state limit");
   }
-  if (cache_.size() >= max_cached_) {
-    cache_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-  lru_.emplace_front(s, std::vector<uint32_t>(words, words + n));
-  cache_[s] = lru_.begin();
-  CountEntries();
+  CacheMask(s, words);
   return Status::Ok();
+}
+
+Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
+  const size_t n = static_cast<size_t>(trie_->words());
+  // The canonical state's mask, cached under its own id.
+  auto it = cache_.find(c.state);
+  if (it != cache_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    std::memcpy(words, it->second->second.data(), n * sizeof(uint32_t));
+  } else {
+    RETURN_IF_ERROR(OwnMask(c.state, words));
+  }
+  // The tokens that reach further than the runs' depth: each run from s itself.
+  bool any = false;
+  for (size_t ri = 0; ri < counted_.size(); ++ri) {
+    if (!((c.runs >> ri) & 1)) continue;
+    for (int32_t id : counted_[ri].reach->longer) {
+      const std::string* b = trie_->bytes(id);
+      if (!b) continue;
+      const int32_t t = pda_ ? pda_->Run(s, *b) : dfa_->Run(s, *b);
+      const uint32_t bit = 1u << (id & 31);
+      if (t >= 0) {
+        words[id >> 5] |= bit;
+      } else {
+        words[id >> 5] &= ~bit;
+      }
+      any = true;
+    }
+  }
+  if (pda_ ? pda_->overflowed() : dfa_->overflowed()) {
+    return Status(StatusCode::kResourceExhausted,
+                  "structured output: the constraint's automaton outgrew its state limit");
+  }
+  if (any) CacheMask(s, words);  // (c.exceptions: FillMask looks s up)
+  return Status::Ok();
+}
+
+Status Grammar::FillMask(int32_t s, uint32_t* words) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t n = static_cast<size_t>(trie_->words());
+  const Canon c = Canonical(s);
+  // A state with exceptions caches its own mask; one without finds its canonical state's.
+  auto it = cache_.find(c.exceptions ? s : c.state);
+  if (it != cache_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    std::memcpy(words, it->second->second.data(), n * sizeof(uint32_t));
+    return Status::Ok();
+  }
+  if (pda_ && pda_->AtLimit(s)) {
+    return Status(StatusCode::kResourceExhausted,
+                  "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +
+                      " levels deep, the limit of recursive constraints");
+  }
+  if (c.state != s) return SharedMask(s, c, words);
+  return OwnMask(s, words);
 }
 
 Status Grammar::ReferenceMask(int32_t s, uint32_t* words) {

@@ -24,6 +24,9 @@
 //   at least one byte. So every position from which neither bound is within D copies (and the
 //   same for the positions before min) has one mask: the state's positions are shifted to the
 //   first such position (Canonical) and the mask is computed and cached once for all of them.
+//   D leaves out the few longest tokens (TokenTrie::Reach: a vocabulary's runs of 64 spaces
+//   would otherwise keep D far above its other tokens); their bits are decided by running each
+//   from the real state.
 // - Stack-independent masks (pushdown): a configuration's mask is computed once for its
 //   abstract configuration (Pda::Abstract: the stacks below the top replaced by an opaque
 //   frame) and shared by every configuration with the same top; only the tokens whose walk
@@ -85,8 +88,15 @@ class TokenTrie {
   // more string classes than that recomputes the oldest when they come back).
   std::shared_ptr<const LoopCover> Cover(const ByteSet& l) const;
   static constexpr size_t kMaxLoopCovers = 256;
-  // The longest token prefix whose bytes are all in l (kept per set, like covers).
-  uint32_t MaxDepthWithin(const ByteSet& l) const;
+  // How far tokens reach into a run of bytes of l: `depth` is the longest prefix of bytes in l
+  // among all tokens but `longer`, the few tokens (at most kMaxReachExceptions) whose prefix in
+  // l is longer still. Kept per set, like covers.
+  struct Reach {
+    uint32_t depth = 0;
+    std::vector<int32_t> longer;
+  };
+  std::shared_ptr<const Reach> ReachWithin(const ByteSet& l) const;
+  static constexpr size_t kMaxReachExceptions = 512;
 
  private:
   friend class Grammar;
@@ -108,7 +118,7 @@ class TokenTrie {
   uint32_t max_depth_ = 0;
   mutable std::mutex cover_mu_;
   mutable std::vector<std::pair<ByteSet, std::shared_ptr<const LoopCover>>> covers_;
-  mutable std::vector<std::pair<ByteSet, uint32_t>> depths_;
+  mutable std::vector<std::pair<ByteSet, std::shared_ptr<const Reach>>> reaches_;
 };
 
 class Grammar {
@@ -177,8 +187,6 @@ class Grammar {
   template <typename A>
   void Scan(A& a, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out);
   void PdaMask(int32_t s, uint32_t* words);
-  // The state whose mask is s's (Counted positions shifted; s itself when none applies).
-  int32_t Canonical(int32_t s);
   void MarkTokens(uint32_t node, uint32_t* words) const;
   void ClearSubtree(uint32_t node, uint32_t* words) const;
   void AddEos(bool accepting, uint32_t* words) const;
@@ -187,11 +195,26 @@ class Grammar {
   // The NFA's counted repetitions worth sharing masks in, with D (Canonical).
   struct CountedRun {
     Nfa::Counted c;
-    int depth;
+    std::shared_ptr<const TokenTrie::Reach> reach;
   };
-  std::vector<CountedRun> counted_;
-  std::vector<int32_t> canonical_;  // per state; kUnknownCanonical until computed
+  std::vector<CountedRun> counted_;  // at most kMaxCountedRuns
+  static constexpr size_t kMaxCountedRuns = 64;
   static constexpr int32_t kUnknownCanonical = -2;
+  struct Canon {
+    int32_t state = kUnknownCanonical;
+    uint64_t runs = 0;        // bit i: counted_[i] shifted s's states
+    bool exceptions = false;  // some of those runs have Reach exceptions
+  };
+  std::vector<Canon> canonical_;  // per state
+  // The state whose mask is s's but for the runs' Reach exceptions (Counted positions shifted;
+  // s itself when none applies).
+  Canon Canonical(int32_t s);
+  // The mask of s from its canonical state's: the Reach exceptions of the runs that moved it
+  // walked from s itself.
+  Status SharedMask(int32_t s, const Canon& c, uint32_t* words);
+  // s's mask by its own walk, cached.
+  Status OwnMask(int32_t s, uint32_t* words);
+  void CacheMask(int32_t s, const uint32_t* words);
   std::atomic<size_t> mask_walks_{0};
   std::unique_ptr<Dfa> dfa_;
   std::unique_ptr<Pda> pda_;
