@@ -49,6 +49,51 @@ TEST(TokenMask, MaskFollowsTheAutomatonAndEosOnlyWhenAccepting) {
   EXPECT_EQ((*g)->Advance((*g)->start(), 6), Grammar::kDead);  // eos is not a byte string
 }
 
+TEST(TokenMask, ReachWithinLeavesOutTheLongestTokens) {
+  // 600 tokens "a" x 1..600 plus "a\"" variants: their prefix of bytes in {a} is their length;
+  // the 512 longest are the exceptions, so the reach of the rest is 600 - 512 = 88.
+  std::vector<std::optional<std::string>> toks;
+  for (int n = 1; n <= 600; ++n) toks.push_back(std::string(static_cast<size_t>(n), 'a'));
+  toks.push_back("aaa\"aaaaaaaaaaaaaaaaaaaa");  // the quote ends its run at 3
+  toks.push_back("\"aaaaaaaaaaaaaaaaa");        // 0
+  auto trie = TokenTrie::Build(toks, 1000, {});
+  TokenTrie::ByteSet a{};
+  a['a' / 64] |= 1ull << ('a' % 64);
+  auto r = trie->ReachWithin(a);
+  EXPECT_EQ(r->depth, 600u - TokenTrie::kMaxReachExceptions);
+  ASSERT_EQ(r->longer.size(), TokenTrie::kMaxReachExceptions);
+  for (int32_t id : r->longer) EXPECT_GT(trie->bytes(id)->size(), r->depth) << id;
+  EXPECT_EQ(trie->ReachWithin(a), r);  // kept per set
+  TokenTrie::ByteSet all{};
+  for (auto& w : all) w = ~0ull;
+  EXPECT_EQ(trie->ReachWithin(all)->depth, 600u - TokenTrie::kMaxReachExceptions);
+}
+
+TEST(TokenMask, CountedStringMasksWithLongTokensMatchTheReference) {
+  // The exceptions (tokens longer than the reach) are decided from each position's own state:
+  // near maxLength a long run of "a" must be refused even though the shared mask allows it.
+  std::vector<std::optional<std::string>> toks = {"\"", "\",", "a\"", "<eos>"};
+  for (int n = 1; n <= 700; ++n) toks.push_back(std::string(static_cast<size_t>(n), 'a'));
+  auto trie = TokenTrie::Build(toks, 1024, {3});
+  auto re = ParseRegex("\"a{0,800}\"", RegexMode::kFullMatch);
+  ASSERT_TRUE(re.ok());
+  auto g = Grammar::Create(*re, trie);
+  ASSERT_TRUE(g.ok());
+  std::vector<uint32_t> m(static_cast<size_t>(trie->words())), ref(m.size());
+  int32_t s = (*g)->Advance((*g)->start(), 0);
+  for (int pos = 0; pos < 800 && s >= 0; ++pos) {
+    ASSERT_TRUE((*g)->FillMask(s, m.data()).ok());
+    ASSERT_TRUE((*g)->ReferenceMask(s, ref.data()).ok());
+    ASSERT_EQ(m, ref) << "position " << pos;
+    // 650 a's fit at position 0..150 only.
+    EXPECT_EQ(Allowed(m, 4 + 649), pos <= 150) << pos;
+    s = (*g)->Advance(s, 4);  // one "a"
+  }
+  // Reach 188 (700 runs of "a", the 512 longest left out): positions 1-611 share one mask, the
+  // last 189 are walked each (800 walks without the sharing).
+  EXPECT_LT((*g)->MaskWalks(), 200u);
+}
+
 TEST(TokenMask, GrammarCacheBoundsItsBytesOverAllGrammars) {
   // A 4,096-token vocabulary: one cached mask is 512 bytes.
   std::vector<std::optional<std::string>> toks;
