@@ -574,9 +574,22 @@ Grammar::Canon Grammar::Canonical(int32_t s) {
     const int32_t t = pda_ ? pda_->Remap(s, st) : dfa_->Intern(std::move(st));
     if (t >= 0) out = {t, runs, exceptions};
   }
-  if (canonical_.size() <= i) canonical_.resize(i + 1);
   canonical_[i] = out;
   return out;
+}
+
+bool Grammar::CachedMask(int32_t s, uint32_t* words) {
+  auto it = cache_.find(s);
+  if (it == cache_.end()) return false;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  std::memcpy(words, it->second->second.data(), it->second->second.size() * sizeof(uint32_t));
+  return true;
+}
+
+Status Grammar::StateLimit() const {
+  if (!(pda_ ? pda_->overflowed() : dfa_->overflowed())) return Status::Ok();
+  return Status(StatusCode::kResourceExhausted,
+                "structured output: the constraint's automaton outgrew its state limit");
 }
 
 void Grammar::CacheMask(int32_t s, const uint32_t* words) {
@@ -599,24 +612,14 @@ Status Grammar::OwnMask(int32_t s, uint32_t* words) {
     Walk(*dfa_, s, words, &local);
     AddEos(dfa_->Accepting(s), words);
   }
-  if (pda_ ? pda_->overflowed() : dfa_->overflowed()) {
-    return Status(StatusCode::kResourceExhausted,
-                  "structured output: the constraint's automaton outgrew its state limit");
-  }
+  RETURN_IF_ERROR(StateLimit());
   CacheMask(s, words);
   return Status::Ok();
 }
 
 Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
-  const size_t n = static_cast<size_t>(trie_->words());
   // The canonical state's mask, cached under its own id.
-  auto it = cache_.find(c.state);
-  if (it != cache_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    std::memcpy(words, it->second->second.data(), n * sizeof(uint32_t));
-  } else {
-    RETURN_IF_ERROR(OwnMask(c.state, words));
-  }
+  if (!CachedMask(c.state, words)) RETURN_IF_ERROR(OwnMask(c.state, words));
   // The tokens that reach further than the runs' depth: each run from s itself.
   bool any = false;
   for (size_t ri = 0; ri < counted_.size(); ++ri) {
@@ -634,25 +637,16 @@ Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
       any = true;
     }
   }
-  if (pda_ ? pda_->overflowed() : dfa_->overflowed()) {
-    return Status(StatusCode::kResourceExhausted,
-                  "structured output: the constraint's automaton outgrew its state limit");
-  }
+  RETURN_IF_ERROR(StateLimit());
   if (any) CacheMask(s, words);  // (c.exceptions: FillMask looks s up)
   return Status::Ok();
 }
 
 Status Grammar::FillMask(int32_t s, uint32_t* words) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t n = static_cast<size_t>(trie_->words());
   const Canon c = Canonical(s);
   // A state with exceptions caches its own mask; one without finds its canonical state's.
-  auto it = cache_.find(c.exceptions ? s : c.state);
-  if (it != cache_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    std::memcpy(words, it->second->second.data(), n * sizeof(uint32_t));
-    return Status::Ok();
-  }
+  if (CachedMask(c.exceptions ? s : c.state, words)) return Status::Ok();
   if (pda_ && pda_->AtLimit(s)) {
     return Status(StatusCode::kResourceExhausted,
                   "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +

@@ -215,6 +215,10 @@ class Grammar {
   // s's mask by its own walk, cached.
   Status OwnMask(int32_t s, uint32_t* words);
   void CacheMask(int32_t s, const uint32_t* words);
+  // Copies s's cached mask into words (false: none cached).
+  bool CachedMask(int32_t s, uint32_t* words);
+  // ResourceExhausted once the automaton has outgrown its state limit.
+  Status StateLimit() const;
   std::atomic<size_t> mask_walks_{0};
   std::unique_ptr<Dfa> dfa_;
   std::unique_ptr<Pda> pda_;

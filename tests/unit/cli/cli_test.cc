@@ -710,4 +710,31 @@ TEST(Cli, GrammarBenchRandomWalksFindNoDeadEnds) {
   fs::remove(schemas);
 }
 
+// --no-counted-sharing: every position of a maxLength string is walked apart; by default the
+// positions far from the bound share one mask (fewer walks), and the masks are the same.
+TEST(Cli, GrammarBenchCountedSharingWalksFewerMasks) {
+  const std::string schemas = TempPath("counted_schemas.jsonl");
+  {
+    std::ofstream f(schemas);
+    f << R"({"id":"long","schema":{"type":"string","maxLength":400},"tests":[{"valid":true,)"
+         R"("data":")"
+      << std::string(300, 'x') << R"("}]})"
+      << "\n";
+  }
+  const std::string tok = kFixtures + "/../../models/demo-chat";
+  auto walks = [&](const std::string& flag) {
+    Result r = RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas +
+                         " --check-masks " + flag);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"mask_mismatches\":0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"valid_accepted\":1"), std::string::npos) << r.out;
+    const size_t at = r.out.find("\"mask_walks\":");
+    return at == std::string::npos ? -1L : std::stol(r.out.substr(at + 13));
+  };
+  const long shared = walks(""), apart = walks("--no-counted-sharing");
+  EXPECT_GT(shared, 0) << shared;
+  EXPECT_LT(shared * 2, apart) << shared << " vs " << apart;
+  fs::remove(schemas);
+}
+
 }  // namespace
