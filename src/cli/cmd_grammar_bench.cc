@@ -27,6 +27,22 @@
 namespace sluice::cli {
 namespace {
 
+// The first few tokens a fast mask and the reference walk disagree on (a failed --check-masks).
+void ShowMaskDifference(const structured::TokenTrie& trie, const std::vector<uint32_t>& fast,
+                        const std::vector<uint32_t>& ref) {
+  int shown = 0;
+  for (size_t w = 0; w < fast.size() && shown < 8; ++w) {
+    for (uint32_t dif = fast[w] ^ ref[w]; dif != 0 && shown < 8; dif &= dif - 1, ++shown) {
+      const int bit = __builtin_ctz(dif);
+      const auto id = static_cast<int32_t>(w * 32 + static_cast<size_t>(bit));
+      const std::string* b = trie.bytes(id);
+      std::fprintf(stderr, "  token %d: %s by the fast mask, %s by the reference, bytes [%s]\n", id,
+                   (fast[w] >> bit) & 1 ? "allowed" : "refused",
+                   (ref[w] >> bit) & 1 ? "allowed" : "refused", b ? b->c_str() : "?");
+    }
+  }
+}
+
 struct BenchFlags {
   std::string tokenizer;
   std::string schemas;
@@ -258,6 +274,7 @@ int RunBench(const BenchFlags& f) {
                   ++mask_mismatches;
                   std::fprintf(stderr, "mask mismatch: schema %.*s, token %zu\n",
                                static_cast<int>(id.size()), id.data(), i);
+                  if (ms.ok() && rs.ok()) ShowMaskDifference(**trie, words, ref_words);
                 }
               }
               if (!ms.ok()) {
@@ -331,6 +348,7 @@ int RunBench(const BenchFlags& f) {
                   ++mask_mismatches;
                   std::fprintf(stderr, "mask mismatch: schema %.*s, walk %d, token %d\n",
                                static_cast<int>(id.size()), id.data(), w, i);
+                  if (ms.ok() && rs.ok()) ShowMaskDifference(**trie, words, ref_words);
                 }
               }
               size_t allowed = 0;

@@ -160,6 +160,9 @@ struct CompileLimits {
 StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimits& limits = {},
                                               bool pushdown = false);
 
+// The bytes some edge of NFA state q reads, added to a 256-bit set (bit b of word b / 64).
+void AddReadBytes(const Nfa& nfa, int32_t q, std::array<uint64_t, 4>* bytes);
+
 // Byte classes: bytes no edge of the NFA tells apart share a class. Fills cls[256] and a
 // representative byte of each class; returns the number of classes.
 int ByteClasses(const Nfa& nfa, uint8_t* cls, std::vector<uint8_t>* reps);
@@ -185,6 +188,10 @@ class Dfa {
   bool overflowed() const { return overflowed_; }
   int num_classes() const { return num_classes_; }
   const uint8_t* byte_class() const { return byte_class_; }
+  // The transitions [state][class of byte], kUnknownNext where not yet computed (valid until
+  // the next Next, which may add states): the mask walk's inner loop reads them directly.
+  static constexpr int32_t kUnknownNext = -2;
+  const int32_t* table() const { return table_.data(); }
   // Next with the known-transition lookup inlined (the mask walk's fast path).
   int32_t NextFast(int32_t s, uint8_t b) {
     const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
@@ -196,7 +203,7 @@ class Dfa {
   int32_t Intern(std::vector<int32_t> states);
 
  private:
-  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kUnknown = kUnknownNext;
   int32_t AddState(std::vector<int32_t> set);
   void Closure(std::vector<int32_t>* set);
 

@@ -6,6 +6,17 @@
 
 namespace sluice::structured {
 
+void AddReadBytes(const Nfa& nfa, int32_t q, std::array<uint64_t, 4>* bytes) {
+  for (const Nfa::Edge& ed : nfa.edges[static_cast<size_t>(q)]) {
+    for (int w = ed.lo >> 6; w <= ed.hi >> 6; ++w) {
+      const int lo = std::max<int>(ed.lo, w * 64) - w * 64;
+      const int hi = std::min<int>(ed.hi, w * 64 + 63) - w * 64;
+      const uint64_t upto = hi == 63 ? ~0ull : (2ull << hi) - 1;
+      (*bytes)[static_cast<size_t>(w)] |= upto & ~((1ull << lo) - 1);
+    }
+  }
+}
+
 int ByteClasses(const Nfa& nfa, uint8_t* cls, std::vector<uint8_t>* reps) {
   bool boundary[257] = {};
   for (const auto& es : nfa.edges) {
@@ -74,7 +85,14 @@ int32_t Dfa::AddState(std::vector<int32_t> set) {
   const int32_t id = static_cast<int32_t>(sets_.size());
   accepting_.push_back(std::binary_search(set.begin(), set.end(), nfa_->accept));
   has_next_.push_back(-1);
-  table_.resize(table_.size() + static_cast<size_t>(num_classes_), kUnknown);
+  // Classes no state of the set reads lead nowhere: known at once (about half of the
+  // transitions a mask walk asks for).
+  std::array<uint64_t, 4> reads{};
+  for (int32_t q : set) AddReadBytes(*nfa_, q, &reads);
+  for (int c = 0; c < num_classes_; ++c) {
+    const uint8_t r = class_rep_[static_cast<size_t>(c)];
+    table_.push_back(((reads[r >> 6] >> (r & 63)) & 1) ? kUnknown : kDead);
+  }
   ids_.emplace(set, id);
   sets_.push_back(std::move(set));
   return id;

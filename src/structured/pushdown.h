@@ -48,6 +48,16 @@ class Pda {
     const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
     return t != kUnknown ? t : Next(s, b);
   }
+  // The mask walk's inner loop reads the transition table and a word per state directly
+  // (valid until the next Next, which may add states): transitions [state][class of byte],
+  // kUnknownNext where not yet computed; Info bits: kInfoHole, kInfoItems, kInfoCut, and the
+  // depth (Depth) from bit 8.
+  static constexpr int32_t kUnknownNext = -2;
+  static constexpr uint32_t kInfoHole = 1, kInfoItems = 2, kInfoCut = 4;
+  const int32_t* table() const { return table_.data(); }
+  const uint32_t* info() const { return info_.data(); }
+  const uint8_t* byte_class() const { return byte_class_; }
+  int num_classes() const { return num_classes_; }
   int32_t Run(int32_t s, std::string_view bytes);
   bool Accepting(int32_t s) const { return s >= 0 && accepting_[static_cast<size_t>(s)]; }
   bool HasNext(int32_t s);
@@ -75,7 +85,7 @@ class Pda {
   bool overflowed() const { return overflowed_; }
 
  private:
-  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kUnknown = kUnknownNext;
   static constexpr int32_t kOpaque = 0;         // frames_[0]: the unknown rest of a stack
   static constexpr uint64_t kHoleItem = ~1ull;  // a return into the opaque frame
   static constexpr uint64_t kCutItem = ~0ull;   // a call was left out for depth
@@ -141,6 +151,7 @@ class Pda {
   std::vector<bool> accepting_, at_limit_;
   std::vector<int32_t> depth_;
   std::vector<uint8_t> flags_;
+  std::vector<uint32_t> info_;  // per state: the flags and depth, packed (info())
   std::vector<int8_t> has_next_;
   std::vector<int32_t> table_;
   struct SetHash {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <type_traits>
 
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +32,7 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
     return *t->tokens_[static_cast<size_t>(a)] < *t->tokens_[static_cast<size_t>(b)];
   });
   t->num_tokens_ = ids.size();
+  t->node_of_.assign(static_cast<size_t>(t->vocab_size_), 0);
   // Build with maps first (simple), then flatten.
   struct Node {
     std::map<uint8_t, uint32_t> kids;
@@ -56,6 +58,7 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
       }
     }
     nodes[cur].toks.push_back(id);
+    t->node_of_[static_cast<size_t>(id)] = cur;
   }
   t->child_begin_.reserve(nodes.size() + 1);
   t->tok_begin_.reserve(nodes.size() + 1);
@@ -80,6 +83,20 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(
   for (size_t n = nodes.size() - 1; n > 0; --n) {
     uint32_t& e = t->end_[t->parent_[n]];
     e = std::max(e, t->end_[n]);
+  }
+  // Tokens by length, longest first (TokensLongerThan).
+  t->by_length_ = ids;
+  std::stable_sort(t->by_length_.begin(), t->by_length_.end(), [&](int32_t a, int32_t b) {
+    return t->tokens_[static_cast<size_t>(a)]->size() > t->tokens_[static_cast<size_t>(b)]->size();
+  });
+  // The longest token of each subtree (children come after their parent).
+  t->sub_depth_.assign(nodes.size(), 0);
+  for (size_t n = nodes.size() - 1; n > 0; --n) {
+    if (t->tok_begin_[n + 1] > t->tok_begin_[n]) {
+      t->sub_depth_[n] = std::max(t->sub_depth_[n], t->depth_[n]);
+    }
+    uint32_t& p = t->sub_depth_[t->parent_[n]];
+    p = std::max(p, t->sub_depth_[n]);
   }
   return t;
 }
@@ -180,6 +197,13 @@ std::shared_ptr<const TokenTrie::Reach> TokenTrie::ReachWithin(const ByteSet& l)
   return r;
 }
 
+size_t TokenTrie::TokensLongerThan(size_t bytes) const {
+  const auto it = std::partition_point(by_length_.begin(), by_length_.end(), [&](int32_t id) {
+    return tokens_[static_cast<size_t>(id)]->size() > bytes;
+  });
+  return static_cast<size_t>(it - by_length_.begin());
+}
+
 StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
                                                    std::shared_ptr<const TokenTrie> trie,
                                                    const CompileLimits& limits) {
@@ -202,7 +226,7 @@ StatusOr<std::shared_ptr<Grammar>> Grammar::Create(const ExprP& e,
     const int d = static_cast<int>(reach->depth);
     // Worth it when some positions share: after min (from max(min, 1) to copies - d - 1) or
     // before it (1 to min - d - 1).
-    if (c.copies - d - std::max(c.min, 1) >= 2 || c.min - d - 1 >= 2) {
+    if (c.copies - std::max(c.min, 1) >= 2 || c.min - d - 1 >= 2) {
       g->counted_.push_back({c, std::move(reach)});
     }
   }
@@ -268,8 +292,16 @@ int DepthOf(const Dfa&, int32_t) { return 0; }
 int DepthOf(const Pda& d, int32_t s) { return d.Depth(s); }
 bool CutAt(const Dfa&, int32_t) { return false; }
 bool CutAt(const Pda& d, int32_t s) { return d.AtLimit(s); }
+std::vector<int32_t> StatesOf(const Dfa& d, int32_t s) { return d.NfaStates(s); }
+std::vector<int32_t> StatesOf(const Pda& d, int32_t s) { return d.ItemStates(s); }
+int32_t WithStates(Dfa& d, int32_t, std::vector<int32_t> states) {
+  return d.Intern(std::move(states));
+}
+int32_t WithStates(Pda& d, int32_t s, std::vector<int32_t> states) { return d.Remap(s, states); }
 // Fewer first bytes than this to one state: the plain walk is as cheap.
 constexpr int kMinCommonBytes = 16;
+// A counted repetition's cover (CountedAfter) clears at most this many long tokens.
+constexpr size_t kMaxCountedLong = 4096;
 }  // namespace
 
 // Runs dfs_ to the end: a token is allowed when its walk ends in a state with items (whatever
@@ -277,6 +309,7 @@ constexpr int kMinCommonBytes = 16;
 // having met a hole, and else its subtree depends on the stack (out->deps).
 template <typename A>
 void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out) {
+  constexpr bool kPda = std::is_same_v<A, Pda>;
   const TokenTrie& t = *trie_;
   const uint32_t* depth = t.depth_.data();
   const uint32_t* end = t.end_.data();
@@ -288,37 +321,56 @@ void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words
     scan_state_.resize(t.max_depth_ + 2);
     scan_taint_.resize(t.max_depth_ + 2);
   }
-  int32_t* st = scan_state_.data();
-  uint8_t* taint = scan_taint_.data();
+  // The automaton's table and per-state words read directly (re-read after a transition is
+  // computed: that may add states); words written through a pointer that aliases none of them.
+  const uint8_t* cls = d.byte_class();
+  const size_t n_cls = static_cast<size_t>(d.num_classes());
+  const int32_t* table = d.table();
+  const uint32_t* info = nullptr;
+  if constexpr (kPda) info = d.info();
+  uint32_t* __restrict w = words;
+  int32_t* __restrict st = scan_state_.data();
+  uint8_t* __restrict taint = scan_taint_.data();
   st[0] = s;  // st[k]: the state at depth base + k on the current path
   taint[0] = tainted;
-  int max_depth = out->depth;
-  bool cut = out->cut;
+  uint32_t max_depth = static_cast<uint32_t>(out->depth) << 8;
+  uint32_t cut = 0;
   for (uint32_t n = root + 1, stop = end[root]; n < stop;) {
     const uint32_t k = depth[n] - base;
-    const int32_t y = d.NextFast(st[k - 1], byte[n]);
+    const int32_t x = st[k - 1];
+    int32_t y = table[static_cast<size_t>(x) * n_cls + cls[byte[n]]];
+    if (y == A::kUnknownNext) {
+      y = d.Next(x, byte[n]);
+      table = d.table();
+      if constexpr (kPda) info = d.info();
+    }
     if (y < 0) {
       if (taint[k - 1]) out->deps.push_back(n);  // a path through the hole may go on
       n = end[n];
       continue;
     }
-    max_depth = std::max(max_depth, DepthOf(d, y));
-    cut |= CutAt(d, y);
-    if (!HasItems(d, y)) {  // only the hole: everything below depends on the stack
-      out->deps.push_back(n);
-      n = end[n];
-      continue;
+    if constexpr (kPda) {
+      const uint32_t f = info[y];
+      max_depth = std::max(max_depth, f & ~0xffu);
+      cut |= f;
+      if (!(f & Pda::kInfoItems)) {  // only the hole: everything below depends on the stack
+        out->deps.push_back(n);
+        n = end[n];
+        continue;
+      }
+      taint[k] = taint[k - 1] | static_cast<uint8_t>(f & Pda::kInfoHole);
+    } else {
+      taint[k] = taint[k - 1];
     }
     for (uint32_t i = tok_begin[n], e = tok_begin[n + 1]; i < e; ++i) {
       const int32_t id = tok_ids[i];
-      words[id >> 5] |= 1u << (id & 31);
+      w[id >> 5] |= 1u << (id & 31);
     }
     st[k] = y;
-    taint[k] = taint[k - 1] | static_cast<uint8_t>(HasHole(d, y));
     ++n;
   }
-  out->depth = max_depth;
-  out->cut = cut;
+  out->depth = static_cast<int>(max_depth >> 8);
+  out->cut = out->cut || (cut & Pda::kInfoCut) != 0;
 }
 
 // Runs the walks of dfs_'s items: a token is allowed when its walk ends in a state with items
@@ -331,6 +383,111 @@ void Grammar::Dfs(A& d, uint32_t* words, WalkOut* out) {
     dfs_.pop_back();
     Scan(d, it.node, it.state, it.tainted, words, out);
   }
+}
+
+template <typename A>
+bool Grammar::CountedAfter(A& d, int32_t ts, uint32_t* words, WalkOut* out) {
+  if (counted_.empty()) return false;
+  const TokenTrie& t = *trie_;
+  // ts's states in one counted repetition, all past its min, far enough from its end.
+  std::vector<int32_t> st = StatesOf(d, ts);
+  const CountedRun* run = nullptr;
+  int lo = 0, hi = 0;
+  for (const CountedRun& cr : counted_) {
+    const Nfa::Counted& c = cr.c;
+    const int32_t end = c.begin + c.copies * c.stride;
+    int l = c.copies + 1, h = 0;
+    for (int32_t q : st) {
+      if (q < c.begin || q >= end) continue;
+      const int k = (q - c.begin) / c.stride + 1;
+      l = std::min(l, k);
+      h = std::max(h, k);
+    }
+    if (h == 0) continue;
+    if (run) return false;  // states in two repetitions
+    run = &cr;
+    lo = l;
+    hi = h;
+  }
+  if (!run || lo < run->c.min) return false;
+  const int room = run->c.copies - hi;  // copies a path from ts may still read
+  if (room < kMinCommonBytes) return false;
+  const size_t n_long = t.TokensLongerThan(static_cast<size_t>(room) + 1);
+  if (n_long > kMaxCountedLong) return false;
+  // shifted(m): ts with its states m copies further (past min, so every block behaves alike).
+  std::vector<int32_t> at(static_cast<size_t>(room) + 1, kUnknownCanonical);
+  at[0] = ts;
+  auto shifted = [&](int m) {
+    int32_t& a = at[static_cast<size_t>(m)];
+    if (a != kUnknownCanonical) return a;
+    std::vector<int32_t> v = st;
+    const Nfa::Counted& c = run->c;
+    const int32_t end = c.begin + c.copies * c.stride;
+    for (int32_t& q : v) {
+      if (q >= c.begin && q < end) q += m * c.stride;
+    }
+    a = WithStates(d, ts, std::move(v));
+    return a;
+  };
+  const int32_t next = shifted(1);
+  if (next < 0) return false;
+  // L: the bytes that read one more copy and nothing else. A path of bytes of L from ts reads
+  // one copy per byte: m of them lead to shifted(m) while m <= room, and die past it.
+  TokenTrie::ByteSet l = {0, 0, 0, 0};
+  int n_l = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (d.NextFast(ts, static_cast<uint8_t>(b)) == next) {
+      l[static_cast<size_t>(b) >> 6] |= 1ull << (b & 63);
+      ++n_l;
+    }
+  }
+  if (n_l < kMinCommonBytes) return false;
+  // Past `room` bytes of L the last copy leaves no room for another: the tokens longer than
+  // room + 1 bytes are walked for real, from shifted(room), below their node at depth room + 1
+  // when its later bytes are in L (a token leaving L before that is an exit below).
+  const int32_t last = shifted(room);
+  if (last < 0) return false;
+  std::shared_ptr<const TokenTrie::LoopCover> cover = t.Cover(l);
+  std::memcpy(words, cover->mask.data(), sizeof(uint32_t) * cover->mask.size());
+  std::vector<uint32_t> tops;
+  for (size_t i = 0; i < n_long; ++i) {
+    const int32_t id = t.by_length_[i];
+    words[id >> 5] &= ~(1u << (id & 31));
+    uint32_t n = t.node_of_[static_cast<size_t>(id)];
+    while (t.depth_[n] > static_cast<uint32_t>(room) + 1) n = t.parent_[n];
+    tops.push_back(n);
+  }
+  std::sort(tops.begin(), tops.end());
+  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
+  // Exits before `room` bytes of L: from ts shifted by the bytes read.
+  for (uint32_t e : cover->exits) {
+    const uint32_t c = t.edge_child_[e];
+    const int m = static_cast<int>(t.depth_[c]) - 2;  // bytes of L read before the exit
+    if (m >= room) continue;
+    const int32_t from = shifted(m);
+    if (from < 0) continue;  // the state limit (the caller reports it)
+    const int32_t y = d.NextFast(from, t.edge_byte_[e]);
+    if (y < 0) continue;
+    out->depth = std::max(out->depth, DepthOf(d, y));
+    out->cut |= CutAt(d, y);
+    if (!HasItems(d, y)) {
+      out->deps.push_back(c);
+      continue;
+    }
+    MarkTokens(c, words);
+    if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
+    Dfs(d, words, out);
+  }
+  for (uint32_t top : tops) {
+    bool in_l = true;  // the bytes after the first, up to top
+    for (uint32_t n = top; t.parent_[n] != 0 && in_l; n = t.parent_[n]) {
+      const uint8_t b = t.byte_[n];
+      in_l = (l[b >> 6] >> (b & 63)) & 1;
+    }
+    if (!in_l) continue;
+    Scan(d, top, last, HasHole(d, last), words, out);
+  }
+  return true;
 }
 
 template <typename A>
@@ -357,7 +514,9 @@ const Grammar::WalkOut* Grammar::After(A& d, int32_t ts) {
   std::shared_ptr<const TokenTrie::LoopCover> cover =
       loops >= kMinCommonBytes ? t.Cover(l) : nullptr;
   dfs_.clear();
-  if (cover) {
+  if (!cover && CountedAfter(d, ts, words, &out)) {
+    // (a counted repetition's cover)
+  } else if (cover) {
     // Every token whose later bytes are in L ends in ts (which has items); the exits leave
     // nodes where the walk is in ts, untainted.
     std::memcpy(words, cover->mask.data(), sizeof(uint32_t) * cover->mask.size());
@@ -460,6 +619,55 @@ void Grammar::Walk(A& d, int32_t x, uint32_t* words, WalkOut* out) {
   std::sort(out->deps.begin(), out->deps.end());
 }
 
+template <typename A>
+void Grammar::NearWalk(A& d, int32_t s, const TokenTrie::ByteSet& run, uint32_t within,
+                       uint32_t* words) {
+  const TokenTrie& t = *trie_;
+  const uint32_t* depth = t.depth_.data();
+  const uint32_t* end = t.end_.data();
+  const uint32_t* sub_depth = t.sub_depth_.data();
+  const uint8_t* byte = t.byte_.data();
+  const uint32_t* tok_begin = t.tok_begin_.data();
+  const int32_t* tok_ids = t.tok_ids_.data();
+  if (scan_state_.size() < t.max_depth_ + 2) {
+    scan_state_.resize(t.max_depth_ + 2);
+    scan_taint_.resize(t.max_depth_ + 2);
+  }
+  if (scan_run_.size() < t.max_depth_ + 2) scan_run_.resize(t.max_depth_ + 2);
+  int32_t* st = scan_state_.data();     // the state at depth k on the path (kDead: refused)
+  uint32_t* in_run = scan_run_.data();  // the path's prefix in the run's bytes at depth k
+  st[0] = s;
+  in_run[0] = 0;
+  for (uint32_t n = 1, stop = end[0]; n < stop;) {
+    const uint32_t k = depth[n];
+    const uint8_t b = byte[n];
+    const uint32_t p = in_run[k - 1];
+    const uint32_t r = (p == k - 1 && ((run[b >> 6] >> (b & 63)) & 1)) ? k : p;
+    // Every token below has a prefix in the run of at most `within`: the canonical bits hold.
+    if ((r < k && r <= within) || sub_depth[n] <= within) {
+      n = end[n];
+      continue;
+    }
+    const int32_t y = d.NextFast(st[k - 1], b);
+    if (!HasItems(d, y)) {  // (s is a real configuration: no holes)
+      // Refused from s: every token below, whatever its prefix in the run (the shorter ones
+      // are refused at the canonical state too).
+      ClearSubtree(n, words);
+      n = end[n];
+      continue;
+    }
+    if (r > within) {
+      for (uint32_t i = tok_begin[n], e = tok_begin[n + 1]; i < e; ++i) {
+        const int32_t id = tok_ids[i];
+        words[id >> 5] |= 1u << (id & 31);
+      }
+    }
+    st[k] = y;
+    in_run[k] = r;
+    ++n;
+  }
+}
+
 void Grammar::PdaMask(int32_t s, uint32_t* words) {
   Pda& d = *pda_;
   const TokenTrie& t = *trie_;
@@ -532,6 +740,8 @@ Grammar::Canon Grammar::Canonical(int32_t s) {
   std::vector<int32_t> st = pda_ ? pda_->ItemStates(s) : dfa_->NfaStates(s);
   uint64_t runs = 0;
   bool exceptions = false;
+  int32_t near_run = -1;
+  uint32_t near_within = 0;
   // A shift may move states into another repetition's blocks (nested ones): until none applies.
   for (int pass = 0; pass < 8; ++pass) {
     bool any = false;
@@ -551,20 +761,31 @@ Grammar::Canon Grammar::Canonical(int32_t s) {
       // the same exits and copies from every block of the range when all are past min and D
       // copies short of the last, or all D copies short of min.
       int target;
+      bool near = false;
       if (lo >= c.min && hi + depth < c.copies) {
         target = std::max(c.min, 1);
       } else if (hi + depth < c.min) {
         target = 1;
+      } else if (lo >= c.min && hi < c.copies && near_run < 0) {
+        // Fewer than D copies left: a token whose prefix in the run's bytes is at most
+        // copies - 1 - hi long still behaves as from the target block; the others are walked
+        // from s (NearWalk).
+        target = std::max(c.min, 1);
+        near = true;
       } else {
         continue;
       }
       if (lo == target) continue;
+      if (near) {
+        near_run = static_cast<int32_t>(ri);
+        near_within = static_cast<uint32_t>(c.copies - 1 - hi);
+      }
       const int32_t shift = (lo - target) * c.stride;
       for (int32_t& q : st) {
         if (q >= c.begin && q < end) q -= shift;
       }
       runs |= 1ull << ri;
-      exceptions |= !counted_[ri].reach->longer.empty();
+      exceptions |= near || !counted_[ri].reach->longer.empty();
       any = true;
     }
     if (!any) break;
@@ -572,7 +793,7 @@ Grammar::Canon Grammar::Canonical(int32_t s) {
   Canon out{s, 0, false};
   if (runs) {
     const int32_t t = pda_ ? pda_->Remap(s, st) : dfa_->Intern(std::move(st));
-    if (t >= 0) out = {t, runs, exceptions};
+    if (t >= 0) out = {t, runs, exceptions, near_run, near_within};
   }
   canonical_[i] = out;
   return out;
@@ -624,6 +845,16 @@ Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
   bool any = false;
   for (size_t ri = 0; ri < counted_.size(); ++ri) {
     if (!((c.runs >> ri) & 1)) continue;
+    if (static_cast<int32_t>(ri) == c.near_run) {
+      mask_walks_.fetch_add(1, std::memory_order_relaxed);  // (a walk, if a pruned one)
+      if (pda_) {
+        NearWalk(*pda_, s, counted_[ri].c.bytes, c.near_within, words);
+      } else {
+        NearWalk(*dfa_, s, counted_[ri].c.bytes, c.near_within, words);
+      }
+      any = true;
+      continue;
+    }
     for (int32_t id : counted_[ri].reach->longer) {
       const std::string* b = trie_->bytes(id);
       if (!b) continue;

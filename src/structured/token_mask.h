@@ -96,6 +96,8 @@ class TokenTrie {
     std::vector<int32_t> longer;
   };
   std::shared_ptr<const Reach> ReachWithin(const ByteSet& l) const;
+  // How many tokens are longer than `bytes` (the first of by_length_).
+  size_t TokensLongerThan(size_t bytes) const;
   static constexpr size_t kMaxReachExceptions = 512;
 
  private:
@@ -114,6 +116,9 @@ class TokenTrie {
   // The edge into node n (the root: none): its parent and byte. Node ids are in DFS order:
   // n's subtree is the nodes [n, end_[n]).
   std::vector<uint32_t> parent_, end_, depth_;
+  std::vector<uint32_t> sub_depth_;  // the longest token in n's subtree (0: none)
+  std::vector<int32_t> by_length_;   // token ids, longest first
+  std::vector<uint32_t> node_of_;    // token id -> its node (0: none)
   std::vector<uint8_t> byte_;
   uint32_t max_depth_ = 0;
   mutable std::mutex cover_mu_;
@@ -180,6 +185,11 @@ class Grammar {
   // The tokens whose bytes after the first are allowed from t (t hole-free), cached per state.
   template <typename A>
   const WalkOut* After(A& a, int32_t t);
+  // After for t inside a counted repetition (no loop there): the cover of the bytes that read
+  // one more copy, with the tokens that outrun the copies left cleared and each exit walked from
+  // t shifted by the copies read before it. False when t is not such a state.
+  template <typename A>
+  bool CountedAfter(A& a, int32_t t, uint32_t* words, WalkOut* out);
   template <typename A>
   void Dfs(A& a, uint32_t* words, WalkOut* out);
   // The subtree below `root` (not its own tokens) from state s, scanned in node order (a dead
@@ -203,7 +213,11 @@ class Grammar {
   struct Canon {
     int32_t state = kUnknownCanonical;
     uint64_t runs = 0;        // bit i: counted_[i] shifted s's states
-    bool exceptions = false;  // some of those runs have Reach exceptions
+    bool exceptions = false;  // some of those runs have Reach exceptions (or near is set)
+    // A run s is near the end of (fewer than its D copies left): near_run's index, and the
+    // prefix in its bytes up to which a token behaves at s as at the canonical state.
+    int32_t near_run = -1;
+    uint32_t near_within = 0;
   };
   std::vector<Canon> canonical_;  // per state
   // The state whose mask is s's but for the runs' Reach exceptions (Counted positions shifted;
@@ -212,6 +226,10 @@ class Grammar {
   // The mask of s from its canonical state's: the Reach exceptions of the runs that moved it
   // walked from s itself.
   Status SharedMask(int32_t s, const Canon& c, uint32_t* words);
+  // The bits of the tokens whose prefix in run's bytes is longer than `within`, by a walk
+  // from s of only the trie's paths to such tokens.
+  template <typename A>
+  void NearWalk(A& a, int32_t s, const TokenTrie::ByteSet& run, uint32_t within, uint32_t* words);
   // s's mask by its own walk, cached.
   Status OwnMask(int32_t s, uint32_t* words);
   void CacheMask(int32_t s, const uint32_t* words);
@@ -250,6 +268,7 @@ class Grammar {
   std::vector<DfsItem> dfs_;
   std::vector<int32_t> scan_state_;
   std::vector<uint8_t> scan_taint_;
+  std::vector<uint32_t> scan_run_;
   std::vector<std::pair<uint32_t, int32_t>> path_;
   std::vector<uint32_t> chain_;
 };

@@ -46,6 +46,19 @@ std::vector<std::optional<std::string>> SyntheticVocab(size_t target) {
     }
   }
   for (int i = 0; i < 1000; ++i) toks.insert(std::to_string(i));
+  // Long tokens (a few, as real vocabularies have): runs longer than most, a quote or an escape
+  // deep inside, multi-byte characters (several bytes, one character of a maxLength).
+  std::string cjk, esc, cafe;
+  for (int i = 0; i < 12; ++i) cjk += "\xe4\xb8\xad";
+  for (int i = 0; i < 6; ++i) esc += "x\\\\y\\\"z";
+  for (int i = 0; i < 8; ++i) cafe += "caf\xc3\xa9";
+  for (const std::string& t :
+       {std::string(30, 'a'), std::string(45, 'b'), std::string(64, ' '), std::string(90, 'z'),
+        std::string("abcdefghij") + "abcdefghij" + "abcdefghij" + "\"",
+        std::string("abcdefghij") + "abcdefghij" + "abcdefghij" + "\",\"b\":\"", cjk, esc, cafe,
+        "a" + cjk, std::string(25, 'q') + "\xe4\xb8\xad" + std::string(25, 'q')}) {
+    toks.insert(t);
+  }
   for (const char* t : {"\\\"",
                         "\\\\",
                         "\\n",
@@ -190,7 +203,7 @@ class MaskDiff : public ::testing::Test {
           Check(g, s, "text " + text.substr(0, 40) + " at " + std::to_string(i));
       if (m.empty()) return;
       int32_t id = -1;
-      size_t n = std::min<size_t>(text.size() - i, 12);
+      size_t n = std::min<size_t>(text.size() - i, 96);
       for (; n > 0; --n) {
         auto it = ids_.find(text.substr(i, n));
         if (it != ids_.end()) {
@@ -372,6 +385,35 @@ TEST_F(MaskDiff, CountedRegexRepetitions) {
   FollowText(*g, std::string(400, 'q') + "x");
   FollowText(*g, std::string(401, 'q') + "x");  // refused
   FollowText(*g, "abcdx");                      // refused: 4 < 5
+}
+
+TEST_F(MaskDiff, CountedStringsNearTheirBounds) {
+  // Short and long maxLength strings (positions within a token's reach of the end: NearWalk;
+  // the After walk of a position with room left: CountedAfter), minLength 1, free extra keys
+  // (pushdown), walked with long tokens, multi-byte characters and escapes at every position.
+  auto g = Schema(R"({"type":"object","properties":{
+      "s":{"type":"string","minLength":1,"maxLength":20},
+      "m":{"type":"string","maxLength":36},
+      "l":{"type":"string","minLength":1,"maxLength":64},
+      "x":{"type":"string","maxLength":256}},
+      "required":["s","m","l"]})");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(g->pushdown());
+  const std::string cjk12 = [] {
+    std::string t;
+    for (int i = 0; i < 12; ++i) t += "\xe4\xb8\xad";
+    return t;
+  }();
+  for (int n : {1, 5, 19, 20}) {
+    FollowText(*g, "{\"s\":\"" + std::string(static_cast<size_t>(n), 'a') + "\",\"m\":\"" + cjk12 +
+                       cjk12 + cjk12 + "\",\"l\":\"" + std::string(64, 'b') + "\",\"x\":\"" +
+                       std::string(200, 'z') + cjk12 + "\"}");
+  }
+  FollowText(*g, "{\"s\":\"" + std::string(21, 'a') + "\"");  // one over: refused
+  FollowText(*g, "{\"s\":\"q\",\"m\":\"" + std::string(30, 'a') + "\",\"l\":\"" +
+                     std::string(45, 'b') + std::string(19, 'c') + "\"}");
+  RandomWalks(*g, 8, 300, 15, false);
+  RandomWalks(*g, 4, 300, 16, true);
 }
 
 TEST_F(MaskDiff, CountedStringsInsideRecursion) {
