@@ -162,6 +162,11 @@ StatusOr<std::shared_ptr<const Nfa>> BuildNfa(const ExprP& e, const CompileLimit
 
 // The bytes some edge of NFA state q reads, added to a 256-bit set (bit b of word b / 64).
 void AddReadBytes(const Nfa& nfa, int32_t q, std::array<uint64_t, 4>* bytes);
+// Appends a new state's row of transitions (one per class, `class_rep` a byte of each): -1
+// (dead) for the classes whose byte is not in `reads`, -2 (not yet computed) for the others.
+// About half of the transitions a mask walk asks for are thus known dead without a look-up.
+void AppendTransitionRow(const std::array<uint64_t, 4>& reads,
+                         const std::vector<uint8_t>& class_rep, std::vector<int32_t>* table);
 
 // Byte classes: bytes no edge of the NFA tells apart share a class. Fills cls[256] and a
 // representative byte of each class; returns the number of classes.

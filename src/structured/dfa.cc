@@ -17,6 +17,11 @@ void AddReadBytes(const Nfa& nfa, int32_t q, std::array<uint64_t, 4>* bytes) {
   }
 }
 
+void AppendTransitionRow(const std::array<uint64_t, 4>& reads,
+                         const std::vector<uint8_t>& class_rep, std::vector<int32_t>* table) {
+  for (uint8_t r : class_rep) table->push_back(((reads[r >> 6] >> (r & 63)) & 1) ? -2 : -1);
+}
+
 int ByteClasses(const Nfa& nfa, uint8_t* cls, std::vector<uint8_t>* reps) {
   bool boundary[257] = {};
   for (const auto& es : nfa.edges) {
@@ -85,14 +90,9 @@ int32_t Dfa::AddState(std::vector<int32_t> set) {
   const int32_t id = static_cast<int32_t>(sets_.size());
   accepting_.push_back(std::binary_search(set.begin(), set.end(), nfa_->accept));
   has_next_.push_back(-1);
-  // Classes no state of the set reads lead nowhere: known at once (about half of the
-  // transitions a mask walk asks for).
   std::array<uint64_t, 4> reads{};
   for (int32_t q : set) AddReadBytes(*nfa_, q, &reads);
-  for (int c = 0; c < num_classes_; ++c) {
-    const uint8_t r = class_rep_[static_cast<size_t>(c)];
-    table_.push_back(((reads[r >> 6] >> (r & 63)) & 1) ? kUnknown : kDead);
-  }
+  AppendTransitionRow(reads, class_rep_, &table_);
   ids_.emplace(set, id);
   sets_.push_back(std::move(set));
   return id;

@@ -199,14 +199,9 @@ int32_t Pda::AddState(const std::vector<uint64_t>& items, bool cut, bool hole) {
   info_.push_back((hole ? kInfoHole : 0) | (has_items ? kInfoItems : 0) | (cut ? kInfoCut : 0) |
                   (static_cast<uint32_t>(depth) << 8));
   has_next_.push_back(-1);
-  // Classes no item reads lead nowhere: known at once (about half of the transitions a mask
-  // walk asks for).
   std::array<uint64_t, 4> reads{};
   for (uint64_t item : items) AddReadBytes(*nfa_, StateOf(item), &reads);
-  for (int c = 0; c < num_classes_; ++c) {
-    const uint8_t r = class_rep_[static_cast<size_t>(c)];
-    table_.push_back(((reads[r >> 6] >> (r & 63)) & 1) ? kUnknown : kDead);
-  }
+  AppendTransitionRow(reads, class_rep_, &table_);
   ids_.emplace(key_, id);
   sets_.push_back(key_);
   return id;

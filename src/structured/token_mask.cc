@@ -188,6 +188,20 @@ void Grammar::Dfs(A& d, uint32_t* words, WalkOut* out) {
 }
 
 template <typename A>
+void Grammar::Enter(A& d, uint32_t c, int32_t y, uint32_t* words, WalkOut* out) {
+  const TokenTrie& t = *trie_;
+  out->depth = std::max(out->depth, DepthOf(d, y));
+  out->cut |= CutAt(d, y);
+  if (!HasItems(d, y)) {  // only the hole: everything below depends on the stack
+    out->deps.push_back(c);
+    return;
+  }
+  MarkTokens(c, words);
+  if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
+  Dfs(d, words, out);
+}
+
+template <typename A>
 bool Grammar::CountedAfter(A& d, int32_t ts, uint32_t* words, WalkOut* out) {
   if (counted_.empty()) return false;
   const TokenTrie& t = *trie_;
@@ -269,16 +283,7 @@ bool Grammar::CountedAfter(A& d, int32_t ts, uint32_t* words, WalkOut* out) {
     const int32_t from = shifted(m);
     if (from < 0) continue;  // the state limit (the caller reports it)
     const int32_t y = d.NextFast(from, t.edge_byte_[e]);
-    if (y < 0) continue;
-    out->depth = std::max(out->depth, DepthOf(d, y));
-    out->cut |= CutAt(d, y);
-    if (!HasItems(d, y)) {
-      out->deps.push_back(c);
-      continue;
-    }
-    MarkTokens(c, words);
-    if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
-    Dfs(d, words, out);
+    if (y >= 0) Enter(d, c, y, words, out);
   }
   for (uint32_t top : tops) {
     bool in_l = true;  // the bytes after the first, up to top
@@ -325,16 +330,7 @@ const Grammar::WalkOut* Grammar::After(A& d, int32_t ts) {
     for (uint32_t e : cover->exits) {
       const int32_t y = d.NextFast(ts, t.edge_byte_[e]);
       const uint32_t c = t.edge_child_[e];
-      if (y < 0) continue;
-      out.depth = std::max(out.depth, DepthOf(d, y));
-      out.cut |= CutAt(d, y);
-      if (!HasItems(d, y)) {
-        out.deps.push_back(c);
-        continue;
-      }
-      MarkTokens(c, words);
-      if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
-      Dfs(d, words, &out);
+      if (y >= 0) Enter(d, c, y, words, &out);
     }
   } else {
     for (uint32_t e = t.child_begin_[0]; e < t.child_begin_[1]; ++e) {
@@ -407,16 +403,7 @@ void Grammar::Walk(A& d, int32_t x, uint32_t* words, WalkOut* out) {
     if (y == common) continue;
     const uint32_t c = t.edge_child_[e];
     ClearSubtree(c, words);
-    if (y < 0) continue;  // untainted: refused
-    out->depth = std::max(out->depth, DepthOf(d, y));
-    out->cut |= CutAt(d, y);
-    if (!HasItems(d, y)) {
-      out->deps.push_back(c);
-      continue;
-    }
-    MarkTokens(c, words);
-    if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
-    Dfs(d, words, out);
+    if (y >= 0) Enter(d, c, y, words, out);  // (y < 0, untainted: refused)
   }
   std::sort(out->deps.begin(), out->deps.end());
 }

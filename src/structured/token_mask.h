@@ -192,6 +192,10 @@ class Grammar {
   bool CountedAfter(A& a, int32_t t, uint32_t* words, WalkOut* out);
   template <typename A>
   void Dfs(A& a, uint32_t* words, WalkOut* out);
+  // Node c entered in state y (alive): its tokens and its subtree walked, or (only the hole)
+  // c noted as stack-dependent.
+  template <typename A>
+  void Enter(A& a, uint32_t c, int32_t y, uint32_t* words, WalkOut* out);
   // The subtree below `root` (not its own tokens) from state s, scanned in node order (a dead
   // prefix skips its subtree), with Dfs's rules for holes.
   template <typename A>
