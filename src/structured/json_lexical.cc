@@ -390,27 +390,44 @@ ExprP StringExcluding(const std::vector<std::string>& names) {
     return enc;
   };
   const ExprP free_tail = Concat({Star(StringChar()), Quote()});
-  std::function<ExprP(int)> from = [&](int node) -> ExprP {
+  // A key is a path down the trie, then either a code point off it and any tail (`dev`), or the
+  // closing quote at a node that is not a name (`close`). The tail appears once, after every
+  // way off the trie, so that all keys off the trie share its states (a mask walk finds the
+  // same state whichever name a token's bytes left).
+  auto edge = [](uint32_t cp) {
+    std::string utf8;
+    AppendUtf8(cp, &utf8);
+    std::string q;
+    AppendQuoted(utf8, &q);  // the canonical spelling: raw or its short escape
+    return Literal(q.substr(1, q.size() - 2));
+  };
+  std::function<ExprP(int)> dev = [&](int node) -> ExprP {
     const Node& nd = trie[static_cast<size_t>(node)];
     std::vector<ExprP> alts;
     Ranges taken;
     for (const auto& [cp, kid] : nd.kids) {
       taken.emplace_back(cp, cp);
-      // The canonical spelling of cp (raw or its short escape) continues the trie.
-      std::string utf8;
-      AppendUtf8(cp, &utf8);
-      std::string q;
-      AppendQuoted(utf8, &q);
-      alts.push_back(Concat({Literal(q.substr(1, q.size() - 2)), from(kid)}));
+      alts.push_back(Concat({edge(cp), dev(kid)}));
     }
-    const Ranges others = Complement(taken, 0x10FFFF);
     // Control characters, '"', '\' and '/' spelled other ways would escape the trie:
     // such keys are not generated near a name (documented).
-    if (!others.empty()) alts.push_back(Concat({elem(others), free_tail}));
-    if (!nd.terminal) alts.push_back(Quote());
-    return Alt(std::move(alts));
+    const Ranges others = Complement(taken, 0x10FFFF);
+    if (!others.empty()) alts.push_back(elem(others));
+    return alts.empty() ? Nothing() : Alt(std::move(alts));
   };
-  return Concat({Quote(), from(0)});
+  std::function<ExprP(int)> close = [&](int node) -> ExprP {
+    const Node& nd = trie[static_cast<size_t>(node)];
+    std::vector<ExprP> alts;
+    for (const auto& [cp, kid] : nd.kids) {
+      if (ExprP k = close(kid)) alts.push_back(Concat({edge(cp), std::move(k)}));
+    }
+    if (!nd.terminal) alts.push_back(Quote());
+    if (alts.empty()) return nullptr;  // every key through here is a name
+    return alts.size() == 1 ? alts[0] : Alt(std::move(alts));
+  };
+  std::vector<ExprP> ways = {Concat({dev(0), free_tail})};
+  if (ExprP c = close(0)) ways.push_back(std::move(c));
+  return Concat({Quote(), ways.size() == 1 ? ways[0] : Alt(std::move(ways))});
 }
 
 }  // namespace sluice::structured::json_text

@@ -109,15 +109,40 @@ constexpr size_t kMaxCountedLong = 4096;
 // Runs dfs_ to the end: a token is allowed when its walk ends in a state with items (whatever
 // the stack below an opaque frame: that path never looked at it), refused when it dies without
 // having met a hole, and else its subtree depends on the stack (out->deps).
-template <typename A>
-void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out) {
+void Grammar::JumpTo(uint32_t n, const WalkOut& w, uint32_t* words, WalkOut* out) const {
+  const TokenTrie& t = *trie_;
+  const uint32_t* from = w.mask.data();
+  for (uint32_t i = t.tok_begin_[n], e = t.tok_begin_[t.end_[n]]; i < e; ++i) {
+    const int32_t id = t.tok_ids_[i];
+    const uint32_t bit = 1u << (id & 31);
+    words[id >> 5] = (words[id >> 5] & ~bit) | (from[id >> 5] & bit);
+  }
+  auto lo = std::lower_bound(w.deps.begin(), w.deps.end(), n);
+  auto hi = std::lower_bound(lo, w.deps.end(), t.end_[n]);
+  out->deps.insert(out->deps.end(), lo, hi);
+  out->depth = std::max(out->depth, w.depth);
+  out->cut |= w.cut;
+}
+
+template <typename A, bool kJump>
+void Grammar::ScanTree(A& d, const TokenTrie::ExitForest* f, uint32_t root, int32_t s, bool tainted,
+                       uint32_t* words, WalkOut* out) {
   constexpr bool kPda = std::is_same_v<A, Pda>;
   const TokenTrie& t = *trie_;
-  const uint32_t* depth = t.depth_.data();
-  const uint32_t* end = t.end_.data();
-  const uint8_t* byte = t.byte_.data();
-  const uint32_t* tok_begin = t.tok_begin_.data();
-  const int32_t* tok_ids = t.tok_ids_.data();
+  const uint32_t* depth = f ? f->depth.data() : t.depth_.data();
+  const uint32_t* end = f ? f->end.data() : t.end_.data();
+  const uint8_t* byte = f ? f->byte.data() : t.byte_.data();
+  const uint32_t* tok_begin = f ? f->tok_begin.data() : t.tok_begin_.data();
+  const int32_t* tok_ids = f ? f->toks.data() : t.tok_ids_.data();
+  // A stack-dependent node: the trie's, or every trie node a forest node merges.
+  auto dep = [&](uint32_t n) {
+    if (!f) {
+      out->deps.push_back(n);
+    } else {
+      out->deps.insert(out->deps.end(), f->trie.begin() + f->trie_begin[n],
+                       f->trie.begin() + f->trie_begin[n + 1]);
+    }
+  };
   const uint32_t base = depth[root];
   if (scan_state_.size() < t.max_depth_ + 2) {
     scan_state_.resize(t.max_depth_ + 2);
@@ -135,6 +160,18 @@ void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words
   uint8_t* __restrict taint = scan_taint_.data();
   st[0] = s;  // st[k]: the state at depth base + k on the current path
   taint[0] = tainted;
+  // kJump: in[k]: the path's bytes up to depth base + k are all in jump_'s loop set.
+  uint8_t* in = nullptr;
+  if constexpr (kJump) {
+    if (scan_in_.size() < t.max_depth_ + 2) scan_in_.resize(t.max_depth_ + 2);
+    in = scan_in_.data();
+    const TokenTrie::ByteSet& l = jump_->loop;
+    bool all = true;
+    for (uint32_t n = root; n != 0 && all; n = t.parent_[n]) {
+      all = (l[t.byte_[n] >> 6] >> (t.byte_[n] & 63)) & 1;
+    }
+    in[0] = all;
+  }
   uint32_t max_depth = static_cast<uint32_t>(out->depth) << 8;
   uint32_t cut = 0;
   for (uint32_t n = root + 1, stop = end[root]; n < stop;) {
@@ -147,22 +184,31 @@ void Grammar::Scan(A& d, uint32_t root, int32_t s, bool tainted, uint32_t* words
       if constexpr (kPda) info = d.info();
     }
     if (y < 0) {
-      if (taint[k - 1]) out->deps.push_back(n);  // a path through the hole may go on
+      if (taint[k - 1]) dep(n);  // a path through the hole may go on
       n = end[n];
       continue;
     }
     if constexpr (kPda) {
-      const uint32_t f = info[y];
-      max_depth = std::max(max_depth, f & ~0xffu);
-      cut |= f;
-      if (!(f & Pda::kInfoItems)) {  // only the hole: everything below depends on the stack
-        out->deps.push_back(n);
+      const uint32_t fl = info[y];
+      max_depth = std::max(max_depth, fl & ~0xffu);
+      cut |= fl;
+      if (!(fl & Pda::kInfoItems)) {  // only the hole: everything below depends on the stack
+        dep(n);
         n = end[n];
         continue;
       }
-      taint[k] = taint[k - 1] | static_cast<uint8_t>(f & Pda::kInfoHole);
+      taint[k] = taint[k - 1] | static_cast<uint8_t>(fl & Pda::kInfoHole);
     } else {
       taint[k] = taint[k - 1];
+    }
+    if constexpr (kJump) {
+      const TokenTrie::ByteSet& l = jump_->loop;
+      in[k] = in[k - 1] && ((l[byte[n] >> 6] >> (byte[n] & 63)) & 1);
+      if (y == jump_state_ && in[k] && !taint[k]) {
+        JumpTo(n, *jump_, w, out);
+        n = end[n];
+        continue;
+      }
     }
     for (uint32_t i = tok_begin[n], e = tok_begin[n + 1]; i < e; ++i) {
       const int32_t id = tok_ids[i];
@@ -199,6 +245,30 @@ void Grammar::Enter(A& d, uint32_t c, int32_t y, uint32_t* words, WalkOut* out) 
   MarkTokens(c, words);
   if (t.child_begin_[c + 1] > t.child_begin_[c]) dfs_.push_back({c, y, HasHole(d, y)});
   Dfs(d, words, out);
+}
+
+template <typename A>
+void Grammar::ExitWalk(A& d, int32_t x, const TokenTrie::ByteSet& l, uint32_t* words,
+                       WalkOut* out) {
+  std::shared_ptr<const TokenTrie::ExitForest> f = trie_->Exits(l);
+  std::memcpy(words, f->all_in.data(), sizeof(uint32_t) * f->all_in.size());
+  for (uint32_t r : f->roots) {
+    // Every token of this group reads bytes of L from x (staying in x), then the exit byte.
+    const int32_t y = d.NextFast(x, f->byte[r]);
+    if (y < 0) continue;  // (x has no hole: refused)
+    out->depth = std::max(out->depth, DepthOf(d, y));
+    out->cut |= CutAt(d, y);
+    if (!HasItems(d, y)) {  // only the hole: every subtree depends on the stack
+      out->deps.insert(out->deps.end(), f->trie.begin() + f->trie_begin[r],
+                       f->trie.begin() + f->trie_begin[r + 1]);
+      continue;
+    }
+    for (uint32_t i = f->tok_begin[r]; i < f->tok_begin[r + 1]; ++i) {
+      const int32_t id = f->toks[i];
+      words[id >> 5] |= 1u << (id & 31);
+    }
+    if (f->end[r] > r + 1) ScanTree<A, false>(d, f.get(), r, y, HasHole(d, y), words, out);
+  }
 }
 
 template <typename A>
@@ -318,20 +388,15 @@ const Grammar::WalkOut* Grammar::After(A& d, int32_t ts) {
       ++loops;
     }
   }
-  std::shared_ptr<const TokenTrie::LoopCover> cover =
-      loops >= kMinCommonBytes ? t.Cover(l) : nullptr;
   dfs_.clear();
-  if (!cover && CountedAfter(d, ts, words, &out)) {
+  if (loops >= kMinCommonBytes) {
+    // ts loops on L: its whole walk, once per exit byte (Walk uses it for the first bytes of
+    // L, which lead from ts to ts).
+    out.whole = true;
+    out.loop = l;
+    ExitWalk(d, ts, l, words, &out);
+  } else if (CountedAfter(d, ts, words, &out)) {
     // (a counted repetition's cover)
-  } else if (cover) {
-    // Every token whose later bytes are in L ends in ts (which has items); the exits leave
-    // nodes where the walk is in ts, untainted.
-    std::memcpy(words, cover->mask.data(), sizeof(uint32_t) * cover->mask.size());
-    for (uint32_t e : cover->exits) {
-      const int32_t y = d.NextFast(ts, t.edge_byte_[e]);
-      const uint32_t c = t.edge_child_[e];
-      if (y >= 0) Enter(d, c, y, words, &out);
-    }
   } else {
     for (uint32_t e = t.child_begin_[0]; e < t.child_begin_[1]; ++e) {
       const uint32_t c = t.edge_child_[e];
@@ -392,19 +457,36 @@ void Grammar::Walk(A& d, int32_t x, uint32_t* words, WalkOut* out) {
   std::memcpy(words, after->mask.data(), sizeof(uint32_t) * n);
   out->depth = std::max(out->depth, after->depth);
   out->cut |= after->cut;
-  // After's stack-dependent subtrees under the first bytes that lead to `common`.
+  if (after->whole && common == x) {  // x's own whole walk
+    out->deps = after->deps;
+    return;
+  }
+  // The first bytes whose tokens After decides: those to `common` (and, for a whole walk, in
+  // its loop set: common reads the rest of their bytes as from the root).
+  auto kept = [&](uint8_t b, int32_t y) {
+    return y == common && (!after->whole || ((after->loop[b >> 6] >> (b & 63)) & 1));
+  };
+  // After's stack-dependent subtrees under those first bytes.
   for (uint32_t c : after->deps) {
     uint32_t top = c;
     while (t.parent_[top] != 0) top = t.parent_[top];
-    if (d.NextFast(x, t.byte_[top]) == common) out->deps.push_back(c);
+    if (kept(t.byte_[top], d.NextFast(x, t.byte_[top]))) out->deps.push_back(c);
+  }
+  // The others walked apart; inside them, a node entered in `common` by bytes of its loop set
+  // takes its bits from After's whole walk.
+  if (after->whole) {
+    jump_ = after;
+    jump_state_ = common;
   }
   for (uint32_t e = r_begin; e < r_end; ++e) {
     const int32_t y = first[e - r_begin];
-    if (y == common) continue;
+    if (kept(t.edge_byte_[e], y)) continue;
     const uint32_t c = t.edge_child_[e];
     ClearSubtree(c, words);
     if (y >= 0) Enter(d, c, y, words, out);  // (y < 0, untainted: refused)
   }
+  jump_ = nullptr;
+  jump_state_ = -1;
   std::sort(out->deps.begin(), out->deps.end());
 }
 

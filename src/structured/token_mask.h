@@ -13,10 +13,12 @@
 //   string: T = x; typing a key among many optional ones: every byte that leaves all the keys
 //   leads to the same "any other key" state), the mask of x is T's after-first-byte mask
 //   (After: the tokens whose bytes after the first are allowed from T, cached per T) less the
-//   subtrees of the other first bytes, which are walked apart. After(T) itself, where T loops
-//   to itself on a byte set L (a string's plain characters), starts from the trie's LoopCover
-//   of L (the tokens whose later bytes are all in L, kept per trie and so shared by every
-//   grammar) and walks only the edges that leave it.
+//   subtrees of the other first bytes, which are walked apart. Where T loops to itself on a
+//   byte set L (a string's plain characters, a key's), After(T) is T's whole walk from the
+//   trie's ExitForest of L (kept per trie and so shared by every grammar): the tokens of L*,
+//   and per byte b outside L one walk from Next(T, b) of the merged rests of every token
+//   whose first byte outside L is b. Inside the subtrees walked apart, a node entered in T by
+//   bytes of L takes its subtree's bits from that walk (T reads the rest as from the root).
 // - Counted positions (Nfa::Counted: a string's maxLength, a regex's {m,n}): position k of a
 //   repetition and position j are told apart only by a token that reaches a bound (min or the
 //   last copy) from one and not from the other; a token reads at most D bytes inside the
@@ -88,6 +90,23 @@ class TokenTrie {
   // more string classes than that recomputes the oldest when they come back).
   std::shared_ptr<const LoopCover> Cover(const ByteSet& l) const;
   static constexpr size_t kMaxLoopCovers = 256;
+  // For a byte set L, every token split at its first byte not in L (the exit byte): the tokens
+  // with no such byte (`all_in`, a mask), and per exit byte b a forest merging the subtrees
+  // below every edge of byte b from a node whose bytes are all in L (the root included). A
+  // state x that loops to itself on L reaches every exit of byte b in one state, Next(x, b),
+  // so the rest of the tokens is walked once per distinct suffix, not once per exit.
+  struct ExitForest {
+    std::vector<uint32_t> all_in;
+    // Node r of the forest: depth_[r] (0: a group's root, one per exit byte), its subtree
+    // [r, end[r]), the byte into it, the trie nodes it merges (trie[trie_begin[r] ..
+    // trie_begin[r + 1])) and their tokens (toks[tok_begin[r] .. tok_begin[r + 1])).
+    std::vector<uint32_t> depth, end, trie_begin, trie, tok_begin;
+    std::vector<int32_t> toks;
+    std::vector<uint8_t> byte;
+    std::vector<uint32_t> roots;  // the groups' roots
+  };
+  // Kept per set like covers.
+  std::shared_ptr<const ExitForest> Exits(const ByteSet& l) const;
   // How far tokens reach into a run of bytes of l: `depth` is the longest prefix of bytes in l
   // among all tokens but `longer`, the few tokens (at most kMaxReachExceptions) whose prefix in
   // l is longer still. Kept per set, like covers.
@@ -124,6 +143,7 @@ class TokenTrie {
   mutable std::mutex cover_mu_;
   mutable std::vector<std::pair<ByteSet, std::shared_ptr<const LoopCover>>> covers_;
   mutable std::vector<std::pair<ByteSet, std::shared_ptr<const Reach>>> reaches_;
+  mutable std::vector<std::pair<ByteSet, std::shared_ptr<const ExitForest>>> forests_;
 };
 
 class Grammar {
@@ -175,6 +195,10 @@ class Grammar {
     std::vector<uint32_t> deps;
     int depth = 0;
     bool cut = false;
+    // After only: the walk is the state's whole walk from the root (ExitWalk), the state
+    // looping to itself on `loop`.
+    bool whole = false;
+    TokenTrie::ByteSet loop = {0, 0, 0, 0};
   };
   template <typename A>
   void PlainWalk(A& a, uint32_t node, int32_t s, uint32_t* words);
@@ -182,7 +206,9 @@ class Grammar {
   // after the first byte with the other first bytes walked apart.
   template <typename A>
   void Walk(A& a, int32_t x, uint32_t* words, WalkOut* out);
-  // The tokens whose bytes after the first are allowed from t (t hole-free), cached per state.
+  // The tokens whose bytes after the first are allowed from t (t hole-free), cached per state;
+  // where t loops to itself on a byte set, t's whole walk instead (WalkOut::whole: a token
+  // whose first byte is in the set reads its later bytes from t as from the root).
   template <typename A>
   const WalkOut* After(A& a, int32_t t);
   // After for t inside a counted repetition (no loop there): the cover of the bytes that read
@@ -190,6 +216,10 @@ class Grammar {
   // t shifted by the copies read before it. False when t is not such a state.
   template <typename A>
   bool CountedAfter(A& a, int32_t t, uint32_t* words, WalkOut* out);
+  // The walk from x where x loops to itself on a byte set L: the tokens of L*, and per exit
+  // byte b the trie's ExitForest group walked once from Next(x, b).
+  template <typename A>
+  void ExitWalk(A& a, int32_t x, const TokenTrie::ByteSet& l, uint32_t* words, WalkOut* out);
   template <typename A>
   void Dfs(A& a, uint32_t* words, WalkOut* out);
   // Node c entered in state y (alive): its tokens and its subtree walked, or (only the hole)
@@ -199,7 +229,24 @@ class Grammar {
   // The subtree below `root` (not its own tokens) from state s, scanned in node order (a dead
   // prefix skips its subtree), with Dfs's rules for holes.
   template <typename A>
-  void Scan(A& a, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out);
+  void Scan(A& a, uint32_t root, int32_t s, bool tainted, uint32_t* words, WalkOut* out) {
+    if (jump_) {
+      ScanTree<A, true>(a, nullptr, root, s, tainted, words, out);
+    } else {
+      ScanTree<A, false>(a, nullptr, root, s, tainted, words, out);
+    }
+  }
+  // Scan over the trie (f null) or over an ExitForest f (a stack-dependent forest node notes
+  // every trie node it merges). kJump: a node entered in jump_'s state by bytes all in its loop
+  // set, untainted, takes its subtree's bits from jump_'s whole walk (the state loops on those
+  // bytes, so a token below reads the rest of its bytes as from the root).
+  template <typename A, bool kJump>
+  void ScanTree(A& a, const TokenTrie::ExitForest* f, uint32_t root, int32_t s, bool tainted,
+                uint32_t* words, WalkOut* out);
+  // The subtree of node n (its own tokens included) as in w's whole walk (w->whole).
+  void JumpTo(uint32_t n, const WalkOut& w, uint32_t* words, WalkOut* out) const;
+  const WalkOut* jump_ = nullptr;
+  int32_t jump_state_ = -1;
   void PdaMask(int32_t s, uint32_t* words);
   void MarkTokens(uint32_t node, uint32_t* words) const;
   void ClearSubtree(uint32_t node, uint32_t* words) const;
@@ -273,6 +320,7 @@ class Grammar {
   std::vector<int32_t> scan_state_;
   std::vector<uint8_t> scan_taint_;
   std::vector<uint32_t> scan_run_;
+  std::vector<uint8_t> scan_in_;
   std::vector<std::pair<uint32_t, int32_t>> path_;
   std::vector<uint32_t> chain_;
 };

@@ -1,6 +1,7 @@
 // The token trie of token_mask.h: built once per tokenizer (tokens sorted by bytes give its
 // nodes in DFS order), with the per-byte-set loop covers and reaches the mask walks share.
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "structured/token_mask.h"
@@ -146,6 +147,92 @@ std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) c
   if (covers_.size() >= kMaxLoopCovers) covers_.erase(covers_.begin());
   covers_.emplace_back(l, c);
   return c;
+}
+
+std::shared_ptr<const TokenTrie::ExitForest> TokenTrie::Exits(const ByteSet& l) const {
+  {
+    std::lock_guard<std::mutex> lock(cover_mu_);
+    for (const auto& [set, f] : forests_) {
+      if (set == l) return f;
+    }
+  }
+  auto in_l = [&](uint8_t b) { return ((l[b >> 6] >> (b & 63)) & 1) != 0; };
+  auto f = std::make_shared<ExitForest>();
+  f->all_in.assign(static_cast<size_t>(words()), 0);
+  // The nodes whose bytes are all in L (the root included): their tokens are all_in, their
+  // edges of a byte not in L enter the exit byte's group.
+  std::array<std::vector<uint32_t>, 256> entries;
+  std::vector<uint32_t> stack = {0};
+  while (!stack.empty()) {
+    const uint32_t n = stack.back();
+    stack.pop_back();
+    for (uint32_t e = child_begin_[n]; e < child_begin_[n + 1]; ++e) {
+      const uint8_t b = edge_byte_[e];
+      const uint32_t k = edge_child_[e];
+      if (!in_l(b)) {
+        entries[b].push_back(k);
+        continue;
+      }
+      for (uint32_t i = tok_begin_[k]; i < tok_begin_[k + 1]; ++i) {
+        const int32_t id = tok_ids_[i];
+        f->all_in[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+      }
+      if (child_begin_[k + 1] > child_begin_[k]) stack.push_back(k);
+    }
+  }
+  // A forest node merges a set of trie nodes reached by the same bytes after the exit; its
+  // children merge their children by byte. Built depth first, so subtrees are ranges.
+  struct Item {
+    std::vector<uint32_t> nodes;
+    uint32_t depth;
+    uint8_t byte;
+    uint32_t parent;  // forest index (kNone for a root)
+  };
+  constexpr uint32_t kNone = ~0u;
+  std::vector<Item> todo;
+  for (int b = 255; b >= 0; --b) {
+    if (!entries[static_cast<size_t>(b)].empty()) {
+      todo.push_back(
+          {std::move(entries[static_cast<size_t>(b)]), 0, static_cast<uint8_t>(b), kNone});
+    }
+  }
+  std::vector<uint32_t> parent;
+  while (!todo.empty()) {
+    Item it = std::move(todo.back());
+    todo.pop_back();
+    const auto r = static_cast<uint32_t>(f->depth.size());
+    if (it.depth == 0) f->roots.push_back(r);
+    f->depth.push_back(it.depth);
+    f->byte.push_back(it.byte);
+    f->end.push_back(r + 1);
+    parent.push_back(it.parent);
+    f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
+    f->tok_begin.push_back(static_cast<uint32_t>(f->toks.size()));
+    std::map<uint8_t, std::vector<uint32_t>> kids;
+    for (uint32_t n : it.nodes) {
+      f->trie.push_back(n);
+      f->toks.insert(f->toks.end(), tok_ids_.begin() + tok_begin_[n],
+                     tok_ids_.begin() + tok_begin_[n + 1]);
+      for (uint32_t e = child_begin_[n]; e < child_begin_[n + 1]; ++e) {
+        kids[edge_byte_[e]].push_back(edge_child_[e]);
+      }
+    }
+    for (auto k = kids.rbegin(); k != kids.rend(); ++k) {
+      todo.push_back({std::move(k->second), it.depth + 1, k->first, r});
+    }
+  }
+  f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
+  f->tok_begin.push_back(static_cast<uint32_t>(f->toks.size()));
+  for (size_t r = f->depth.size(); r-- > 0;) {  // children come after their parent
+    if (parent[r] != kNone) f->end[parent[r]] = std::max(f->end[parent[r]], f->end[r]);
+  }
+  std::lock_guard<std::mutex> lock(cover_mu_);
+  for (const auto& [set, other] : forests_) {
+    if (set == l) return other;
+  }
+  if (forests_.size() >= kMaxLoopCovers) forests_.erase(forests_.begin());
+  forests_.emplace_back(l, f);
+  return f;
 }
 
 bool TokenTrie::IsEos(int32_t id) const { return std::binary_search(eos_.begin(), eos_.end(), id); }

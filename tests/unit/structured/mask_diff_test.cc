@@ -99,7 +99,12 @@ std::vector<std::optional<std::string>> SyntheticVocab(size_t target) {
                         "1}",
                         "2]",
                         ",{",
-                        ":{"}) {
+                        ":{",
+                        // keys that leave a declared name, then close their object
+                        "nax\":1}",
+                        "nbx\":2}]",
+                        "namex\":3},",
+                        "x\":1}"}) {
     toks.insert(t);
   }
   // Random punctuation runs and letter strings up to the target.
@@ -272,6 +277,20 @@ TEST_F(MaskDiff, ObjectWithManyOptionalKeysAndFreeExtraKeys) {
   FollowText(*g, R"({"name":"ab","version":"1.0","other":12,"user":"x"})");
   FollowText(*g, R"({"names":"ab","nam":3,"description":"hello world"})");
   FollowText(*g, R"({"name":12})");  // invalid: refused at the number
+}
+
+TEST_F(MaskDiff, KeysLeavingDeclaredNamesInsideRecursion) {
+  // A key typed next to declared names ("name", "names") in a nested object: a token that
+  // leaves the names ("nax") reaches the "any other key" state, whose walk the key's mask
+  // reuses; its tokens that close the object ("nax\":1}") depend on the stack below.
+  auto g = Schema(R"({"type":"object","properties":{"name":{"type":"string"},
+      "names":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},
+      "additionalProperties":{"type":"integer"}})");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(g->pushdown());
+  FollowText(*g, R"({"kids":[{"nax":1},{"name":"a","nbx":2}],"namex":3})");
+  FollowText(*g, R"({"kids":[{"kids":[{"x":1}]},{"names":5}]})");
+  RandomWalks(*g, 8, 50, 11, true);
 }
 
 TEST_F(MaskDiff, FreeJsonValuesArePushdown) {
