@@ -182,25 +182,49 @@ std::shared_ptr<const TokenTrie::ExitForest> TokenTrie::Exits(const ByteSet& l) 
   }
   // A forest node merges a set of trie nodes reached by the same bytes after the exit; its
   // children merge their children by byte. Built depth first, so subtrees are ranges.
+  // Items to emit: trie nodes pool[begin, begin + count).
   struct Item {
-    std::vector<uint32_t> nodes;
-    uint32_t depth;
+    uint32_t begin, count, depth;
     uint8_t byte;
     uint32_t parent;  // forest index (kNone for a root)
   };
   constexpr uint32_t kNone = ~0u;
+  std::vector<uint32_t> pool;
   std::vector<Item> todo;
   for (int b = 255; b >= 0; --b) {
-    if (!entries[static_cast<size_t>(b)].empty()) {
-      todo.push_back(
-          {std::move(entries[static_cast<size_t>(b)]), 0, static_cast<uint8_t>(b), kNone});
-    }
+    const std::vector<uint32_t>& en = entries[static_cast<size_t>(b)];
+    if (en.empty()) continue;
+    todo.push_back({static_cast<uint32_t>(pool.size()), static_cast<uint32_t>(en.size()), 0,
+                    static_cast<uint8_t>(b), kNone});
+    pool.insert(pool.end(), en.begin(), en.end());
   }
+  const size_t cap = num_nodes();
+  for (auto* v : {&f->depth, &f->end, &f->trie_begin, &f->trie, &f->tok_begin}) v->reserve(cap);
+  f->byte.reserve(cap);
+  f->toks.reserve(num_tokens_);
   std::vector<uint32_t> parent;
+  parent.reserve(cap);
+  std::vector<std::pair<uint8_t, uint32_t>> kids;
   while (!todo.empty()) {
-    Item it = std::move(todo.back());
+    const Item it = todo.back();
     todo.pop_back();
     const auto r = static_cast<uint32_t>(f->depth.size());
+    if (it.depth > 0 && it.count == 1) {
+      // One trie node: nothing to merge below it, its subtree is copied as it is.
+      const uint32_t n = pool[it.begin];
+      for (uint32_t m = n; m < end_[n]; ++m) {
+        f->depth.push_back(it.depth + depth_[m] - depth_[n]);
+        f->byte.push_back(m == n ? it.byte : byte_[m]);
+        f->end.push_back(r + (end_[m] - n));
+        parent.push_back(m == n ? it.parent : r + (parent_[m] - n));
+        f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
+        f->tok_begin.push_back(static_cast<uint32_t>(f->toks.size()));
+        f->trie.push_back(m);
+        f->toks.insert(f->toks.end(), tok_ids_.begin() + tok_begin_[m],
+                       tok_ids_.begin() + tok_begin_[m + 1]);
+      }
+      continue;
+    }
     if (it.depth == 0) f->roots.push_back(r);
     f->depth.push_back(it.depth);
     f->byte.push_back(it.byte);
@@ -208,17 +232,27 @@ std::shared_ptr<const TokenTrie::ExitForest> TokenTrie::Exits(const ByteSet& l) 
     parent.push_back(it.parent);
     f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
     f->tok_begin.push_back(static_cast<uint32_t>(f->toks.size()));
-    std::map<uint8_t, std::vector<uint32_t>> kids;
-    for (uint32_t n : it.nodes) {
+    kids.clear();
+    for (uint32_t i = it.begin; i < it.begin + it.count; ++i) {
+      const uint32_t n = pool[i];
       f->trie.push_back(n);
       f->toks.insert(f->toks.end(), tok_ids_.begin() + tok_begin_[n],
                      tok_ids_.begin() + tok_begin_[n + 1]);
       for (uint32_t e = child_begin_[n]; e < child_begin_[n + 1]; ++e) {
-        kids[edge_byte_[e]].push_back(edge_child_[e]);
+        kids.emplace_back(edge_byte_[e], edge_child_[e]);
       }
     }
-    for (auto k = kids.rbegin(); k != kids.rend(); ++k) {
-      todo.push_back({std::move(k->second), it.depth + 1, k->first, r});
+    if (it.count > 1)
+      std::stable_sort(kids.begin(), kids.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+    // Groups of one byte, pushed last byte first (the first byte is emitted next).
+    for (size_t hi = kids.size(); hi > 0;) {
+      size_t lo = hi - 1;
+      while (lo > 0 && kids[lo - 1].first == kids[hi - 1].first) --lo;
+      todo.push_back({static_cast<uint32_t>(pool.size()), static_cast<uint32_t>(hi - lo),
+                      it.depth + 1, kids[lo].first, r});
+      for (size_t k = lo; k < hi; ++k) pool.push_back(kids[k].second);
+      hi = lo;
     }
   }
   f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
