@@ -24,6 +24,7 @@ load from another binary (an older --sluice lacks --latency-log). The summary pr
 HTTP per rep and switching - steady p99 per rep.
 """
 import argparse
+import bisect
 import json
 import os
 import re
@@ -118,6 +119,28 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))] if v else None
 
 
+# Latencies of the switching runs by the time their request started after the last switch
+# call (policy -> bin -> ms), pooled over reps: a switch's cost shows as a shift of the first
+# bin against the last, which one stall somewhere in a run does not fake.
+SINCE_BINS = ((0.0, 0.05, "0-50 ms"), (0.05, 0.1, "50-100 ms"), (0.1, float("inf"), ">= 100 ms"))
+SINCE = {}
+
+
+def since_switch(log, starts, policy):
+    starts = sorted(starts)
+    bins = SINCE.setdefault(policy, {label: [] for _, _, label in SINCE_BINS})
+    with open(log) as f:
+        for line in f:
+            t0, lat = map(float, line.split())
+            i = bisect.bisect_right(starts, t0) - 1
+            if i < 0:
+                continue
+            dt = t0 - starts[i]
+            for lo, hi, label in SINCE_BINS:
+                if lo <= dt < hi:
+                    bins[label].append(lat * 1e3)
+
+
 def near_switches(log, windows, after):
     """The requests of a --latency-log that were in flight during a switch call or up to
     `after` seconds after it, against the others: where the switch's cost lands."""
@@ -157,6 +180,7 @@ def switch_runs(a, s, policy, results):
     stop.set()
     t.join()
     r.update(near_switches(log, [(t1 - d, t1) for t1, d in switch_times], a.window))
+    since_switch(log, [t1 - d for t1, d in switch_times], policy)
     if a.keep_logs:
         with open(log + ".switches", "w") as f:
             for t1, d in switch_times:
@@ -200,6 +224,13 @@ def report(results):
                      f"{[r['other_p99'] for r in runs]} ms")
         print(f"{k:28s} req/s {rs}  p50 {[r['p50'] for r in runs]} ms  p99 {p99} ms  "
               f"errors {[r['errors'] for r in runs]}{extra}")
+    for policy, bins in SINCE.items():
+        print(f"{policy}: switching runs by start time after the last switch call (all reps):")
+        for _, _, label in SINCE_BINS:
+            v = bins[label]
+            print(f"  {label:10s} n {len(v):6d}  " +
+                  "  ".join(f"p{int(q * 100)} {pct(v, q):.2f}" for q in (0.5, 0.9, 0.95, 0.99)
+                            if v) + " ms")
     rer = results.get("protocol: /v1/rerank")
     grpc = results.get("protocol: KServe gRPC")
     if rer and grpc:
