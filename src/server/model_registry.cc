@@ -348,6 +348,14 @@ Status ModelRegistry::Sync(const std::string& name, const serving::ModelConfig& 
   st.default_version = def;
   st.config = config;
   for (const auto& [v, s] : fresh) SetState(name, v, "READY");
+  if (old_default != def && old_default != 0 && !fresh.count(def)) {
+    // A loaded version becoming the default has idled since it last served: one small batch
+    // wakes its engine thread and brings its weights back into cache before traffic moves.
+    if (Status w = st.loaded.at(def)->model->WarmUp(); !w.ok()) {
+      SLUICE_LOG_WARN("model \"{}\" version {}: warm-up before the switch failed: {}", name, def,
+                      w.message());
+    }
+  }
   Publish();  // the switch: one step for every router thread
   if (old_default != def && old_default != 0) {
     SLUICE_LOG_INFO("model \"{}\": default version {} -> {}", name, old_default, def);

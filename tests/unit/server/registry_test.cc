@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -22,6 +24,7 @@ struct Log {
   std::multiset<std::string> alive;  // "name:version" of models not destroyed
   int loads = 0;
   std::set<int64_t> fail_load, fail_warmup;
+  std::map<std::string, int> warmups;  // "name:version" -> WarmUp calls
 };
 
 class FakeModel : public ServedModel {
@@ -40,6 +43,10 @@ class FakeModel : public ServedModel {
   int64_t max_model_len() const override { return 8; }
   bool ServesRoute(const std::string&) const override { return true; }
   Status WarmUp() override {
+    {
+      std::lock_guard<std::mutex> lock(log_->mu);
+      ++log_->warmups[id_];
+    }
     return fail_warmup_ ? Internal("warm-up forward failed") : Status::Ok();
   }
   void SetReady() override {}
@@ -228,6 +235,27 @@ TEST_F(RegistryTest, VersionedAndUnload) {
   EXPECT_FALSE(Alive("m:1"));
   EXPECT_TRUE(registry_->Unload("m").ok());  // idempotent
   EXPECT_EQ(registry_->Unload("nope").code(), StatusCode::kNotFound);
+}
+
+TEST_F(RegistryTest, SwitchWarmsTheNewDefaultFirst) {
+  // A loaded version that becomes the default runs one warm-up batch before traffic moves.
+  AddVersion("m", 2);
+  WriteConfig("m", R"({"version_policy": {"all": {}}})");
+  ASSERT_TRUE(registry_->Load("m").ok());
+  auto warmups = [&](const std::string& id) {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    return log_.warmups[id];
+  };
+  EXPECT_EQ(warmups("m:1"), 1);  // at load
+  EXPECT_EQ(warmups("m:2"), 1);
+  ASSERT_TRUE(registry_->SetDefault("m", 1).ok());
+  EXPECT_EQ(DefaultOf("m"), 1);
+  EXPECT_EQ(warmups("m:1"), 2);
+  ASSERT_TRUE(registry_->SetDefault("m", 1).ok());  // already the default: nothing to warm
+  EXPECT_EQ(warmups("m:1"), 2);
+  ASSERT_TRUE(registry_->SetDefault("m", 2).ok());
+  EXPECT_EQ(warmups("m:2"), 2);
+  EXPECT_EQ(warmups("m:1"), 2);
 }
 
 TEST_F(RegistryTest, MemoryBudgetRefusesWhatDoesNotFit) {
