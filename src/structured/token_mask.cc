@@ -214,6 +214,21 @@ void Grammar::ScanTree(A& d, const TokenTrie::ExitForest* f, uint32_t root, int3
       const int32_t id = tok_ids[i];
       w[id >> 5] |= 1u << (id & 31);
     }
+    if (f && f->below[n] != TokenTrie::ExitForest::kNoSubtree) {
+      // A leaf standing for a trie subtree: walked in the trie, on buffers of its own (this
+      // walk's path stays in st and taint); the automaton may grow meanwhile.
+      std::swap(scan_state_, scan_state_alt_);
+      std::swap(scan_taint_, scan_taint_alt_);
+      out->depth = static_cast<int>(max_depth >> 8);
+      ScanTree<A, false>(d, nullptr, f->below[n], y, taint[k] != 0, w, out);
+      max_depth = std::max(max_depth, static_cast<uint32_t>(out->depth) << 8);
+      std::swap(scan_state_, scan_state_alt_);
+      std::swap(scan_taint_, scan_taint_alt_);
+      table = d.table();
+      if constexpr (kPda) info = d.info();
+      n = end[n];
+      continue;
+    }
     st[k] = y;
     ++n;
   }

@@ -102,6 +102,10 @@ class TokenTrie {
     // trie_begin[r + 1])) and their tokens (toks[tok_begin[r] .. tok_begin[r + 1])).
     std::vector<uint32_t> depth, end, trie_begin, trie, tok_begin;
     std::vector<int32_t> toks;
+    // A forest leaf that stands for one trie node's whole subtree (nothing merged below it):
+    // below[r] is that trie node, walked in the trie itself (kNoSubtree: none).
+    std::vector<uint32_t> below;
+    static constexpr uint32_t kNoSubtree = ~0u;
     std::vector<uint8_t> byte;
     std::vector<uint32_t> roots;  // the groups' roots
   };
@@ -320,6 +324,8 @@ class Grammar {
   std::vector<int32_t> scan_state_;
   std::vector<uint8_t> scan_taint_;
   std::vector<uint32_t> scan_run_;
+  std::vector<int32_t> scan_state_alt_;  // a trie walk nested in a forest walk (ScanTree)
+  std::vector<uint8_t> scan_taint_alt_;
   std::vector<uint8_t> scan_in_;
   std::vector<std::pair<uint32_t, int32_t>> path_;
   std::vector<uint32_t> chain_;

@@ -198,36 +198,31 @@ std::shared_ptr<const TokenTrie::ExitForest> TokenTrie::Exits(const ByteSet& l) 
                     static_cast<uint8_t>(b), kNone});
     pool.insert(pool.end(), en.begin(), en.end());
   }
-  const size_t cap = num_nodes();
-  for (auto* v : {&f->depth, &f->end, &f->trie_begin, &f->trie, &f->tok_begin}) v->reserve(cap);
-  f->byte.reserve(cap);
-  f->toks.reserve(num_tokens_);
   std::vector<uint32_t> parent;
-  parent.reserve(cap);
   std::vector<std::pair<uint8_t, uint32_t>> kids;
   while (!todo.empty()) {
     const Item it = todo.back();
     todo.pop_back();
     const auto r = static_cast<uint32_t>(f->depth.size());
     if (it.depth > 0 && it.count == 1) {
-      // One trie node: nothing to merge below it, its subtree is copied as it is.
+      // One trie node: nothing merges below it, so its subtree is walked in the trie itself.
       const uint32_t n = pool[it.begin];
-      for (uint32_t m = n; m < end_[n]; ++m) {
-        f->depth.push_back(it.depth + depth_[m] - depth_[n]);
-        f->byte.push_back(m == n ? it.byte : byte_[m]);
-        f->end.push_back(r + (end_[m] - n));
-        parent.push_back(m == n ? it.parent : r + (parent_[m] - n));
-        f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
-        f->tok_begin.push_back(static_cast<uint32_t>(f->toks.size()));
-        f->trie.push_back(m);
-        f->toks.insert(f->toks.end(), tok_ids_.begin() + tok_begin_[m],
-                       tok_ids_.begin() + tok_begin_[m + 1]);
-      }
+      f->depth.push_back(it.depth);
+      f->byte.push_back(it.byte);
+      f->end.push_back(r + 1);
+      f->below.push_back(child_begin_[n + 1] > child_begin_[n] ? n : ExitForest::kNoSubtree);
+      parent.push_back(it.parent);
+      f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
+      f->tok_begin.push_back(static_cast<uint32_t>(f->toks.size()));
+      f->trie.push_back(n);
+      f->toks.insert(f->toks.end(), tok_ids_.begin() + tok_begin_[n],
+                     tok_ids_.begin() + tok_begin_[n + 1]);
       continue;
     }
     if (it.depth == 0) f->roots.push_back(r);
     f->depth.push_back(it.depth);
     f->byte.push_back(it.byte);
+    f->below.push_back(ExitForest::kNoSubtree);
     f->end.push_back(r + 1);
     parent.push_back(it.parent);
     f->trie_begin.push_back(static_cast<uint32_t>(f->trie.size()));
