@@ -144,10 +144,17 @@ class TokenTrie {
   std::vector<uint32_t> node_of_;    // token id -> its node (0: none)
   std::vector<uint8_t> byte_;
   uint32_t max_depth_ = 0;
+  template <typename T>
+  using PerSet = std::vector<std::pair<ByteSet, std::shared_ptr<const T>>>;
+  template <typename T>
+  std::shared_ptr<const T> Find(const PerSet<T>& list, const ByteSet& l) const;
+  template <typename T>
+  std::shared_ptr<const T> Keep(PerSet<T>& list, const ByteSet& l,
+                                std::shared_ptr<const T> v) const;
   mutable std::mutex cover_mu_;
-  mutable std::vector<std::pair<ByteSet, std::shared_ptr<const LoopCover>>> covers_;
-  mutable std::vector<std::pair<ByteSet, std::shared_ptr<const Reach>>> reaches_;
-  mutable std::vector<std::pair<ByteSet, std::shared_ptr<const ExitForest>>> forests_;
+  mutable PerSet<LoopCover> covers_;
+  mutable PerSet<Reach> reaches_;
+  mutable PerSet<ExitForest> forests_;
 };
 
 class Grammar {

@@ -111,14 +111,32 @@ StatusOr<std::shared_ptr<const TokenTrie>> TokenTrie::FromTokenizer(const Tokeni
   return Build(tokens, vocab_size, std::move(eos));
 }
 
-std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) const {
-  {
-    std::lock_guard<std::mutex> lock(cover_mu_);
-    for (const auto& [set, c] : covers_) {
-      if (set == l) return c;
-    }
+// The per-byte-set results (covers, forests, reaches): found under the lock; computed outside
+// it (a walk of the whole trie: other threads keep finding theirs), then kept unless another
+// thread made it meanwhile; past kMaxLoopCovers the oldest goes (holders keep their copy).
+template <typename T>
+std::shared_ptr<const T> TokenTrie::Find(const PerSet<T>& list, const ByteSet& l) const {
+  std::lock_guard<std::mutex> lock(cover_mu_);
+  for (const auto& [set, v] : list) {
+    if (set == l) return v;
   }
-  // Computed outside the lock (a walk of the whole trie): other threads keep finding theirs.
+  return nullptr;
+}
+
+template <typename T>
+std::shared_ptr<const T> TokenTrie::Keep(PerSet<T>& list, const ByteSet& l,
+                                         std::shared_ptr<const T> v) const {
+  std::lock_guard<std::mutex> lock(cover_mu_);
+  for (const auto& [set, other] : list) {
+    if (set == l) return other;
+  }
+  if (list.size() >= kMaxLoopCovers) list.erase(list.begin());
+  list.emplace_back(l, v);
+  return v;
+}
+
+std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) const {
+  if (auto found = Find(covers_, l)) return found;
   auto c = std::make_shared<LoopCover>();
   c->mask.assign(static_cast<size_t>(words()), 0);
   std::vector<uint32_t> stack = {0};
@@ -139,23 +157,11 @@ std::shared_ptr<const TokenTrie::LoopCover> TokenTrie::Cover(const ByteSet& l) c
       if (child_begin_[k + 1] > child_begin_[k]) stack.push_back(k);
     }
   }
-  std::lock_guard<std::mutex> lock(cover_mu_);
-  for (const auto& [set, other] : covers_) {
-    if (set == l) return other;  // another thread made it meanwhile
-  }
-  // Past the limit the oldest goes (grammars holding it keep their copy).
-  if (covers_.size() >= kMaxLoopCovers) covers_.erase(covers_.begin());
-  covers_.emplace_back(l, c);
-  return c;
+  return Keep(covers_, l, std::shared_ptr<const LoopCover>(c));
 }
 
 std::shared_ptr<const TokenTrie::ExitForest> TokenTrie::Exits(const ByteSet& l) const {
-  {
-    std::lock_guard<std::mutex> lock(cover_mu_);
-    for (const auto& [set, f] : forests_) {
-      if (set == l) return f;
-    }
-  }
+  if (auto found = Find(forests_, l)) return found;
   auto in_l = [&](uint8_t b) { return ((l[b >> 6] >> (b & 63)) & 1) != 0; };
   auto f = std::make_shared<ExitForest>();
   f->all_in.assign(static_cast<size_t>(words()), 0);
@@ -255,13 +261,7 @@ std::shared_ptr<const TokenTrie::ExitForest> TokenTrie::Exits(const ByteSet& l) 
   for (size_t r = f->depth.size(); r-- > 0;) {  // children come after their parent
     if (parent[r] != kNone) f->end[parent[r]] = std::max(f->end[parent[r]], f->end[r]);
   }
-  std::lock_guard<std::mutex> lock(cover_mu_);
-  for (const auto& [set, other] : forests_) {
-    if (set == l) return other;
-  }
-  if (forests_.size() >= kMaxLoopCovers) forests_.erase(forests_.begin());
-  forests_.emplace_back(l, f);
-  return f;
+  return Keep(forests_, l, std::shared_ptr<const ExitForest>(f));
 }
 
 bool TokenTrie::IsEos(int32_t id) const { return std::binary_search(eos_.begin(), eos_.end(), id); }
@@ -273,12 +273,7 @@ const std::string* TokenTrie::bytes(int32_t id) const {
 }
 
 std::shared_ptr<const TokenTrie::Reach> TokenTrie::ReachWithin(const ByteSet& l) const {
-  {
-    std::lock_guard<std::mutex> lock(cover_mu_);
-    for (const auto& [set, r] : reaches_) {
-      if (set == l) return r;
-    }
-  }
+  if (auto found = Find(reaches_, l)) return found;
   // in_l[n]: the length of the prefix of node n's bytes in l (nodes are in DFS order, so a
   // parent comes before its children).
   const size_t n_nodes = num_nodes();
@@ -301,13 +296,7 @@ std::shared_ptr<const TokenTrie::Reach> TokenTrie::ReachWithin(const ByteSet& l)
     if (in_l[n] <= r->depth) continue;
     for (uint32_t k = tok_begin_[n]; k < tok_begin_[n + 1]; ++k) r->longer.push_back(tok_ids_[k]);
   }
-  std::lock_guard<std::mutex> lock(cover_mu_);
-  for (const auto& [set, other] : reaches_) {
-    if (set == l) return other;
-  }
-  if (reaches_.size() >= kMaxLoopCovers) reaches_.erase(reaches_.begin());
-  reaches_.emplace_back(l, r);
-  return r;
+  return Keep(reaches_, l, std::shared_ptr<const Reach>(r));
 }
 
 size_t TokenTrie::TokensLongerThan(size_t bytes) const {
