@@ -101,6 +101,8 @@ def run(sluice, model, reqs, path, extra):
     lp = re.search(r"logits processors: ([\d.]+) us per step \(([\d.]+)% of the step time\), "
                    r"(\d+) masks", txt)
     steps = re.search(r"(\d+) steps, (\d+) preemptions", txt)
+    bound = re.search(r"masks outlasted the forward in (\d+) of (\d+) steps with masks "
+                      r"\(([\d.]+) ms", txt)
     res = {"tokens": int(m.group(1)), "requests": int(m.group(2)), "seconds": float(m.group(3)),
            "tok_per_s": float(m.group(4))}
     if ph:
@@ -110,6 +112,10 @@ def run(sluice, model, reqs, path, extra):
         res["masks_us_per_step"] = float(lp.group(1))
         res["masks_share_pct"] = float(lp.group(2))
         res["masks"] = int(lp.group(3))
+    if bound:
+        res["mask_bound_steps"] = int(bound.group(1))
+        res["mask_steps"] = int(bound.group(2))
+        res["mask_bound_ms"] = float(bound.group(3))
     if steps:
         res["steps"] = int(steps.group(1))
         res["preemptions"] = int(steps.group(2))

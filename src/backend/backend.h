@@ -328,6 +328,9 @@ class Fence {
   virtual ~Fence() = default;
   virtual void Record() = 0;
   virtual void Wait() = 0;
+  // Whether the work before the last Record has finished, without waiting (a backend that runs
+  // its work synchronously: always).
+  virtual bool Done() { return true; }
 };
 
 // Device work recorded once and replayed many times with the same shapes and pointers (CUDA
@@ -409,6 +412,13 @@ class Backend {
   virtual void CopyKvBlocks(const KvCopyParams& p) = 0;
   // Picks one token per row (and its logprobs) on the device; see SampleParams.
   virtual void Sample(const SampleParams& p) = 0;
+  // Starts copying the masks and allow-lists of the next Sample (p's host pointers and sizes;
+  // the rest of p is ignored) to the device now, beside the work already queued, so that the
+  // Sample after the forward does not wait for them. The next Sample whose masks and
+  // allow-lists are these exact pointers and sizes uses the copies; the host memory must stay
+  // unchanged until a fence recorded after that Sample has passed. Default: nothing (Sample
+  // copies them itself).
+  virtual void StageSampleInputs(const SampleParams& p) { (void)p; }
   // In-place element-wise activation.
   virtual void Activate(Tensor x, Activation act) = 0;
   // Gated activation: gate_up [T, 2I] holds gate in cols [0, I) and up in [I, 2I);

@@ -212,6 +212,11 @@ int RunGenerate(const GenerateFlags& f) {
                  "logits processors: %.1f us per step (%.2f%% of the step time), %lld masks\n",
                  st.logits_s * per, 100.0 * st.logits_s / std::max(step_s, 1e-12),
                  static_cast<long long>(st.logits_masks));
+    std::fprintf(stderr,
+                 "masks outlasted the forward in %lld of %lld steps with masks (%.1f ms of "
+                 "filling in those steps)\n",
+                 static_cast<long long>(st.mask_bound_steps), static_cast<long long>(st.mask_steps),
+                 1e3 * st.mask_bound_s);
   }
   const int64_t total = gen.backend().DeviceMemoryTotal();
   if (total > 0) {

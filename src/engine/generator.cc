@@ -291,6 +291,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Load(std::shared_ptr<const Model
       g->pool_.get(), GenSchedulerLimits{o.max_num_batched_tokens, o.max_num_seqs});
   g->sampler_ = std::make_unique<Sampler>(g->runner_.get());
   g->done_ = backend.CreateFence();
+  g->forward_done_ = backend.CreateFence();
   g->eos_ = b.DefaultStopTokenIds();
   // Logits processors: structured outputs first, then one instance of each plugin's.
   {
@@ -683,8 +684,16 @@ Status Generator::Step() {
     int32_t* allowed = sampler_->PrepareAllowed(sparse ? groups * words : 0, /*slot=*/0);
     if (!mask_groups_.empty()) {
       const auto t_fill = SteadyClock::now();
+      forward_done_->Record();
       FillMasks(masks, allowed);
-      stats_.logits_s += Seconds(t_fill, SteadyClock::now());
+      sampler_->StageMasks(/*slot=*/0);  // uploaded while the forward runs
+      const double fill_s = Seconds(t_fill, SteadyClock::now());
+      stats_.logits_s += fill_s;
+      ++stats_.mask_steps;
+      if (runner_->backend().asynchronous() && forward_done_->Done()) {
+        ++stats_.mask_bound_steps;
+        stats_.mask_bound_s += fill_s;
+      }
     }
     RETURN_IF_ERROR(sampler_->Enqueue(batch_, f, 0));
     done_->Record();

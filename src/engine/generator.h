@@ -110,6 +110,10 @@ struct GenerationStats {
   // and the masks filled.
   double logits_s = 0;
   int64_t logits_masks = 0;
+  // Steps with masks, and those whose masks were still being filled when the device had
+  // finished the forward (the step waited for the masks), with their filling time (seconds).
+  int64_t mask_steps = 0, mask_bound_steps = 0;
+  double mask_bound_s = 0;
 };
 
 class Generator {
@@ -181,6 +185,7 @@ class Generator {
   std::vector<GenSequence*> preempted_;
   HostBuffer staging_;
   std::unique_ptr<Fence> done_;
+  std::unique_ptr<Fence> forward_done_;  // after the forward: did the masks outlast it?
   // Logits processors: [0] structured outputs, then the plugins' (in PluginSet order), each
   // with its rows; the step's masks (one group per masked sampling row: its processors).
   std::vector<std::unique_ptr<LogitsProcessor>> processors_;

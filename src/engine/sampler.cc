@@ -32,6 +32,22 @@ int32_t* Sampler::PrepareAllowed(int capacity, int slot) {
   return s.allowed.as<int32_t>();
 }
 
+void Sampler::StageMasks(int slot) {
+  if (num_masks_ == 0 && num_allowed_ == 0) return;
+  Slot& s = slots_[slot];
+  SampleParams p;
+  if (num_masks_ > 0) {
+    p.masks = s.masks.as<uint32_t>();
+    p.mask_words = mask_words_;
+    p.num_masks = num_masks_;
+  }
+  if (num_allowed_ > 0) {
+    p.allowed = s.allowed.as<int32_t>();
+    p.num_allowed = num_allowed_;
+  }
+  runner_->backend().StageSampleInputs(p);
+}
+
 Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int index) {
   (void)batch;
   const int n = static_cast<int>(rows_.size());

@@ -31,6 +31,9 @@ class Sampler final : public OutputStage {
     num_masks_ = num_masks;
     num_allowed_ = num_allowed;
   }
+  // Starts the upload of the filled masks and allow-lists (after SetFilled) beside the
+  // forward, so that Enqueue's sample does not wait for them (Backend::StageSampleInputs).
+  void StageMasks(int slot);
   int num_masks() const { return num_masks_; }
   int num_allowed() const { return num_allowed_; }
   int mask_words() const { return mask_words_; }

@@ -197,6 +197,10 @@ class Dfa {
   // the next Next, which may add states): the mask walk's inner loop reads them directly.
   static constexpr int32_t kUnknownNext = -2;
   const int32_t* table() const { return table_.data(); }
+  // The transition if computed, else kUnknownNext (never changes the Dfa).
+  int32_t Peek(int32_t s, uint8_t b) const {
+    return table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
+  }
   // Next with the known-transition lookup inlined (the mask walk's fast path).
   int32_t NextFast(int32_t s, uint8_t b) {
     const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];

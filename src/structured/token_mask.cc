@@ -90,6 +90,40 @@ bool HasHole(const Dfa&, int32_t) { return false; }
 bool HasHole(const Pda& d, int32_t s) { return d.HasHole(s); }
 bool HasItems(const Dfa&, int32_t s) { return s >= 0; }
 bool HasItems(const Pda& d, int32_t s) { return d.HasItems(s); }
+// A Dfa read without changing it (several threads at once, under the grammar's shared lock): a
+// transition not computed yet reads as dead and is noted (missed), the walk's result void.
+class DfaReader {
+ public:
+  explicit DfaReader(const Dfa& d) : d_(d) {}
+  int32_t NextFast(int32_t s, uint8_t b) {
+    const int32_t t = d_.Peek(s, b);
+    if (t != Dfa::kUnknownNext) return t;
+    missed_ = true;
+    return Dfa::kDead;
+  }
+  bool missed() const { return missed_; }
+
+ private:
+  const Dfa& d_;
+  bool missed_ = false;
+};
+bool HasItems(const DfaReader&, int32_t s) { return s >= 0; }
+bool Missed(const Dfa&) { return false; }
+bool Missed(const Pda&) { return false; }
+bool Missed(const DfaReader& d) { return d.missed(); }
+// NearWalk's scratch: the calling thread's (walks of one grammar run on several threads).
+struct NearScratch {
+  int32_t* st;
+  uint32_t* in_run;
+};
+NearScratch NearScratchFor(const TokenTrie& t) {
+  thread_local std::vector<int32_t> st;
+  thread_local std::vector<uint32_t> in_run;
+  const size_t need = static_cast<size_t>(t.max_depth()) + 2;
+  if (st.size() < need) st.resize(need);
+  if (in_run.size() < need) in_run.resize(need);
+  return {st.data(), in_run.data()};
+}
 int DepthOf(const Dfa&, int32_t) { return 0; }
 int DepthOf(const Pda& d, int32_t s) { return d.Depth(s); }
 bool CutAt(const Dfa&, int32_t) { return false; }
@@ -507,7 +541,7 @@ void Grammar::Walk(A& d, int32_t x, uint32_t* words, WalkOut* out) {
 
 template <typename A>
 void Grammar::NearWalk(A& d, int32_t s, const TokenTrie::ByteSet& run, uint32_t within,
-                       uint32_t* words) {
+                       uint32_t* words, int32_t* st, uint32_t* in_run) {
   const TokenTrie& t = *trie_;
   const uint32_t* depth = t.depth_.data();
   const uint32_t* end = t.end_.data();
@@ -515,13 +549,8 @@ void Grammar::NearWalk(A& d, int32_t s, const TokenTrie::ByteSet& run, uint32_t 
   const uint8_t* byte = t.byte_.data();
   const uint32_t* tok_begin = t.tok_begin_.data();
   const int32_t* tok_ids = t.tok_ids_.data();
-  if (scan_state_.size() < t.max_depth_ + 2) {
-    scan_state_.resize(t.max_depth_ + 2);
-    scan_taint_.resize(t.max_depth_ + 2);
-  }
-  if (scan_run_.size() < t.max_depth_ + 2) scan_run_.resize(t.max_depth_ + 2);
-  int32_t* st = scan_state_.data();     // the state at depth k on the path (kDead: refused)
-  uint32_t* in_run = scan_run_.data();  // the path's prefix in the run's bytes at depth k
+  // st[k]: the state at depth k on the path (kDead: refused); in_run[k]: the path's prefix in
+  // the run's bytes at depth k.
   st[0] = s;
   in_run[0] = 0;
   for (uint32_t n = 1, stop = end[0]; n < stop;) {
@@ -535,7 +564,8 @@ void Grammar::NearWalk(A& d, int32_t s, const TokenTrie::ByteSet& run, uint32_t 
       continue;
     }
     const int32_t y = d.NextFast(st[k - 1], b);
-    if (!HasItems(d, y)) {  // (s is a real configuration: no holes)
+    if (!HasItems(d, y)) {    // (s is a real configuration: no holes)
+      if (Missed(d)) return;  // (a read-only walk met an unknown transition: given up)
       // Refused from s: every token below, whatever its prefix in the run (the shorter ones
       // are refused at the canonical state too).
       ClearSubtree(n, words);
@@ -686,11 +716,40 @@ Grammar::Canon Grammar::Canonical(int32_t s) {
 }
 
 bool Grammar::CachedMask(int32_t s, uint32_t* words) {
-  auto it = cache_.find(s);
-  if (it == cache_.end()) return false;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  std::memcpy(words, it->second->second.data(), it->second->second.size() * sizeof(uint32_t));
+  MaskP m;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = cache_.find(s);
+    if (it == cache_.end()) return false;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    m = it->second->second;
+  }
+  std::memcpy(words, m->data(), m->size() * sizeof(uint32_t));
   return true;
+}
+
+bool Grammar::FastMask(int32_t s, uint32_t* words) {
+  if (s < 0) return false;
+  MaskP m;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (static_cast<size_t>(s) >= fast_key_.size()) return false;
+    const int32_t key = fast_key_[static_cast<size_t>(s)];
+    if (key < 0) return false;
+    auto it = cache_.find(key);
+    if (it == cache_.end()) return false;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    m = it->second->second;
+  }
+  std::memcpy(words, m->data(), m->size() * sizeof(uint32_t));
+  return true;
+}
+
+void Grammar::NoteKey(int32_t s, int32_t key) {
+  if (s < 0) return;
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (fast_key_.size() <= static_cast<size_t>(s)) fast_key_.resize(static_cast<size_t>(s) + 1, -1);
+  fast_key_[static_cast<size_t>(s)] = key;
 }
 
 Status Grammar::StateLimit() const {
@@ -701,11 +760,18 @@ Status Grammar::StateLimit() const {
 
 void Grammar::CacheMask(int32_t s, const uint32_t* words) {
   const size_t n = static_cast<size_t>(trie_->words());
+  auto m = std::make_shared<const std::vector<uint32_t>>(words, words + n);
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  auto it = cache_.find(s);
+  if (it != cache_.end()) {  // (computed meanwhile by another thread: the same mask)
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return;
+  }
   if (cache_.size() >= max_cached_) {
     cache_.erase(lru_.back().first);
     lru_.pop_back();
   }
-  lru_.emplace_front(s, std::vector<uint32_t>(words, words + n));
+  lru_.emplace_front(s, std::move(m));
   cache_[s] = lru_.begin();
   CountEntries();
 }
@@ -733,10 +799,11 @@ Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
     if (!((c.runs >> ri) & 1)) continue;
     if (static_cast<int32_t>(ri) == c.near_run) {
       mask_walks_.fetch_add(1, std::memory_order_relaxed);  // (a walk, if a pruned one)
+      const NearScratch x = NearScratchFor(*trie_);
       if (pda_) {
-        NearWalk(*pda_, s, counted_[ri].c.bytes, c.near_within, words);
+        NearWalk(*pda_, s, counted_[ri].c.bytes, c.near_within, words, x.st, x.in_run);
       } else {
-        NearWalk(*dfa_, s, counted_[ri].c.bytes, c.near_within, words);
+        NearWalk(*dfa_, s, counted_[ri].c.bytes, c.near_within, words, x.st, x.in_run);
       }
       any = true;
       continue;
@@ -759,22 +826,70 @@ Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
   return Status::Ok();
 }
 
+bool Grammar::SharedExceptionsReadOnly(int32_t s, const Canon& c, uint32_t* words) {
+  DfaReader d(*dfa_);
+  const NearScratch x = NearScratchFor(*trie_);
+  for (size_t ri = 0; ri < counted_.size(); ++ri) {
+    if (!((c.runs >> ri) & 1)) continue;
+    if (static_cast<int32_t>(ri) == c.near_run) {
+      NearWalk(d, s, counted_[ri].c.bytes, c.near_within, words, x.st, x.in_run);
+      if (d.missed()) return false;
+      continue;
+    }
+    for (int32_t id : counted_[ri].reach->longer) {
+      const std::string* b = trie_->bytes(id);
+      if (!b) continue;
+      int32_t t = s;
+      for (size_t i = 0; i < b->size() && t >= 0; ++i) {
+        t = d.NextFast(t, static_cast<uint8_t>((*b)[i]));
+      }
+      if (d.missed()) return false;
+      const uint32_t bit = 1u << (id & 31);
+      if (t >= 0) {
+        words[id >> 5] |= bit;
+      } else {
+        words[id >> 5] &= ~bit;
+      }
+    }
+  }
+  return true;
+}
+
 Status Grammar::FillMask(int32_t s, uint32_t* words) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // A mask already known: under cache_mu_ only (beside walks of other states).
+  if (FastMask(s, words)) return Status::Ok();
+  std::unique_lock<std::shared_mutex> lock(mu_);
   const Canon c = Canonical(s);
   // A state with exceptions caches its own mask; one without finds its canonical state's.
-  if (CachedMask(c.exceptions ? s : c.state, words)) return Status::Ok();
+  const int32_t key = c.exceptions ? s : c.state;
+  NoteKey(s, key);
+  if (CachedMask(key, words)) return Status::Ok();
   if (pda_ && pda_->AtLimit(s)) {
     return Status(StatusCode::kResourceExhausted,
                   "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +
                       " levels deep, the limit of recursive constraints");
   }
-  if (c.state != s) return SharedMask(s, c, words);
-  return OwnMask(s, words);
+  if (c.state == s) return OwnMask(s, words);
+  if (pda_ || !c.exceptions) return SharedMask(s, c, words);
+  // A Dfa state with exceptions (a counted run near its end: NearWalk, the costly part of a
+  // fresh mask): the canonical mask here, the exceptions under the shared lock, so that
+  // several threads walk them at once; walked again here if the Dfa lacked a transition.
+  if (!CachedMask(c.state, words)) RETURN_IF_ERROR(OwnMask(c.state, words));
+  lock.unlock();
+  bool done;
+  {
+    std::shared_lock<std::shared_mutex> shared(mu_);
+    done = SharedExceptionsReadOnly(s, c, words);
+  }
+  lock.lock();
+  if (!done) return SharedMask(s, c, words);
+  if (c.near_run >= 0) mask_walks_.fetch_add(1, std::memory_order_relaxed);  // (as SharedMask)
+  CacheMask(s, words);
+  return Status::Ok();
 }
 
 Status Grammar::ReferenceMask(int32_t s, uint32_t* words) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   if (pda_ && pda_->AtLimit(s)) {
     return Status(StatusCode::kResourceExhausted, "structured output: nesting limit");
   }
@@ -795,33 +910,33 @@ Status Grammar::ReferenceMask(int32_t s, uint32_t* words) {
 int32_t Grammar::Advance(int32_t s, int32_t t) {
   const std::string* b = trie_->bytes(t);
   if (!b || b->empty()) return kDead;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   return pda_ ? pda_->Run(s, *b) : dfa_->Run(s, *b);
 }
 
 bool Grammar::Accepting(int32_t s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   return pda_ ? pda_->Accepting(s) : dfa_->Accepting(s);
 }
 
 bool Grammar::Finished(int32_t s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   if (pda_) return pda_->Accepting(s) && !pda_->HasNext(s);
   return dfa_->Accepting(s) && !dfa_->HasNext(s);
 }
 
 bool Grammar::Matches(std::string_view bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   return pda_ ? pda_->Matches(bytes) : dfa_->Matches(bytes);
 }
 
 int32_t Grammar::Run(int32_t s, std::string_view bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   return pda_ ? pda_->Run(s, bytes) : dfa_->Run(s, bytes);
 }
 
 size_t Grammar::num_states() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   return pda_ ? pda_->num_states() : dfa_->num_states();
 }
 
@@ -831,7 +946,7 @@ size_t Grammar::CacheBytes() const {
 }
 
 bool Grammar::Worn(size_t threshold) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::shared_mutex> lock(mu_);
   return pda_ && (pda_->overflowed() || pda_->num_states() > threshold);
 }
 

@@ -43,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -77,6 +78,8 @@ class TokenTrie {
   const std::string* bytes(int32_t id) const;
   size_t num_nodes() const { return child_begin_.size() - 1; }
   size_t num_tokens() const { return num_tokens_; }
+  // The longest token's length in bytes (the trie's depth).
+  uint32_t max_depth() const { return max_depth_; }
 
   // For a byte set L (bit b of word b / 64): the tokens whose bytes after the first are all in L
   // (a mask of words() words) and the edges whose byte is not in L from the nodes (not the
@@ -290,13 +293,24 @@ class Grammar {
   Status SharedMask(int32_t s, const Canon& c, uint32_t* words);
   // The bits of the tokens whose prefix in run's bytes is longer than `within`, by a walk
   // from s of only the trie's paths to such tokens.
+  // st and in_run: scratch of at least the trie's max depth + 2 entries.
   template <typename A>
-  void NearWalk(A& a, int32_t s, const TokenTrie::ByteSet& run, uint32_t within, uint32_t* words);
+  void NearWalk(A& a, int32_t s, const TokenTrie::ByteSet& run, uint32_t within, uint32_t* words,
+                int32_t* st, uint32_t* in_run);
+  // SharedMask's exceptions (words holding the canonical mask) read from a Dfa without
+  // changing it, under the shared lock (several threads at once): false, words half done, when
+  // a transition was not computed yet (the caller walks again under the exclusive lock).
+  bool SharedExceptionsReadOnly(int32_t s, const Canon& c, uint32_t* words);
   // s's mask by its own walk, cached.
   Status OwnMask(int32_t s, uint32_t* words);
   void CacheMask(int32_t s, const uint32_t* words);
   // Copies s's cached mask into words (false: none cached).
   bool CachedMask(int32_t s, uint32_t* words);
+  // The cached mask FillMask would give s, found under cache_mu_ only and copied outside it
+  // (false: not known yet; the caller takes the slow path).
+  bool FastMask(int32_t s, uint32_t* words);
+  // Notes that s's mask is cached under `key` (itself or its canonical state), for FastMask.
+  void NoteKey(int32_t s, int32_t key);
   // ResourceExhausted once the automaton has outgrown its state limit.
   Status StateLimit() const;
   std::atomic<size_t> mask_walks_{0};
@@ -304,11 +318,17 @@ class Grammar {
   std::unique_ptr<Pda> pda_;
   int32_t start_ = 0;
   size_t nfa_states_ = 0;
-  std::mutex mu_;
-  // Masks of states, most recently used first, bounded in bytes.
-  std::list<std::pair<int32_t, std::vector<uint32_t>>> lru_;
-  std::unordered_map<int32_t, std::list<std::pair<int32_t, std::vector<uint32_t>>>::iterator>
-      cache_;
+  // Exclusive: everything that walks or grows the automaton and the caches. Shared: the
+  // read-only exception walks of a Dfa (SharedExceptionsReadOnly), several threads at once.
+  std::shared_mutex mu_;
+  // Masks of states, most recently used first, bounded in bytes. Changed under mu_ (exclusive)
+  // and cache_mu_; read and reordered under cache_mu_ alone by FastMask. A mask is shared, so
+  // a reader copies it outside the lock even if it is evicted meanwhile.
+  using MaskP = std::shared_ptr<const std::vector<uint32_t>>;
+  std::mutex cache_mu_;
+  std::list<std::pair<int32_t, MaskP>> lru_;
+  std::unordered_map<int32_t, std::list<std::pair<int32_t, MaskP>>::iterator> cache_;
+  std::vector<int32_t> fast_key_;  // per state: the cache key of its mask (-1: not known)
   size_t max_cached_ = 0;
   // Walks of abstract configurations (Pda::Abstract) and after-first-byte walks (After), the
   // same way; within the same byte bound.
@@ -330,7 +350,6 @@ class Grammar {
   std::vector<DfsItem> dfs_;
   std::vector<int32_t> scan_state_;
   std::vector<uint8_t> scan_taint_;
-  std::vector<uint32_t> scan_run_;
   std::vector<int32_t> scan_state_alt_;  // a trie walk nested in a forest walk (ScanTree)
   std::vector<uint8_t> scan_taint_alt_;
   std::vector<uint8_t> scan_in_;

@@ -102,6 +102,13 @@ class CudaFence final : public Fence {
   }
   // An event never recorded counts as complete.
   void Wait() override { CUDA_OK(cudaEventSynchronize(event_)); }
+  bool Done() override {
+    CUDA_OK(cudaSetDevice(device_));
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    CUDA_OK(e);
+    return true;
+  }
 
  private:
   int device_;
@@ -161,6 +168,12 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
     }
     cudaStreamSynchronize(stream_);
+    if (side_stream_) {
+      cudaStreamSynchronize(side_stream_);
+      cudaEventDestroy(staged_event_);
+      cudaEventDestroy(sample_done_);
+      cudaStreamDestroy(side_stream_);
+    }
     gemm_.reset();  // its plans and events before the handle
     cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
@@ -530,22 +543,74 @@ class CudaBackend final : public Backend {
       CUDA_OK(cudaMemcpyAsync(adj, p.adjusts, sizeof(SamplingAdjust) * p.num_adjusts,
                               cudaMemcpyHostToDevice, stream_));
     }
+    // Masks and allow-lists: the copies StageSampleInputs started (the sample waits for them
+    // on the device), else copied here after the forward.
+    const size_t mask_bytes =
+        sizeof(uint32_t) * static_cast<size_t>(std::max(0, p.num_masks)) * p.mask_words;
+    const size_t ids_bytes = sizeof(int32_t) * static_cast<size_t>(std::max(0, p.num_allowed));
+    const bool staged = staged_.valid && staged_.masks == p.masks &&
+                        staged_.mask_bytes == mask_bytes && staged_.allowed == p.allowed &&
+                        staged_.ids_bytes == ids_bytes;
+    staged_.valid = false;
     uint32_t* masks = nullptr;
-    if (p.num_masks > 0) {
-      const size_t mask_bytes = sizeof(uint32_t) * static_cast<size_t>(p.num_masks) * p.mask_words;
-      masks = static_cast<uint32_t*>(sample_mask_.Get(mask_bytes, kept_));
-      CUDA_OK(cudaMemcpyAsync(masks, p.masks, mask_bytes, cudaMemcpyHostToDevice, stream_));
-    }
     int32_t* allowed = nullptr;
     float* allowed_vals = nullptr;
-    if (p.num_allowed > 0) {  // sparse allow-lists: the ids only (4 bytes per allowed token)
-      const size_t ids_bytes = sizeof(int32_t) * static_cast<size_t>(p.num_allowed);
-      allowed = static_cast<int32_t*>(sample_allowed_.Get(ids_bytes, kept_));
+    if (staged) {
+      masks = staged_.masks_dev;
+      allowed = staged_.allowed_dev;
+      CUDA_OK(cudaStreamWaitEvent(stream_, staged_event_, 0));
+    } else {
+      // (A staged copy not used here may still be writing the buffers.)
+      if (side_stream_) CUDA_OK(cudaStreamWaitEvent(stream_, staged_event_, 0));
+      if (p.num_masks > 0) {
+        masks = static_cast<uint32_t*>(sample_mask_.Get(mask_bytes, kept_));
+        CUDA_OK(cudaMemcpyAsync(masks, p.masks, mask_bytes, cudaMemcpyHostToDevice, stream_));
+      }
+      if (p.num_allowed > 0) {  // sparse allow-lists: the ids only (4 bytes per allowed token)
+        allowed = static_cast<int32_t*>(sample_allowed_.Get(ids_bytes, kept_));
+        CUDA_OK(cudaMemcpyAsync(allowed, p.allowed, ids_bytes, cudaMemcpyHostToDevice, stream_));
+      }
+    }
+    if (p.num_allowed > 0) {
       allowed_vals = static_cast<float*>(sample_allowed_vals_.Get(ids_bytes, kept_));
-      CUDA_OK(cudaMemcpyAsync(allowed, p.allowed, ids_bytes, cudaMemcpyHostToDevice, stream_));
     }
     cuda::Sample(p, rows, adj, raw, masks, allowed, allowed_vals, out, stream_);
     CUDA_OK(cudaMemcpyAsync(p.out, out, out_bytes, cudaMemcpyDeviceToHost, stream_));
+    if (side_stream_) {  // the device copies are free again once this sample has read them
+      CUDA_OK(cudaEventRecord(sample_done_, stream_));
+      sample_done_recorded_ = true;
+    }
+  }
+  void StageSampleInputs(const SampleParams& p) override {
+    staged_.valid = false;
+    if (recording_ || (p.num_masks <= 0 && p.num_allowed <= 0)) return;
+    Device();
+    if (!side_stream_) {
+      CUDA_OK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+      CUDA_OK(cudaEventCreateWithFlags(&staged_event_, cudaEventDisableTiming));
+      CUDA_OK(cudaEventCreateWithFlags(&sample_done_, cudaEventDisableTiming));
+    }
+    // The previous sample may still read the device copies: the copies wait for it (it is
+    // queued before the forward now running, so they do not wait for the forward).
+    if (sample_done_recorded_) CUDA_OK(cudaStreamWaitEvent(side_stream_, sample_done_, 0));
+    Staged s;
+    s.masks = p.masks;
+    s.allowed = p.allowed;
+    s.mask_bytes = sizeof(uint32_t) * static_cast<size_t>(std::max(0, p.num_masks)) * p.mask_words;
+    s.ids_bytes = sizeof(int32_t) * static_cast<size_t>(std::max(0, p.num_allowed));
+    if (s.mask_bytes > 0) {
+      s.masks_dev = static_cast<uint32_t*>(sample_mask_.Get(s.mask_bytes, kept_));
+      CUDA_OK(cudaMemcpyAsync(s.masks_dev, p.masks, s.mask_bytes, cudaMemcpyHostToDevice,
+                              side_stream_));
+    }
+    if (s.ids_bytes > 0) {
+      s.allowed_dev = static_cast<int32_t*>(sample_allowed_.Get(s.ids_bytes, kept_));
+      CUDA_OK(cudaMemcpyAsync(s.allowed_dev, p.allowed, s.ids_bytes, cudaMemcpyHostToDevice,
+                              side_stream_));
+    }
+    CUDA_OK(cudaEventRecord(staged_event_, side_stream_));
+    s.valid = true;
+    staged_ = s;
   }
   void Activate(Tensor x, Activation act) override {
     Device();
@@ -719,7 +784,21 @@ class CudaBackend final : public Backend {
   Scratch sample_rows_, sample_adj_, sample_raw_, sample_out_;  // Sample's device copies
   Scratch sample_mask_;                                         // structured-output token bitmasks
   Scratch sample_allowed_, sample_allowed_vals_;  // sparse allow-lists: ids, saved logits
-  Scratch decode_ws_;                             // split-decode attention partials
+  // StageSampleInputs: its copy stream (made on first use), the copies in flight and the
+  // events ordering them against Sample.
+  struct Staged {
+    bool valid = false;
+    const uint32_t* masks = nullptr;
+    const int32_t* allowed = nullptr;
+    size_t mask_bytes = 0, ids_bytes = 0;
+    uint32_t* masks_dev = nullptr;
+    int32_t* allowed_dev = nullptr;
+  };
+  Staged staged_;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t staged_event_ = nullptr, sample_done_ = nullptr;
+  bool sample_done_recorded_ = false;
+  Scratch decode_ws_;        // split-decode attention partials
   Scratch decode_counters_;  // their per-(sequence, KV head) counters (DecodeCounters)
   void* counters_ptr_ = nullptr;
   size_t counters_zeroed_ = 0;

@@ -28,8 +28,14 @@ struct Case {
   bool adjust;  // a logit_bias on the first id and a -inf on the second
 };
 
+// How SampleBatch hands the masks and allow-lists over: in Sample only, staged first
+// (StageSampleInputs with the same buffers), or staged from other buffers (Sample must not use
+// that copy).
+enum class Stage { kNone, kSame, kOther };
+
 std::vector<SampledToken> SampleBatch(Backend& be, const std::vector<Case>& cases,
-                                      const std::vector<float>& base, uint64_t counter) {
+                                      const std::vector<float>& base, uint64_t counter,
+                                      Stage stage = Stage::kNone) {
   const int pairs = static_cast<int>(cases.size());
   const int n = 2 * pairs + 1;
   std::vector<float> logits(static_cast<size_t>(n) * kV);
@@ -96,6 +102,18 @@ std::vector<SampledToken> SampleBatch(Backend& be, const std::vector<Case>& case
   p.mask_words = kW;
   p.allowed = ids;
   p.num_allowed = num_ids;
+  HostBuffer other_m = be.AllocateHost(sizeof(uint32_t) * kW * pairs);
+  HostBuffer other_i = be.AllocateHost(sizeof(int32_t) * kV * pairs);
+  if (stage == Stage::kSame) {
+    be.StageSampleInputs(p);
+  } else if (stage == Stage::kOther) {  // zeros: sampled from, they would allow no token
+    std::fill(other_m.as<uint32_t>(), other_m.as<uint32_t>() + kW * pairs, 0u);
+    std::fill(other_i.as<int32_t>(), other_i.as<int32_t>() + kV * pairs, 0);
+    SampleParams q = p;
+    q.masks = other_m.as<uint32_t>();
+    q.allowed = other_i.as<int32_t>();
+    be.StageSampleInputs(q);
+  }
   be.Sample(p);
   be.Synchronize();
   return std::vector<SampledToken>(p.out, p.out + n);
@@ -168,6 +186,28 @@ TEST(CudaSampleAllowed, SparseRowsSampleAsTheirBitmaskAndAsTheCpu) {
       if (cases[i].temperature == 0.f) {  // greedy: the same pick on both backends
         EXPECT_EQ(g[2 * i + 1].token, c[2 * i + 1].token) << "case " << i;
         EXPECT_NEAR(g[2 * i + 1].logprob, c[2 * i + 1].logprob, 1e-4);
+      }
+    }
+  }
+}
+
+// Masks and allow-lists uploaded beside the forward (StageSampleInputs) sample exactly as the
+// ones Sample copies itself; a staged copy of other buffers is not used.
+TEST(CudaSampleAllowed, StagedInputsSampleAsUnstaged) {
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kCuda}) {
+    auto be = Make(kind);
+    if (be == nullptr) continue;  // (no CUDA device here)
+    const auto cases = Cases();
+    const auto base = BaseLogits(static_cast<int>(cases.size()) + 1);
+    for (uint64_t draw = 0; draw < 20; ++draw) {
+      const auto plain = SampleBatch(*be, cases, base, draw);
+      for (Stage st : {Stage::kSame, Stage::kOther, Stage::kSame}) {
+        const auto staged = SampleBatch(*be, cases, base, draw, st);
+        ExpectPairsEqual(staged, cases, draw);
+        for (size_t i = 0; i < plain.size(); ++i) {
+          EXPECT_EQ(staged[i].token, plain[i].token) << "row " << i << " draw " << draw;
+          EXPECT_FLOAT_EQ(staged[i].logprob, plain[i].logprob) << "row " << i;
+        }
       }
     }
   }

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "structured/grammar.h"
@@ -59,52 +60,13 @@ std::vector<std::optional<std::string>> SyntheticVocab(size_t target) {
         "a" + cjk, std::string(25, 'q') + "\xe4\xb8\xad" + std::string(25, 'q')}) {
     toks.insert(t);
   }
-  for (const char* t : {"\\\"",
-                        "\\\\",
-                        "\\n",
-                        "\\u",
-                        "\\u00",
-                        "\xc3\xa9",
-                        "\xc3",
-                        "\xa9",
-                        "\xe4\xb8\xad",
-                        "\xe4\xb8",
-                        "\xf0\x9f\x98\x80",
-                        "\xf0\x9f",
-                        "\x98\x80",
-                        " \xc3\xa9t\xc3\xa9",
-                        "caf\xc3\xa9",
-                        "\":{\"",
-                        "\":[",
-                        "\"},{\"",
-                        "}}",
-                        "]]",
-                        "}]",
-                        "]}",
-                        "}]}",
-                        "\":\"",
-                        "\",\"",
-                        "\"]",
-                        "[\"",
-                        "[{",
-                        "{}",
-                        "[]",
-                        "\"\"",
-                        "0.",
-                        ".5",
-                        "1e",
-                        "-1",
-                        "true,",
-                        "null}",
-                        "1}",
-                        "2]",
-                        ",{",
-                        ":{",
-                        // keys that leave a declared name, then close their object
-                        "nax\":1}",
-                        "nbx\":2}]",
-                        "namex\":3},",
-                        "x\":1}"}) {
+  for (const char* t :
+       {"\\\"", "\\\\", "\\n", "\\u", "\\u00", "\xc3\xa9", "\xc3", "\xa9", "\xe4\xb8\xad",
+        "\xe4\xb8", "\xf0\x9f\x98\x80", "\xf0\x9f", "\x98\x80", " \xc3\xa9t\xc3\xa9", "caf\xc3\xa9",
+        "\":{\"", "\":[", "\"},{\"", "}}", "]]", "}]", "]}", "}]}", "\":\"", "\",\"", "\"]", "[\"",
+        "[{", "{}", "[]", "\"\"", "0.", ".5", "1e", "-1", "true,", "null}", "1}", "2]", ",{", ":{",
+        // keys that leave a declared name, then close their object
+        "nax\":1}", "nbx\":2}]", "namex\":3},", "x\":1}"}) {
     toks.insert(t);
   }
   // Random punctuation runs and letter strings up to the target.
@@ -445,6 +407,33 @@ TEST_F(MaskDiff, CountedStringsInsideRecursion) {
   RandomWalks(*g, 6, 300, 14, true);
   FollowText(*g, "{\"name\":\"" + std::string(120, 'n') + "\",\"kids\":[{\"name\":\"" +
                      std::string(100, 'k') + "\"}]}");
+}
+
+TEST_F(MaskDiff, ThreadsAskOneGrammarAtOnce) {
+  // The generation engine's mask threads ask one grammar for the masks of many requests under
+  // the same schema at once: known masks are read beside walks of other states, and a closed
+  // object's (Dfa) positions near a maxLength bound walk their exceptions under a shared lock,
+  // several threads at once, walking again alone when the Dfa lacks a transition. Every mask
+  // must equal the reference, from the first walks of a fresh grammar on; a pushdown schema
+  // the same way.
+  for (const char* schema : {R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":24},
+      "tags":{"type":"array","items":{"type":"string","minLength":1,"maxLength":9},"maxItems":4},
+      "n":{"type":"integer","minimum":0,"maximum":999},
+      "note":{"type":"string","maxLength":60}},
+      "required":["name","tags"],"additionalProperties":false})",
+                             R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":30},
+      "kids":{"type":"array","items":{"$ref":"#"}}},
+      "required":["name"]})"}) {
+    auto g = Schema(schema);
+    ASSERT_TRUE(g);
+    std::vector<std::thread> threads;
+    for (uint32_t k = 0; k < 8; ++k) {
+      threads.emplace_back([&g, k] { RandomWalks(*g, 4, 160, 200 + k, k % 4 == 3); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
 }
 
 }  // namespace
