@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -172,8 +173,8 @@ void AppendTransitionRow(const std::array<uint64_t, 4>& reads,
 // representative byte of each class; returns the number of classes.
 int ByteClasses(const Nfa& nfa, uint8_t* cls, std::vector<uint8_t>* reps);
 
-// A DFA over bytes built lazily from an Nfa. Not thread-safe: its owner (a compiled
-// constraint) serialises walks.
+// A DFA over bytes built lazily from an Nfa. Not thread-safe but for NextShared: its owner (a
+// compiled constraint) serialises walks, or lets several threads walk with NextShared only.
 class Dfa {
  public:
   static constexpr int32_t kDead = -1;
@@ -197,10 +198,13 @@ class Dfa {
   // the next Next, which may add states): the mask walk's inner loop reads them directly.
   static constexpr int32_t kUnknownNext = -2;
   const int32_t* table() const { return table_.data(); }
-  // The transition if computed, else kUnknownNext (never changes the Dfa).
-  int32_t Peek(int32_t s, uint8_t b) const {
-    return table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
-  }
+  // Next for several threads at once, while nothing else uses the Dfa (its owner's shared
+  // lock): known transitions read without a lock, a new one computed under a mutex of its own;
+  // kUnknownNext (nothing done) when a new state would not fit the room Reserve made.
+  int32_t NextShared(int32_t s, uint8_t b);
+  // Room for `states` more states before the transition table moves (NextShared's readers
+  // hold no lock); called while nothing else uses the Dfa.
+  void Reserve(size_t states);
   // Next with the known-transition lookup inlined (the mask walk's fast path).
   int32_t NextFast(int32_t s, uint8_t b) {
     const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
@@ -233,6 +237,7 @@ class Dfa {
   uint32_t mark_gen_ = 0;
   int32_t start_ = 0;
   bool overflowed_ = false;
+  std::mutex shared_mu_;  // NextShared's computations
 };
 
 // Appends the UTF-8 encoding of a code point.

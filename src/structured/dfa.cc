@@ -114,8 +114,28 @@ int32_t Dfa::Next(int32_t s, uint8_t b) {
     Closure(&next);
     t = AddState(std::move(next));
   }
-  if (!overflowed_ || t != kDead) table_[slot] = t;
+  // (Published for NextShared's lock-free readers after the new state's row.)
+  if (!overflowed_ || t != kDead) __atomic_store_n(&table_[slot], t, __ATOMIC_RELEASE);
   return t;
+}
+
+int32_t Dfa::NextShared(int32_t s, uint8_t b) {
+  if (s < 0) return kDead;
+  int32_t* e = &table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
+  int32_t t = __atomic_load_n(e, __ATOMIC_ACQUIRE);
+  if (t != kUnknown) return t;
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  t = __atomic_load_n(e, __ATOMIC_ACQUIRE);
+  if (t != kUnknown) return t;
+  // A new state appends a row: only within the capacity (readers hold pointers into it).
+  if (table_.capacity() - table_.size() < static_cast<size_t>(num_classes_)) return kUnknown;
+  return Next(s, b);
+}
+
+void Dfa::Reserve(size_t states) {
+  const size_t need = states * static_cast<size_t>(num_classes_);
+  if (table_.capacity() - table_.size() >= need) return;
+  table_.reserve(table_.size() + std::max(need, table_.size() / 2));
 }
 
 int32_t Dfa::Run(int32_t s, std::string_view bytes) {

@@ -90,13 +90,14 @@ bool HasHole(const Dfa&, int32_t) { return false; }
 bool HasHole(const Pda& d, int32_t s) { return d.HasHole(s); }
 bool HasItems(const Dfa&, int32_t s) { return s >= 0; }
 bool HasItems(const Pda& d, int32_t s) { return d.HasItems(s); }
-// A Dfa read without changing it (several threads at once, under the grammar's shared lock): a
-// transition not computed yet reads as dead and is noted (missed), the walk's result void.
-class DfaReader {
+// A Dfa walked by several threads at once (under the grammar's shared lock, Dfa::NextShared):
+// a new state that does not fit the table's room reads as dead and is noted (missed), the
+// walk's result void.
+class DfaShared {
  public:
-  explicit DfaReader(const Dfa& d) : d_(d) {}
+  explicit DfaShared(Dfa& d) : d_(d) {}
   int32_t NextFast(int32_t s, uint8_t b) {
-    const int32_t t = d_.Peek(s, b);
+    const int32_t t = d_.NextShared(s, b);
     if (t != Dfa::kUnknownNext) return t;
     missed_ = true;
     return Dfa::kDead;
@@ -104,13 +105,13 @@ class DfaReader {
   bool missed() const { return missed_; }
 
  private:
-  const Dfa& d_;
+  Dfa& d_;
   bool missed_ = false;
 };
-bool HasItems(const DfaReader&, int32_t s) { return s >= 0; }
+bool HasItems(const DfaShared&, int32_t s) { return s >= 0; }
 bool Missed(const Dfa&) { return false; }
 bool Missed(const Pda&) { return false; }
-bool Missed(const DfaReader& d) { return d.missed(); }
+bool Missed(const DfaShared& d) { return d.missed(); }
 // NearWalk's scratch: the calling thread's (walks of one grammar run on several threads).
 struct NearScratch {
   int32_t* st;
@@ -826,8 +827,8 @@ Status Grammar::SharedMask(int32_t s, const Canon& c, uint32_t* words) {
   return Status::Ok();
 }
 
-bool Grammar::SharedExceptionsReadOnly(int32_t s, const Canon& c, uint32_t* words) {
-  DfaReader d(*dfa_);
+bool Grammar::SharedExceptionWalk(int32_t s, const Canon& c, uint32_t* words) {
+  DfaShared d(*dfa_);
   const NearScratch x = NearScratchFor(*trie_);
   for (size_t ri = 0; ri < counted_.size(); ++ri) {
     if (!((c.runs >> ri) & 1)) continue;
@@ -873,17 +874,20 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
   if (pda_ || !c.exceptions) return SharedMask(s, c, words);
   // A Dfa state with exceptions (a counted run near its end: NearWalk, the costly part of a
   // fresh mask): the canonical mask here, the exceptions under the shared lock, so that
-  // several threads walk them at once; walked again here if the Dfa lacked a transition.
+  // several threads walk them at once (the Dfa grown by NextShared); walked again here in the
+  // rare case that the Dfa outgrew the room made for them.
   if (!CachedMask(c.state, words)) RETURN_IF_ERROR(OwnMask(c.state, words));
+  dfa_->Reserve(kSharedWalkStates);
   lock.unlock();
   bool done;
   {
     std::shared_lock<std::shared_mutex> shared(mu_);
-    done = SharedExceptionsReadOnly(s, c, words);
+    done = SharedExceptionWalk(s, c, words);
   }
   lock.lock();
   if (!done) return SharedMask(s, c, words);
   if (c.near_run >= 0) mask_walks_.fetch_add(1, std::memory_order_relaxed);  // (as SharedMask)
+  RETURN_IF_ERROR(StateLimit());
   CacheMask(s, words);
   return Status::Ok();
 }

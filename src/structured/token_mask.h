@@ -297,10 +297,11 @@ class Grammar {
   template <typename A>
   void NearWalk(A& a, int32_t s, const TokenTrie::ByteSet& run, uint32_t within, uint32_t* words,
                 int32_t* st, uint32_t* in_run);
-  // SharedMask's exceptions (words holding the canonical mask) read from a Dfa without
-  // changing it, under the shared lock (several threads at once): false, words half done, when
-  // a transition was not computed yet (the caller walks again under the exclusive lock).
-  bool SharedExceptionsReadOnly(int32_t s, const Canon& c, uint32_t* words);
+  // SharedMask's exceptions (words holding the canonical mask) walked on a Dfa under the shared
+  // lock (several threads at once, Dfa::NextShared): false, words half done, when the Dfa
+  // outgrew the room Reserve made (the caller walks again under the exclusive lock).
+  bool SharedExceptionWalk(int32_t s, const Canon& c, uint32_t* words);
+  static constexpr size_t kSharedWalkStates = 4096;
   // s's mask by its own walk, cached.
   Status OwnMask(int32_t s, uint32_t* words);
   void CacheMask(int32_t s, const uint32_t* words);
@@ -319,7 +320,7 @@ class Grammar {
   int32_t start_ = 0;
   size_t nfa_states_ = 0;
   // Exclusive: everything that walks or grows the automaton and the caches. Shared: the
-  // read-only exception walks of a Dfa (SharedExceptionsReadOnly), several threads at once.
+  // exception walks of a Dfa (SharedExceptionWalk), several threads at once.
   std::shared_mutex mu_;
   // Masks of states, most recently used first, bounded in bytes. Changed under mu_ (exclusive)
   // and cache_mu_; read and reordered under cache_mu_ alone by FastMask. A mask is shared, so
