@@ -205,6 +205,11 @@ class Dfa {
   // Room for `states` more states before the transition table moves (NextShared's readers
   // hold no lock); called while nothing else uses the Dfa.
   void Reserve(size_t states);
+  // NfaStates and Intern beside NextShared (under its mutex; Intern gives kUnknownNext when a
+  // new state has no room), and whether the state limit was met.
+  std::vector<int32_t> NfaStatesShared(int32_t s);
+  int32_t InternShared(std::vector<int32_t> states);
+  bool OverflowedShared();
   // Next with the known-transition lookup inlined (the mask walk's fast path).
   int32_t NextFast(int32_t s, uint8_t b) {
     const int32_t t = table_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];

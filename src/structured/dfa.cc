@@ -132,6 +132,22 @@ int32_t Dfa::NextShared(int32_t s, uint8_t b) {
   return Next(s, b);
 }
 
+std::vector<int32_t> Dfa::NfaStatesShared(int32_t s) {
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  return sets_[static_cast<size_t>(s)];
+}
+
+int32_t Dfa::InternShared(std::vector<int32_t> states) {
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  if (table_.capacity() - table_.size() < static_cast<size_t>(num_classes_)) return kUnknown;
+  return Intern(std::move(states));
+}
+
+bool Dfa::OverflowedShared() {
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  return overflowed_;
+}
+
 void Dfa::Reserve(size_t states) {
   const size_t need = states * static_cast<size_t>(num_classes_);
   if (table_.capacity() - table_.size() >= need) return;

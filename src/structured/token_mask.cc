@@ -649,12 +649,17 @@ void Grammar::PdaMask(int32_t s, uint32_t* words) {
   AddEos(d.Accepting(s), words);
 }
 
-Grammar::Canon Grammar::Canonical(int32_t s) {
+Grammar::Canon Grammar::Canonical(int32_t s, bool shared, bool* ok) {
+  if (ok) *ok = true;
   if (counted_.empty() || s < 0) return {s, 0, false};
   const auto i = static_cast<size_t>(s);
-  if (canonical_.size() <= i) canonical_.resize(i + 1);
-  if (canonical_[i].state != kUnknownCanonical) return canonical_[i];
-  std::vector<int32_t> st = pda_ ? pda_->ItemStates(s) : dfa_->NfaStates(s);
+  {
+    std::lock_guard<std::mutex> lock(canon_mu_);
+    if (i < canonical_.size() && canonical_[i].state != kUnknownCanonical) return canonical_[i];
+  }
+  std::vector<int32_t> st = pda_     ? pda_->ItemStates(s)
+                            : shared ? dfa_->NfaStatesShared(s)
+                                     : dfa_->NfaStates(s);
   uint64_t runs = 0;
   bool exceptions = false;
   int32_t near_run = -1;
@@ -709,9 +714,17 @@ Grammar::Canon Grammar::Canonical(int32_t s) {
   }
   Canon out{s, 0, false};
   if (runs) {
-    const int32_t t = pda_ ? pda_->Remap(s, st) : dfa_->Intern(std::move(st));
+    const int32_t t = pda_     ? pda_->Remap(s, st)
+                      : shared ? dfa_->InternShared(std::move(st))
+                               : dfa_->Intern(std::move(st));
+    if (t == Dfa::kUnknownNext) {  // (shared: no room for a new state; nothing kept)
+      *ok = false;
+      return out;
+    }
     if (t >= 0) out = {t, runs, exceptions, near_run, near_within};
   }
+  std::lock_guard<std::mutex> lock(canon_mu_);
+  if (canonical_.size() <= i) canonical_.resize(i + 1);
   canonical_[i] = out;
   return out;
 }
@@ -753,10 +766,14 @@ void Grammar::NoteKey(int32_t s, int32_t key) {
   fast_key_[static_cast<size_t>(s)] = key;
 }
 
-Status Grammar::StateLimit() const {
-  if (!(pda_ ? pda_->overflowed() : dfa_->overflowed())) return Status::Ok();
+Status Grammar::StateLimitError() {
   return Status(StatusCode::kResourceExhausted,
                 "structured output: the constraint's automaton outgrew its state limit");
+}
+
+Status Grammar::StateLimit() const {
+  if (!(pda_ ? pda_->overflowed() : dfa_->overflowed())) return Status::Ok();
+  return StateLimitError();
 }
 
 void Grammar::CacheMask(int32_t s, const uint32_t* words) {
@@ -859,37 +876,47 @@ bool Grammar::SharedExceptionWalk(int32_t s, const Canon& c, uint32_t* words) {
 Status Grammar::FillMask(int32_t s, uint32_t* words) {
   // A mask already known: under cache_mu_ only (beside walks of other states).
   if (FastMask(s, words)) return Status::Ok();
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  // A Dfa state whose mask is its canonical state's (cached) but for exceptions (a counted run
+  // near its end: NearWalk, the costly part of most fresh masks): under the shared lock, so
+  // that several threads walk such states at once (the Dfa grown by NextShared).
+  if (dfa_ && !counted_.empty()) {
+    std::shared_lock<std::shared_mutex> shared(mu_);
+    bool ok = false;
+    const Canon c = Canonical(s, /*shared=*/true, &ok);
+    if (ok) {
+      const int32_t key = c.exceptions ? s : c.state;
+      NoteKey(s, key);
+      if (CachedMask(key, words)) return Status::Ok();
+      if (c.state != s && c.exceptions && CachedMask(c.state, words) &&
+          SharedExceptionWalk(s, c, words)) {
+        if (dfa_->OverflowedShared()) return StateLimitError();
+        if (c.near_run >= 0) mask_walks_.fetch_add(1, std::memory_order_relaxed);
+        CacheMask(s, words);
+        return Status::Ok();
+      }
+    }
+  }
+  // Everything else (and what the shared walk could not do: the Dfa outgrew the room made for
+  // it) under the exclusive lock.
+  std::lock_guard<std::shared_mutex> lock(mu_);
   const Canon c = Canonical(s);
   // A state with exceptions caches its own mask; one without finds its canonical state's.
   const int32_t key = c.exceptions ? s : c.state;
   NoteKey(s, key);
-  if (CachedMask(key, words)) return Status::Ok();
-  if (pda_ && pda_->AtLimit(s)) {
+  Status st;
+  if (CachedMask(key, words)) {
+    st = Status::Ok();
+  } else if (pda_ && pda_->AtLimit(s)) {
     return Status(StatusCode::kResourceExhausted,
                   "structured output: the output is nested " + std::to_string(kMaxRecursionDepth) +
                       " levels deep, the limit of recursive constraints");
+  } else if (c.state == s) {
+    st = OwnMask(s, words);
+  } else {
+    st = SharedMask(s, c, words);
   }
-  if (c.state == s) return OwnMask(s, words);
-  if (pda_ || !c.exceptions) return SharedMask(s, c, words);
-  // A Dfa state with exceptions (a counted run near its end: NearWalk, the costly part of a
-  // fresh mask): the canonical mask here, the exceptions under the shared lock, so that
-  // several threads walk them at once (the Dfa grown by NextShared); walked again here in the
-  // rare case that the Dfa outgrew the room made for them.
-  if (!CachedMask(c.state, words)) RETURN_IF_ERROR(OwnMask(c.state, words));
-  dfa_->Reserve(kSharedWalkStates);
-  lock.unlock();
-  bool done;
-  {
-    std::shared_lock<std::shared_mutex> shared(mu_);
-    done = SharedExceptionWalk(s, c, words);
-  }
-  lock.lock();
-  if (!done) return SharedMask(s, c, words);
-  if (c.near_run >= 0) mask_walks_.fetch_add(1, std::memory_order_relaxed);  // (as SharedMask)
-  RETURN_IF_ERROR(StateLimit());
-  CacheMask(s, words);
-  return Status::Ok();
+  if (dfa_) dfa_->Reserve(kSharedWalkStates);  // room for the shared walks
+  return st;
 }
 
 Status Grammar::ReferenceMask(int32_t s, uint32_t* words) {

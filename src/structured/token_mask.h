@@ -284,10 +284,13 @@ class Grammar {
     int32_t near_run = -1;
     uint32_t near_within = 0;
   };
+  std::mutex canon_mu_;           // canonical_ (Canonical runs under the shared lock too)
   std::vector<Canon> canonical_;  // per state
   // The state whose mask is s's but for the runs' Reach exceptions (Counted positions shifted;
   // s itself when none applies).
-  Canon Canonical(int32_t s);
+  // shared (a Dfa, under the shared lock): the Dfa read and grown by its *Shared methods; *ok
+  // false when it has no room left for a new state (nothing is kept; ask again exclusively).
+  Canon Canonical(int32_t s, bool shared = false, bool* ok = nullptr);
   // The mask of s from its canonical state's: the Reach exceptions of the runs that moved it
   // walked from s itself.
   Status SharedMask(int32_t s, const Canon& c, uint32_t* words);
@@ -314,6 +317,7 @@ class Grammar {
   void NoteKey(int32_t s, int32_t key);
   // ResourceExhausted once the automaton has outgrown its state limit.
   Status StateLimit() const;
+  static Status StateLimitError();
   std::atomic<size_t> mask_walks_{0};
   std::unique_ptr<Dfa> dfa_;
   std::unique_ptr<Pda> pda_;
