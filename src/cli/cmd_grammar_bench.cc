@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/command.h"
@@ -53,6 +54,7 @@ struct BenchFlags {
   bool no_counted_sharing = false;
   int walks = 0;          // random constrained generations per compiled schema
   int walk_tokens = 128;  // tokens per generation at most
+  int walk_threads = 1;   // threads running the walks of one schema at once
 };
 
 // The instance serialised compactly (structured::CanonicalJson's spelling) with each object's
@@ -196,7 +198,8 @@ int RunBench(const BenchFlags& f) {
   size_t bad_json = 0;
   std::vector<double> mask_us, compile_ms, walk_mask_us;
   size_t walk_dead = 0;
-  size_t mask_walks = 0;  // masks computed by a walk (not found cached), all schemas
+  double walks_wall_us = 0;  // the walks' wall time, all schemas
+  size_t mask_walks = 0;     // masks computed by a walk (not found cached), all schemas
   std::vector<std::string> rejected_ids, accepted_ids;
   std::vector<uint32_t> words(static_cast<size_t>((*trie)->words()));
   std::vector<uint32_t> ref_words(words.size());
@@ -325,9 +328,16 @@ int RunBench(const BenchFlags& f) {
           // Generations like a random-weight model's under the constraint: each token drawn
           // uniformly among the allowed ones (the end of sequence included once allowed).
           // Every mask is timed; a state with no allowed token (a dead end the engine let the
-          // generation into) is counted and named.
-          int dead = 0, walk_masks = 0;
-          for (int w = 0; w < f.walks; ++w) {
+          // generation into) is counted and named. --walk-threads: the walks run on that many
+          // threads at once against the one grammar (walk w on thread w % N), as the
+          // generation engine's mask threads ask it for many requests under one schema.
+          struct WalkOut {
+            std::vector<double> us;
+            int dead = 0, masks = 0;
+            size_t checked = 0, mismatches = 0;
+          };
+          auto one_walk = [&](int w, WalkOut& o, std::vector<uint32_t>& wd,
+                              std::vector<uint32_t>& rw) {
             std::mt19937_64 rng((static_cast<uint64_t>(n_schemas) << 16) ^
                                 static_cast<uint64_t>(w));
             int32_t s = (*g)->start();
@@ -338,25 +348,25 @@ int RunBench(const BenchFlags& f) {
             };
             for (int i = 0; i < f.walk_tokens; ++i) {
               const auto m0 = Clock::now();
-              Status ms = (*g)->FillMask(s, words.data());
-              walk_mask_us.push_back(Us(m0, Clock::now()));
-              ++walk_masks;
+              Status ms = (*g)->FillMask(s, wd.data());
+              o.us.push_back(Us(m0, Clock::now()));
+              ++o.masks;
               if (f.check_masks) {
-                Status rs = (*g)->ReferenceMask(s, ref_words.data());
-                ++mask_checked;
-                if (rs.ok() != ms.ok() || (ms.ok() && ref_words != words)) {
-                  ++mask_mismatches;
+                Status rs = (*g)->ReferenceMask(s, rw.data());
+                ++o.checked;
+                if (rs.ok() != ms.ok() || (ms.ok() && rw != wd)) {
+                  ++o.mismatches;
                   std::fprintf(stderr, "mask mismatch: schema %.*s, walk %d, token %d\n",
                                static_cast<int>(id.size()), id.data(), w, i);
-                  if (ms.ok() && rs.ok()) ShowMaskDifference(**trie, words, ref_words);
+                  if (ms.ok() && rs.ok()) ShowMaskDifference(**trie, wd, rw);
                 }
               }
               size_t allowed = 0;
               if (ms.ok()) {
-                for (uint32_t x : words) allowed += static_cast<size_t>(__builtin_popcount(x));
+                for (uint32_t x : wd) allowed += static_cast<size_t>(__builtin_popcount(x));
               }
               if (allowed == 0) {
-                ++dead;
+                ++o.dead;
                 std::fprintf(stderr, "dead end: schema %.*s, walk %d, token %d: %s after %s\n",
                              static_cast<int>(id.size()), id.data(), w, i,
                              ms.ok() ? "no token allowed" : ms.message().c_str(),
@@ -365,13 +375,13 @@ int RunBench(const BenchFlags& f) {
               }
               size_t k = std::uniform_int_distribution<size_t>(0, allowed - 1)(rng);
               int32_t tid = -1;
-              for (size_t wi = 0; wi < words.size() && tid < 0; ++wi) {
-                const size_t c = static_cast<size_t>(__builtin_popcount(words[wi]));
+              for (size_t wi = 0; wi < wd.size() && tid < 0; ++wi) {
+                const size_t c = static_cast<size_t>(__builtin_popcount(wd[wi]));
                 if (k >= c) {
                   k -= c;
                   continue;
                 }
-                uint32_t x = words[wi];
+                uint32_t x = wd[wi];
                 for (size_t j = 0; j < k; ++j) x &= x - 1;
                 tid = static_cast<int32_t>(wi * 32 + static_cast<size_t>(__builtin_ctz(x)));
               }
@@ -379,12 +389,37 @@ int RunBench(const BenchFlags& f) {
               walked.push_back(tid);
               s = (*g)->Advance(s, tid);
               if (s < 0) {  // an allowed token the automaton refuses: the mask was wrong
-                ++dead;
+                ++o.dead;
                 std::fprintf(stderr, "refused allowed token: schema %.*s, walk %d, token %d: %s\n",
                              static_cast<int>(id.size()), id.data(), w, i, text_so_far().c_str());
                 break;
               }
             }
+          };
+          const int nt = std::max(1, std::min(f.walk_threads, f.walks));
+          std::vector<WalkOut> outs(static_cast<size_t>(nt));
+          const auto w0 = Clock::now();
+          if (nt == 1) {
+            for (int w = 0; w < f.walks; ++w) one_walk(w, outs[0], words, ref_words);
+          } else {
+            std::vector<std::thread> threads;
+            for (int k = 0; k < nt; ++k) {
+              threads.emplace_back([&, k] {
+                std::vector<uint32_t> wd(words.size()), rw(words.size());
+                for (int w = k; w < f.walks; w += nt)
+                  one_walk(w, outs[static_cast<size_t>(k)], wd, rw);
+              });
+            }
+            for (std::thread& t : threads) t.join();
+          }
+          walks_wall_us += Us(w0, Clock::now());
+          int dead = 0, walk_masks = 0;
+          for (const WalkOut& o : outs) {
+            walk_mask_us.insert(walk_mask_us.end(), o.us.begin(), o.us.end());
+            dead += o.dead;
+            walk_masks += o.masks;
+            mask_checked += o.checked;
+            mask_mismatches += o.mismatches;
           }
           walk_dead += static_cast<size_t>(dead);
           rec += ",\"walk_masks\":" + std::to_string(walk_masks) +
@@ -438,10 +473,11 @@ int RunBench(const BenchFlags& f) {
     }
     std::printf(
         ",\"walks\":{\"per_schema\":%d,\"masks\":%zu,\"dead_ends\":%zu,"
-        "\"masks_over_1ms\":%zu,\"masks_over_4ms\":%zu,\"mask_us\":{\"mean\":%.2f,"
-        "\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.1f,\"max\":%.1f}}",
-        f.walks, walk_mask_us.size(), walk_dead, over1, over4, wm, Pct(walk_mask_us, 0.5),
-        Pct(walk_mask_us, 0.99), Pct(walk_mask_us, 0.999),
+        "\"masks_over_1ms\":%zu,\"masks_over_4ms\":%zu,\"threads\":%d,\"wall_s\":%.3f,"
+        "\"mask_us\":{\"mean\":%.2f,\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.1f,\"max\":%.1f}}",
+        f.walks, walk_mask_us.size(), walk_dead, over1, over4, std::max(1, f.walk_threads),
+        walks_wall_us * 1e-6, wm, Pct(walk_mask_us, 0.5), Pct(walk_mask_us, 0.99),
+        Pct(walk_mask_us, 0.999),
         walk_mask_us.empty() ? 0.0 : *std::max_element(walk_mask_us.begin(), walk_mask_us.end()));
   }
   if (f.check_masks) {
@@ -470,6 +506,11 @@ const Registrar kRegistrar{Command{
                       "among the allowed ones, as a random-weight model samples): mask times "
                       "reported apart, dead ends counted (exit 1 on any)");
       sub->add_option("--walk-tokens", f->walk_tokens, "Tokens per random generation at most");
+      sub->add_option("--walk-threads", f->walk_threads,
+                      "Run each schema's random generations on N threads at once against its "
+                      "one compiled grammar (as the engine's mask threads do for requests "
+                      "sharing a schema); walks.wall_s is their wall time")
+          ->check(CLI::Range(1, 256));
       sub->add_flag("--no-counted-sharing", f->no_counted_sharing,
                     "Compute the mask of every counted position (maxLength, {m,n}) apart, as "
                     "before masks were shared between them (to measure the sharing)");
