@@ -710,6 +710,36 @@ TEST(Cli, GrammarBenchRandomWalksFindNoDeadEnds) {
   fs::remove(schemas);
 }
 
+// --walk-threads: the same generations on 4 threads against one grammar (a closed object with
+// maxLength strings: near-bound masks walked under the grammar's shared lock); every mask still
+// equals the reference walk's, no dead end, and as many masks as on one thread.
+TEST(Cli, GrammarBenchWalkThreadsShareOneGrammar) {
+  const std::string schemas = TempPath("walk_threads_schemas.jsonl");
+  {
+    std::ofstream f(schemas);
+    f << R"({"id":"closed","schema":{"type":"object","properties":{"name":{"type":"string",)"
+         R"("maxLength":30},"tags":{"type":"array","items":{"type":"string","maxLength":8},)"
+         R"("maxItems":3}},"required":["name","tags"],"additionalProperties":false},"tests":[]})"
+      << "\n";
+  }
+  const std::string tok = kFixtures + "/../../models/demo-chat";
+  std::string masks[2];
+  for (int i = 0; i < 2; ++i) {
+    Result r = RunSluice("grammar-bench --tokenizer " + tok + " --schemas " + schemas +
+                         " --random-walks 64 --walk-tokens 48 --check-masks --walk-threads " +
+                         (i ? "4" : "1"));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"dead_ends\":0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"mask_mismatches\":0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(i ? "\"threads\":4" : "\"threads\":1"), std::string::npos) << r.out;
+    const size_t at = r.out.find("\"walks\":{\"per_schema\":64,\"masks\":");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    masks[i] = r.out.substr(at, r.out.find(',', at + 30) - at);
+  }
+  EXPECT_EQ(masks[0], masks[1]);  // the same generations (seeded per walk), the same masks
+  fs::remove(schemas);
+}
+
 // --no-counted-sharing: every position of a maxLength string is walked apart; by default the
 // positions far from the bound share one mask (fewer walks), and the masks are the same.
 TEST(Cli, GrammarBenchCountedSharingWalksFewerMasks) {
