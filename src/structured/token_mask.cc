@@ -915,7 +915,7 @@ Status Grammar::FillMask(int32_t s, uint32_t* words) {
   } else {
     st = SharedMask(s, c, words);
   }
-  if (dfa_) dfa_->Reserve(kSharedWalkStates);  // room for the shared walks
+  if (dfa_ && !counted_.empty()) dfa_->Reserve(kSharedWalkStates);  // room for shared walks
   return st;
 }
 
