@@ -34,18 +34,21 @@ int32_t* Sampler::PrepareAllowed(int capacity, int slot) {
 
 void Sampler::StageMasks(int slot) {
   if (num_masks_ == 0 && num_allowed_ == 0) return;
-  Slot& s = slots_[slot];
   SampleParams p;
+  SetMasks(slots_[slot], &p);
+  runner_->backend().StageSampleInputs(p);
+}
+
+void Sampler::SetMasks(const Slot& s, SampleParams* p) const {
   if (num_masks_ > 0) {
-    p.masks = s.masks.as<uint32_t>();
-    p.mask_words = mask_words_;
-    p.num_masks = num_masks_;
+    p->masks = s.masks.as<uint32_t>();
+    p->mask_words = mask_words_;
+    p->num_masks = num_masks_;
   }
   if (num_allowed_ > 0) {
-    p.allowed = s.allowed.as<int32_t>();
-    p.num_allowed = num_allowed_;
+    p->allowed = s.allowed.as<int32_t>();
+    p->num_allowed = num_allowed_;
   }
-  runner_->backend().StageSampleInputs(p);
 }
 
 Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int index) {
@@ -78,15 +81,7 @@ Status Sampler::Enqueue(const ForwardBatch& batch, const RunnerForward& f, int i
   p.num_adjusts = static_cast<int>(adjusts_.size());
   for (const SamplingRow& r : rows_) p.max_logprobs = std::max(p.max_logprobs, r.num_logprobs);
   p.out = s.out.as<SampledToken>();
-  if (num_masks_ > 0) {
-    p.masks = s.masks.as<uint32_t>();
-    p.mask_words = mask_words_;
-    p.num_masks = num_masks_;
-  }
-  if (num_allowed_ > 0) {
-    p.allowed = s.allowed.as<int32_t>();
-    p.num_allowed = num_allowed_;
-  }
+  SetMasks(s, &p);  // (the pointers StageMasks staged, so the staged copies are used)
   backend.Sample(p);
   return Status::Ok();
 }

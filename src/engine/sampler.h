@@ -47,6 +47,8 @@ class Sampler final : public OutputStage {
   struct Slot {
     HostBuffer rows, adjusts, out, masks, allowed;  // pinned staging
   };
+  // The filled masks and allow-lists of slot s into p.
+  void SetMasks(const Slot& s, SampleParams* p) const;
   ModelRunner* runner_;
   std::vector<SamplingRow> rows_;
   std::vector<SamplingAdjust> adjusts_;

@@ -729,15 +729,21 @@ Grammar::Canon Grammar::Canonical(int32_t s, bool shared, bool* ok) {
   return out;
 }
 
+// The cached mask under key, moved to the front of the LRU (cache_mu_ held; null: none).
+Grammar::MaskP Grammar::FindMaskLocked(int32_t key) {
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
+
 bool Grammar::CachedMask(int32_t s, uint32_t* words) {
   MaskP m;
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cache_.find(s);
-    if (it == cache_.end()) return false;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    m = it->second->second;
+    m = FindMaskLocked(s);
   }
+  if (!m) return false;
   std::memcpy(words, m->data(), m->size() * sizeof(uint32_t));
   return true;
 }
@@ -749,12 +755,9 @@ bool Grammar::FastMask(int32_t s, uint32_t* words) {
     std::lock_guard<std::mutex> lock(cache_mu_);
     if (static_cast<size_t>(s) >= fast_key_.size()) return false;
     const int32_t key = fast_key_[static_cast<size_t>(s)];
-    if (key < 0) return false;
-    auto it = cache_.find(key);
-    if (it == cache_.end()) return false;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    m = it->second->second;
+    if (key >= 0) m = FindMaskLocked(key);
   }
+  if (!m) return false;
   std::memcpy(words, m->data(), m->size() * sizeof(uint32_t));
   return true;
 }

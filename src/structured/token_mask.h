@@ -330,6 +330,7 @@ class Grammar {
   // and cache_mu_; read and reordered under cache_mu_ alone by FastMask. A mask is shared, so
   // a reader copies it outside the lock even if it is evicted meanwhile.
   using MaskP = std::shared_ptr<const std::vector<uint32_t>>;
+  MaskP FindMaskLocked(int32_t key);
   std::mutex cache_mu_;
   std::list<std::pair<int32_t, MaskP>> lru_;
   std::unordered_map<int32_t, std::list<std::pair<int32_t, MaskP>>::iterator> cache_;
