@@ -5,13 +5,15 @@
 //   bf16 sluice-avx512fma (bf16 weights widened in registers, f32 FMA)
 //   int8 sluice-int8 (VNNI, or portable: run with the ISA capped below AMX)
 //   bf16 sluice-amx / int8 sluice-int8(amx) (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without
-//   usable AMX)
+//   usable AMX); amx-*-2x2 / amx-*-2x2pf: the same with the 2x2 tile schedules (gemm_x86.h
+//   AmxKernel)
 // The path is fixed per weight at load for every M (batch invariance), so the choice per
 // shape is made from the whole M range; docs/benchmarks.md has the figures.
 //
 // Usage: linear_paths_bench [--threads N] [--reps R] [--m 1,2,4,64,1024] [--set encoder|decode]
 //                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,
-//                                    amx-bf16,amx-int8]
+//                                    amx-bf16,amx-int8,amx-bf16-2x2,amx-int8-2x2,amx-bf16-2x2pf,
+//                                    amx-int8-2x2pf]
 //                           [--cpu-time] [--only SHAPE-NAME-PART]
 // Prints a markdown table: median GFLOP/s over R repetitions (after 2 warm-ups), spread
 // (min..max), and for M <= 4 the weight bytes streamed per second (GB/s) next to the
@@ -33,6 +35,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_linear.h"
+#include "backend/cpu/gemm_x86.h"
 
 namespace {
 
@@ -104,6 +107,7 @@ struct PathSpec {
   const char* mode;  // SLUICE_CPU_LINEAR
   double weight_bytes;
   const char* cap = "";  // SLUICE_CPU_MAX_ISA while the weight is prepared ("": none)
+  cpu::x86::AmxKernel amx = cpu::x86::AmxKernel::k1x4;  // the AMX paths' tile schedule
 };
 
 }  // namespace
@@ -158,10 +162,18 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ms;
   for (auto& s : Split(ms_arg)) ms.push_back(std::atoll(s.c_str()));
   const std::vector<PathSpec> all = {
-      {"onednn-f32", DType::kF32, "onednn", 4},    {"onednn-bf16", DType::kBF16, "onednn", 2},
-      {"sluice-bf16", DType::kBF16, "sluice", 2},  {"avx512bf16", DType::kBF16, "avx512bf16", 2},
-      {"avx512fma", DType::kBF16, "avx512fma", 2}, {"int8", DType::kI8, "auto", 1, "avx512_bf16"},
-      {"amx-bf16", DType::kBF16, "amx", 2},        {"amx-int8", DType::kI8, "amx", 1}};
+      {"onednn-f32", DType::kF32, "onednn", 4},
+      {"onednn-bf16", DType::kBF16, "onednn", 2},
+      {"sluice-bf16", DType::kBF16, "sluice", 2},
+      {"avx512bf16", DType::kBF16, "avx512bf16", 2},
+      {"avx512fma", DType::kBF16, "avx512fma", 2},
+      {"int8", DType::kI8, "auto", 1, "avx512_bf16"},
+      {"amx-bf16", DType::kBF16, "amx", 2},
+      {"amx-int8", DType::kI8, "amx", 1},
+      {"amx-bf16-2x2", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2},
+      {"amx-int8-2x2", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2},
+      {"amx-bf16-2x2pf", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2Prefetch},
+      {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2Prefetch}};
   std::vector<PathSpec> paths;
   for (auto& p : Split(paths_arg)) {
     for (auto& a : all) {
@@ -206,7 +218,9 @@ int main(int argc, char** argv) {
         const int64_t m = ms[i];
         LinearParams lp{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
                         Tensor{out.data(), DType::kF32, m, s.n, 0}, Activation::kGeluErf};
+        cpu::x86::SetAmxKernelForTesting(p.amx);
         Stats st = Time(reps, [&] { be->Linear(lp); });
+        cpu::x86::SetAmxKernelForTesting(cpu::x86::AmxKernel::k1x4);
         const double f = 2.0 * m * s.n * s.k / 1e9;
         char buf[96];
         int len = std::snprintf(buf, sizeof(buf), "%.0f (%.0f..%.0f)", f / st.median, f / st.hi,

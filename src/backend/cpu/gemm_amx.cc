@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,24 @@ namespace sluice::cpu::x86 {
 
 bool AmxBf16Usable() { return Features().amx_bf16 && amx::Available(); }
 bool AmxI8Usable() { return Features().amx_int8 && amx::Available(); }
+
+namespace {
+std::atomic<AmxKernel> g_amx_kernel{AmxKernel::k1x4};
+}  // namespace
+
+AmxKernel CurrentAmxKernel() { return g_amx_kernel.load(std::memory_order_relaxed); }
+void SetAmxKernelForTesting(AmxKernel k) { g_amx_kernel.store(k, std::memory_order_relaxed); }
+const char* AmxKernelName(AmxKernel k) {
+  switch (k) {
+    case AmxKernel::k1x4:
+      return "1x4";
+    case AmxKernel::k2x2:
+      return "2x2";
+    case AmxKernel::k2x2Prefetch:
+      return "2x2pf";
+  }
+  return "?";
+}
 
 }  // namespace sluice::cpu::x86
 
@@ -135,10 +154,71 @@ struct AmxHwOps {
       _tile_stored(3, p, stride);
     }
   }
+  // The 2x2 kernel's operations (gemm_amx_inl.h AmxMicro2x2): any tile by number.
+  template <int T>
+  static void Load(const void* p, int64_t stride) {
+    static_assert(T >= 0 && T < 8);
+    __asm__ volatile("" ::: "memory");
+    if constexpr (T == 0) {
+      _tile_loadd(0, p, stride);
+    } else if constexpr (T == 1) {
+      _tile_loadd(1, p, stride);
+    } else if constexpr (T == 2) {
+      _tile_loadd(2, p, stride);
+    } else if constexpr (T == 3) {
+      _tile_loadd(3, p, stride);
+    } else if constexpr (T == 4) {
+      _tile_loadd(4, p, stride);
+    } else if constexpr (T == 5) {
+      _tile_loadd(5, p, stride);
+    } else if constexpr (T == 6) {
+      _tile_loadd(6, p, stride);
+    } else {
+      _tile_loadd(7, p, stride);
+    }
+  }
+  // C += A x B for the 2x2 kernel's pairs: C = 2 * (A - 4) + (B - 6).
+  template <int C, int A, int B>
+  static void DpTiles() {
+    static_assert(A >= 4 && A <= 5 && B >= 6 && B <= 7 && C == 2 * (A - 4) + (B - 6));
+    if constexpr (kInt8) {
+      if constexpr (C == 0) {
+        _tile_dpbusd(0, 4, 6);
+      } else if constexpr (C == 1) {
+        _tile_dpbusd(1, 4, 7);
+      } else if constexpr (C == 2) {
+        _tile_dpbusd(2, 5, 6);
+      } else {
+        _tile_dpbusd(3, 5, 7);
+      }
+    } else {
+      if constexpr (C == 0) {
+        _tile_dpbf16ps(0, 4, 6);
+      } else if constexpr (C == 1) {
+        _tile_dpbf16ps(1, 4, 7);
+      } else if constexpr (C == 2) {
+        _tile_dpbf16ps(2, 5, 6);
+      } else {
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+  }
 };
 
-void DriveBf16(const AmxPlan& p) { AmxDrive<AmxHwOps<false>>(p); }
-void DriveI8(const AmxPlan& p) { AmxDrive<AmxHwOps<true>>(p); }
+void DriveBf16(const AmxPlan& p) {
+  if (p.kernel == AmxKernel::k1x4) {
+    AmxDrive<AmxHwOps<false>>(p);
+  } else {
+    AmxDrive2x2<AmxHwOps<false>>(p);
+  }
+}
+void DriveI8(const AmxPlan& p) {
+  if (p.kernel == AmxKernel::k1x4) {
+    AmxDrive<AmxHwOps<true>>(p);
+  } else {
+    AmxDrive2x2<AmxHwOps<true>>(p);
+  }
+}
 
 }  // namespace
 }  // namespace sluice::cpu::x86
@@ -154,7 +234,9 @@ void GemmBf16Amx(const Bf16Args& a) {
     std::fprintf(stderr, "sluice: GemmBf16Amx called without AMX-BF16 or with FMA activations\n");
     std::abort();
   }
-  DriveBf16(AmxPlanBf16(a));
+  AmxPlan p = AmxPlanBf16(a);
+  p.kernel = CurrentAmxKernel();
+  DriveBf16(p);
 }
 
 void GemmI8Amx(const I8Args& a) {
@@ -163,7 +245,9 @@ void GemmI8Amx(const I8Args& a) {
     std::fprintf(stderr, "sluice: GemmI8Amx called without AMX-INT8\n");
     std::abort();
   }
-  DriveI8(AmxPlanI8(a));
+  AmxPlan p = AmxPlanI8(a);
+  p.kernel = CurrentAmxKernel();
+  DriveI8(p);
 }
 
 }  // namespace sluice::cpu::x86

@@ -63,6 +63,7 @@ struct AmxPlan {
   int64_t m = 0, n = 0;
   float* out = nullptr;
   int64_t ldo = 0;
+  AmxKernel kernel = AmxKernel::k1x4;
 };
 
 inline AmxPlan AmxPlanBf16(const Bf16Args& a) {
@@ -136,6 +137,42 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const 
   Ops::template StoreAcc<3>(a + 192, 256);
 }
 
+// Row tile t's accumulators ia [16][64] (f32 bits for bf16, int32 for int8) for the
+// columns c0 .. c0 + cols of block c0 / 64: the epilogue into p.out (conv: 16 x 64 floats
+// of scratch for int8).
+inline void AmxTileEpilogue(const AmxPlan& p, int64_t t, int64_t c0, int64_t cols,
+                            const int32_t* ia, float* conv) {
+  const int64_t r0 = t * kAmxRows;
+  const int64_t rows = std::min<int64_t>(kAmxRows, p.m - r0);
+  const float* acc = reinterpret_cast<const float*>(ia);  // bf16: f32 bits
+  if (p.int8) {
+    // vpdpbusd's integers minus 128 * column sum (q + 128 encoding), as the VNNI
+    // kernel: exact (unsigned arithmetic: wrap-around instead of overflow UB).
+    const int32_t* cs = p.colsum + c0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < kBlockN; ++c) {
+        const uint32_t v =
+            static_cast<uint32_t>(ia[r * kBlockN + c]) - (static_cast<uint32_t>(cs[c]) << 7);
+        conv[r * kBlockN + c] = static_cast<float>(static_cast<int32_t>(v));
+      }
+    }
+    acc = conv;
+  }
+  gemm::EpilogueArgs e;
+  e.acc = acc;
+  e.ldacc = kBlockN;
+  e.rows = rows;
+  e.cols = cols;
+  e.row_scale = p.x_scale ? p.x_scale + r0 : nullptr;
+  e.col_scale = p.w_scale ? p.w_scale + c0 : nullptr;
+  e.bias = p.bias ? p.bias + c0 : nullptr;
+  e.act = p.act;
+  e.sum = p.sum;
+  e.out = p.out + r0 * p.ldo + c0;
+  e.ldo = p.ldo;
+  gemm::Epilogue(e);
+}
+
 // k groups per chunk: the weight block's chunk (kAmxChunk * 256 bytes = 32 KB) stays in
 // L1 while the row tiles of a tile pass over it; accumulators are spilled between chunks.
 constexpr int64_t kAmxChunk = 128;
@@ -191,36 +228,112 @@ void AmxDrive(const AmxPlan& p) {
             }
           }
           for (int64_t t = t0; t < t_end; ++t) {
-            const int64_t r0 = t * kAmxRows;
-            const int64_t rows = std::min<int64_t>(kAmxRows, p.m - r0);
-            const int32_t* ia = accs + (t - t0) * kAmxRows * kBlockN;
-            const float* acc = reinterpret_cast<const float*>(ia);  // bf16: f32 bits
-            if (p.int8) {
-              // vpdpbusd's integers minus 128 * column sum (q + 128 encoding), as the VNNI
-              // kernel: exact (unsigned arithmetic: wrap-around instead of overflow UB).
-              const int32_t* cs = p.colsum + c0;
-              for (int64_t r = 0; r < rows; ++r) {
-                for (int64_t c = 0; c < kBlockN; ++c) {
-                  const uint32_t v = static_cast<uint32_t>(ia[r * kBlockN + c]) -
-                                     (static_cast<uint32_t>(cs[c]) << 7);
-                  conv[r * kBlockN + c] = static_cast<float>(static_cast<int32_t>(v));
-                }
+            AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN, conv);
+          }
+        }
+      }
+    }
+    Ops::End();
+  }
+}
+
+// Two row tiles (xa0, xa1; row stride lda bytes) x 32 columns of a weight block (w: the
+// block's first k group + 128 bytes for its second half), all k groups in order from
+// zero, onto acc0 / acc1 (each [16][64] with a 256-byte row stride, pointing at the
+// half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
+template <class Ops, bool kPrefetch>
+void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t groups,
+                 const uint8_t* w, uint8_t* acc0, uint8_t* acc1) {
+  Ops::ZeroAcc();
+  for (int64_t g = 0; g < groups; g += kAmxGroups) {
+    const uint8_t* wg = w + g * 256;
+    if constexpr (kPrefetch) {
+      if (g + kAmxGroups < groups) {  // the next step's 16 B rows: 2 lines each
+        const uint8_t* nb = wg + kAmxGroups * 256;
+        for (int r = 0; r < kAmxGroups; ++r) {
+          __builtin_prefetch(nb + r * 256, 0, 3);
+          __builtin_prefetch(nb + r * 256 + 64, 0, 3);
+        }
+      }
+    }
+    Ops::template Load<4>(xa0 + g * 4, lda);
+    Ops::template Load<6>(wg, 256);
+    Ops::template DpTiles<0, 4, 6>();
+    Ops::template Load<7>(wg + 64, 256);
+    Ops::template DpTiles<1, 4, 7>();
+    Ops::template Load<5>(xa1 + g * 4, lda);
+    Ops::template DpTiles<2, 5, 6>();
+    Ops::template DpTiles<3, 5, 7>();
+  }
+  Ops::template StoreAcc<0>(acc0, 256);
+  Ops::template StoreAcc<1>(acc0 + 64, 256);
+  Ops::template StoreAcc<2>(acc1, 256);
+  Ops::template StoreAcc<3>(acc1 + 64, 256);
+}
+
+// AmxDrive's schedule and epilogue with the k2x2 / k2x2Prefetch kernels: per weight
+// block, each half (32 columns) against the tile's row tiles in pairs; a lone last row
+// tile runs AmxMicroTile over the whole of K (the same bits: every element is one lane
+// over all k groups in order from zero).
+template <class Ops>
+void AmxDrive2x2(const AmxPlan& p) {
+  if (p.m <= 0 || p.n <= 0) return;
+  const int64_t blocks = Blocks(p.n);
+  const int64_t row_tiles = (p.m + kAmxRows - 1) / kAmxRows;
+  const int64_t block_bytes = p.groups * 256;
+  const int64_t full_rows = p.m / kAmxRows * kAmxRows, tail_rows = p.m - full_rows;
+  static thread_local std::vector<uint8_t> tail;
+  if (tail_rows > 0) {
+    tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
+    std::memcpy(tail.data(), p.x + full_rows * p.ldx, tail_rows * p.ldx);
+  }
+  const uint8_t* tail_x = tail.data();
+  auto row_x = [&](int64_t t) {
+    return t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
+  };
+  int64_t pb = std::max<int64_t>(1, (1 << 20) / block_bytes);
+  const int64_t gb = kAmxTileGroup;
+  const int64_t tiles_m = (row_tiles + gb - 1) / gb;
+  const int64_t threads = omp_get_max_threads();
+  pb = std::min(pb, blocks);
+  while (pb > 1 && tiles_m * ((blocks + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t tiles_n = (blocks + pb - 1) / pb;
+  const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
+  const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;
+#pragma omp parallel if (parallel)
+  {
+    Ops::Begin();
+    alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
+    alignas(64) float conv[kAmxRows * kBlockN];
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t tn = 0; tn < tiles_n; ++tn) {
+      for (int64_t tm = 0; tm < tiles_m; ++tm) {
+        const int64_t b_end = std::min(blocks, (tn + 1) * pb);
+        const int64_t t0 = tm * gb, t_end = std::min(row_tiles, (tm + 1) * gb);
+        for (int64_t b = tn * pb; b < b_end; ++b) {
+          const int64_t c0 = b * kBlockN;
+          const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
+          const uint8_t* w = p.packed + b * block_bytes;
+          int64_t t = t0;
+          for (; t + 1 < t_end; t += 2) {
+            auto* a0 = reinterpret_cast<uint8_t*>(accs + (t - t0) * kAmxRows * kBlockN);
+            auto* a1 = a0 + kAmxRows * kBlockN * 4;
+            for (int h = 0; h < 2; ++h) {
+              if (prefetch) {
+                AmxMicro2x2<Ops, true>(row_x(t), row_x(t + 1), p.ldx, p.groups, w + 128 * h,
+                                       a0 + 128 * h, a1 + 128 * h);
+              } else {
+                AmxMicro2x2<Ops, false>(row_x(t), row_x(t + 1), p.ldx, p.groups, w + 128 * h,
+                                        a0 + 128 * h, a1 + 128 * h);
               }
-              acc = conv;
             }
-            gemm::EpilogueArgs e;
-            e.acc = acc;
-            e.ldacc = kBlockN;
-            e.rows = rows;
-            e.cols = cols;
-            e.row_scale = p.x_scale ? p.x_scale + r0 : nullptr;
-            e.col_scale = p.w_scale ? p.w_scale + c0 : nullptr;
-            e.bias = p.bias ? p.bias + c0 : nullptr;
-            e.act = p.act;
-            e.sum = p.sum;
-            e.out = p.out + r0 * p.ldo + c0;
-            e.ldo = p.ldo;
-            gemm::Epilogue(e);
+          }
+          if (t < t_end) {
+            AmxMicroTile<Ops>(row_x(t), p.ldx, 0, p.groups, w,
+                              accs + (t - t0) * kAmxRows * kBlockN);
+          }
+          for (int64_t u = t0; u < t_end; ++u) {
+            AmxTileEpilogue(p, u, c0, cols, accs + (u - t0) * kAmxRows * kBlockN, conv);
           }
         }
       }
@@ -281,9 +394,12 @@ struct AmxEmuOps {
   }
   template <int J>
   static void Dp() {
-    const uint8_t* a = S().t[4];
-    const uint8_t* b = S().t[AmxBTile(J)];
-    uint8_t* c = S().t[J];
+    Dot(J, 4, AmxBTile(J));
+  }
+  static void Dot(int tc, int ta, int tb) {
+    const uint8_t* a = S().t[ta];
+    const uint8_t* b = S().t[tb];
+    uint8_t* c = S().t[tc];
     for (int m = 0; m < kAmxRows; ++m) {
       for (int n = 0; n < 16; ++n) {
         if constexpr (kInt8) {
@@ -320,6 +436,15 @@ struct AmxEmuOps {
     for (int64_t r = 0; r < kAmxRows; ++r) {
       std::memcpy(static_cast<uint8_t*>(p) + r * stride, S().t[J] + r * 64, 64);
     }
+  }
+  template <int T>
+  static void Load(const void* p, int64_t stride) {
+    Load(T, p, stride);
+  }
+  template <int C, int A, int B>
+  static void DpTiles() {
+    static_assert(A >= 4 && A <= 5 && B >= 6 && B <= 7 && C == 2 * (A - 4) + (B - 6));
+    Dot(C, A, B);
   }
 };
 

@@ -113,4 +113,17 @@ void GemmBf16Amx(const Bf16Args& a);
 // Requires AmxI8Usable() (aborts otherwise).
 void GemmI8Amx(const I8Args& a);
 
+// The tile schedule GemmBf16Amx / GemmI8Amx run. Every choice gives the same bits (each
+// output element is one accumulator lane run over the k groups in order from zero):
+//   k1x4: one A tile against the four B tiles of a 64-column block, K in chunks of 128
+//         groups with the accumulators stored and reloaded between chunks;
+//   k2x2: two A tiles (32 rows) against two B tiles (32 columns), the accumulators held
+//         in tiles over the whole of K (a lone last row tile runs as k1x4, unchunked);
+//   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1.
+enum class AmxKernel { k1x4, k2x2, k2x2Prefetch };
+AmxKernel CurrentAmxKernel();
+const char* AmxKernelName(AmxKernel k);
+// For benchmarks and tests: process-wide, not synchronised with running GEMMs.
+void SetAmxKernelForTesting(AmxKernel k);
+
 }  // namespace sluice::cpu::x86

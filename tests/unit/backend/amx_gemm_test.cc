@@ -38,6 +38,35 @@ namespace x86 = cpu::x86;
 
 enum class Impl { kEmu, kHw, kAvx512 };
 
+// The AMX tile schedule the kEmu and kHw runs use (every schedule gives the same bits).
+x86::AmxKernel g_kernel = x86::AmxKernel::k1x4;
+
+template <class Ops>
+void DriveEmu(const x86::AmxPlan& plan) {
+  x86::AmxPlan p = plan;
+  p.kernel = g_kernel;
+  if (g_kernel == x86::AmxKernel::k1x4) {
+    x86::AmxDrive<Ops>(p);
+  } else {
+    x86::AmxDrive2x2<Ops>(p);
+  }
+}
+
+struct KernelScope {  // g_kernel (and the library's choice for kHw) for one scope
+  explicit KernelScope(x86::AmxKernel k) : saved(g_kernel) {
+    g_kernel = k;
+    x86::SetAmxKernelForTesting(k);
+  }
+  ~KernelScope() {
+    g_kernel = saved;
+    x86::SetAmxKernelForTesting(saved);
+  }
+  x86::AmxKernel saved;
+};
+
+const x86::AmxKernel kKernels[] = {x86::AmxKernel::k1x4, x86::AmxKernel::k2x2,
+                                   x86::AmxKernel::k2x2Prefetch};
+
 // bf16 operands packed as the kernels read them.
 struct Bf16Case {
   int64_t m, k, n;
@@ -73,7 +102,7 @@ void RunBf16(Impl impl, const Bf16Case& c, const float* bias, Activation act, bo
   a.out = out->data();
   a.ldo = c.n + 3;
   if (impl == Impl::kEmu) {
-    x86::AmxDrive<x86::AmxEmuOps<false>>(x86::AmxPlanBf16(a));
+    DriveEmu<x86::AmxEmuOps<false>>(x86::AmxPlanBf16(a));
   } else if (impl == Impl::kHw) {
     x86::GemmBf16Amx(a);
   } else {
@@ -124,7 +153,7 @@ void RunI8(Impl impl, const I8Case& c, Activation act, bool sum, std::vector<flo
   a.out = out->data();
   a.ldo = c.n + 3;
   if (impl == Impl::kEmu) {
-    x86::AmxDrive<x86::AmxEmuOps<true>>(x86::AmxPlanI8(a));
+    DriveEmu<x86::AmxEmuOps<true>>(x86::AmxPlanI8(a));
   } else if (impl == Impl::kHw) {
     x86::GemmI8Amx(a);
   } else {
@@ -133,6 +162,7 @@ void RunI8(Impl impl, const I8Case& c, Activation act, bool sum, std::vector<flo
 }
 
 const std::vector<std::array<int64_t, 3>>& Shapes() {  // M, K, N: tails in each
+  // (row tiles: 1, 2 (a 2x2 pair), 3 (a pair and a lone tile), 5 (two groups of 4 tiles))
   static const std::vector<std::array<int64_t, 3>> s = {
       {1, 7, 5},    {15, 32, 64},   {16, 33, 65},  {17, 100, 150},
       {33, 64, 63}, {70, 520, 130}, {5, 1024, 64}, {48, 200, 200}};
@@ -217,7 +247,46 @@ void CheckI8VsGemmI8(Impl impl) {
   }
 }
 
-TEST(AmxGemm, EmuI8MatchesGemmI8BitForBit) { CheckI8VsGemmI8(Impl::kEmu); }
+TEST(AmxGemm, EmuI8MatchesGemmI8BitForBit) {
+  for (auto k : kKernels) {
+    KernelScope scope(k);
+    CheckI8VsGemmI8(Impl::kEmu);
+  }
+}
+
+// Every tile schedule gives the 1x4 schedule's bits (bf16 and int8, with the epilogue),
+// over M with pairs of row tiles, lone last tiles and padded tails, and K over several of
+// 1x4's chunks.
+void CheckKernelsAgree(Impl impl) {
+  std::vector<std::array<int64_t, 3>> shapes = Shapes();
+  for (std::array<int64_t, 3> s :
+       {std::array<int64_t, 3>{64, 1100, 130}, {100, 300, 64}, {129, 2100, 70}, {32, 4096, 20}}) {
+    shapes.push_back(s);
+  }
+  for (const auto& [m, k, n] : shapes) {
+    Bf16Case bc(m, k, n, 71);
+    I8Case ic(m, k, n, 73);
+    auto res = Random(m * (n + 3), 75);
+    std::vector<float> want_b = res, want_i = res;
+    {
+      KernelScope scope(x86::AmxKernel::k1x4);
+      RunBf16(impl, bc, bc.bias.data(), Activation::kGeluErf, true, &want_b);
+      RunI8(impl, ic, Activation::kGeluErf, true, &want_i);
+    }
+    for (auto kernel : {x86::AmxKernel::k2x2, x86::AmxKernel::k2x2Prefetch}) {
+      KernelScope scope(kernel);
+      std::vector<float> got_b = res, got_i = res;
+      RunBf16(impl, bc, bc.bias.data(), Activation::kGeluErf, true, &got_b);
+      RunI8(impl, ic, Activation::kGeluErf, true, &got_i);
+      EXPECT_EQ(0, std::memcmp(want_b.data(), got_b.data(), want_b.size() * 4))
+          << "bf16 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel);
+      EXPECT_EQ(0, std::memcmp(want_i.data(), got_i.data(), want_i.size() * 4))
+          << "int8 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel);
+    }
+  }
+}
+
+TEST(AmxGemm, EmuKernelsGiveTheSameBits) { CheckKernelsAgree(Impl::kEmu); }
 
 // A probe row's output bits vs alone (M = 1): at positions in batches of many M, with 1
 // and 2 threads.
@@ -262,9 +331,12 @@ void CheckRowInvariance(Impl impl, bool int8, int64_t k, const std::vector<int64
 const std::vector<int64_t> kInvarianceMs = {2, 7, 15, 16, 17, 31, 32, 33, 64, 65, 100, 131};
 
 TEST(AmxGemm, EmuRowIndependentOfMPositionAndThreads) {
-  for (int64_t k : {200, 1100}) {  // 1100: several K chunks (kAmxChunk) for bf16 and int8
-    CheckRowInvariance(Impl::kEmu, false, k, kInvarianceMs);
-    CheckRowInvariance(Impl::kEmu, true, k, kInvarianceMs);
+  for (auto kernel : kKernels) {
+    KernelScope scope(kernel);
+    for (int64_t k : {200, 1100}) {  // 1100: several K chunks (kAmxChunk) for bf16 and int8
+      CheckRowInvariance(Impl::kEmu, false, k, kInvarianceMs);
+      CheckRowInvariance(Impl::kEmu, true, k, kInvarianceMs);
+    }
   }
 }
 
@@ -337,10 +409,18 @@ TEST(AmxGemm, HwRowIndependentOfMPositionAndThreads) {
   SKIP_WITHOUT_AMX(x86::AmxBf16Usable() && x86::AmxI8Usable(), "BF16/INT8");
   std::vector<int64_t> ms = kInvarianceMs;
   for (int64_t m : {300, 1000, 2049}) ms.push_back(m);
-  for (int64_t k : {200, 1100, 3072}) {
-    CheckRowInvariance(Impl::kHw, false, k, ms);
-    CheckRowInvariance(Impl::kHw, true, k, ms);
+  for (auto kernel : kKernels) {
+    KernelScope scope(kernel);
+    for (int64_t k : {200, 1100, 3072}) {
+      CheckRowInvariance(Impl::kHw, false, k, ms);
+      CheckRowInvariance(Impl::kHw, true, k, ms);
+    }
   }
+}
+
+TEST(AmxGemm, HwKernelsGiveTheSameBits) {
+  SKIP_WITHOUT_AMX(x86::AmxBf16Usable() && x86::AmxI8Usable(), "BF16/INT8");
+  CheckKernelsAgree(Impl::kHw);
 }
 
 // The path's name and its refusal without AMX (SLUICE_CPU_LINEAR=amx never silently
