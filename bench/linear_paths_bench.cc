@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
                         Tensor{out.data(), DType::kF32, m, s.n, 0}, Activation::kGeluErf};
         cpu::x86::SetAmxKernelForTesting(p.amx);
         Stats st = Time(reps, [&] { be->Linear(lp); });
-        cpu::x86::SetAmxKernelForTesting(cpu::x86::AmxKernel::k1x4);
+        cpu::x86::ResetAmxKernelForTesting();
         const double f = 2.0 * m * s.n * s.k / 1e9;
         char buf[96];
         int len = std::snprintf(buf, sizeof(buf), "%.0f (%.0f..%.0f)", f / st.median, f / st.hi,

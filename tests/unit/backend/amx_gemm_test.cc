@@ -59,7 +59,7 @@ struct KernelScope {  // g_kernel (and the library's choice for kHw) for one sco
   }
   ~KernelScope() {
     g_kernel = saved;
-    x86::SetAmxKernelForTesting(saved);
+    x86::ResetAmxKernelForTesting();
   }
   x86::AmxKernel saved;
 };

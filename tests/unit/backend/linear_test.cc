@@ -221,9 +221,11 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
       }
       // oneDNN's AMX bf16 kernels block the K reduction by thread count: there the rows
       // agree within f32 rounding (the batch-invariance tolerance), elsewhere (sluice's
-      // kernels, AMX included) bit for bit. "auto" runs sluice's AMX GEMM where usable.
-      const bool onednn_bf16 =
-          GetParam() == "onednn" || (GetParam() == "auto" && !cpu::x86::AmxBf16Usable());
+      // kernels, AMX included) bit for bit. "auto" runs oneDNN's AMX kernel for bf16 where
+      // AMX is usable (cpu_linear.cc ChoosePath), so the path it took is read back.
+      const bool onednn_bf16 = GetParam() == "onednn" ||
+                               (GetParam() == "auto" && cpu::LinearRunner::Describe().find(
+                                                            "bf16 oneDNN") != std::string::npos);
       if (dtype == DType::kBF16 && onednn_bf16 && cpu::LinearRunner::IsaName() == "amx") {
         double worst = 0, scale = 0;
         for (int64_t i = 0; i < m * n; ++i) {
