@@ -14,7 +14,8 @@
 //                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,
 //                                    amx-bf16,amx-int8,amx-bf16-2x2,amx-int8-2x2,amx-bf16-2x2pf,
 //                                    amx-int8-2x2pf]
-//                           [--cpu-time] [--only SHAPE-NAME-PART]
+//                           [--cpu-time] [--only SHAPE-NAME-PART] [--act gelu|none]
+// The epilogue is bias + GELU (erf) unless --act none (bias only).
 // Prints a markdown table: median GFLOP/s over R repetitions (after 2 warm-ups), spread
 // (min..max), and for M <= 4 the weight bytes streamed per second (GB/s) next to the
 // machine's measured read bandwidth.
@@ -114,7 +115,8 @@ struct PathSpec {
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 7;
-  std::string only;  // --only: shapes whose name contains this
+  std::string only;                       // --only: shapes whose name contains this
+  Activation act = Activation::kGeluErf;  // --act gelu|none: the fused epilogue
   std::string ms_arg = "1,2,3,4,16,64,256,1024,4096", set = "encoder";
   std::string paths_arg =
       "onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,amx-bf16,amx-int8";
@@ -132,6 +134,13 @@ int main(int argc, char** argv) {
       set = argv[++i];
     } else if (!std::strcmp(argv[i], "--only") && has_value) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--act") && has_value) {
+      const std::string a = argv[++i];
+      if (a != "gelu" && a != "none") {
+        std::fprintf(stderr, "--act must be gelu or none\n");
+        return 2;
+      }
+      act = a == "gelu" ? Activation::kGeluErf : Activation::kNone;
     } else if (!std::strcmp(argv[i], "--paths") && has_value) {
       paths_arg = argv[++i];
     } else {
@@ -217,7 +226,7 @@ int main(int argc, char** argv) {
         }
         const int64_t m = ms[i];
         LinearParams lp{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
-                        Tensor{out.data(), DType::kF32, m, s.n, 0}, Activation::kGeluErf};
+                        Tensor{out.data(), DType::kF32, m, s.n, 0}, act};
         cpu::x86::SetAmxKernelForTesting(p.amx);
         Stats st = Time(reps, [&] { be->Linear(lp); });
         cpu::x86::ResetAmxKernelForTesting();

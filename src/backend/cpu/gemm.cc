@@ -97,12 +97,11 @@ void RunImpl(const Args& a) {
   const size_t welem = a.bf16 ? sizeof(uint16_t) : sizeof(float);
   // A tile = up to gb row groups x pb panels; the weight block (pb panels) stays in L2
   // while the tile's rows stream over it.
-  int64_t pb = std::max<int64_t>(1, (256 << 10) / (panel_elems * static_cast<int64_t>(welem)));
   const int64_t gb = std::max<int64_t>(1, 48 / kRows);
   const int64_t tiles_m = (groups + gb - 1) / gb;
-  const int64_t threads = omp_get_max_threads();
-  pb = std::min(pb, panels);
-  while (pb > 1 && tiles_m * ((panels + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t pb =
+      BlocksPerTile(panels, (256 << 10) / (panel_elems * static_cast<int64_t>(welem)), tiles_m,
+                    omp_get_max_threads());
   const int64_t tiles_n = (panels + pb - 1) / pb;
   const bool parallel = a.m * a.n * a.k >= (1 << 16) && tiles_m * tiles_n > 1;
 #pragma omp parallel for collapse(2) schedule(static) if (parallel)

@@ -16,6 +16,7 @@
 // oneDNN's bf16 matmul).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -70,5 +71,18 @@ struct EpilogueArgs {
   int64_t ldo = 0;
 };
 void Epilogue(const EpilogueArgs& e);
+
+// The weight blocks (or panels) per scheduling tile of the drivers (this GEMM's and
+// gemm_x86.h's): at most max_blocks (a tile's weights stay in cache), fewer while there are
+// under 4 tiles per thread, then spread evenly over that many tiles. Without the last step a
+// remainder tile (e.g. 24 blocks as 21 + 3) left one thread with several times the other's
+// work under the static schedule. Only which thread computes an element depends on this.
+inline int64_t BlocksPerTile(int64_t blocks, int64_t max_blocks, int64_t tiles_m, int64_t threads) {
+  if (blocks <= 0) return 1;
+  int64_t pb = std::min(std::max<int64_t>(1, max_blocks), blocks);
+  while (pb > 1 && tiles_m * ((blocks + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t tiles_n = (blocks + pb - 1) / pb;
+  return (blocks + tiles_n - 1) / tiles_n;
+}
 
 }  // namespace sluice::cpu::gemm

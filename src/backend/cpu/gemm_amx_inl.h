@@ -197,12 +197,10 @@ void AmxDrive(const AmxPlan& p) {
     std::memcpy(tail.data(), p.x + full_rows * p.ldx, tail_rows * p.ldx);
   }
   const uint8_t* tail_x = tail.data();
-  int64_t pb = std::max<int64_t>(1, (1 << 20) / block_bytes);
   const int64_t gb = kAmxTileGroup;
   const int64_t tiles_m = (row_tiles + gb - 1) / gb;
-  const int64_t threads = omp_get_max_threads();
-  pb = std::min(pb, blocks);
-  while (pb > 1 && tiles_m * ((blocks + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t pb =
+      gemm::BlocksPerTile(blocks, (1 << 20) / block_bytes, tiles_m, omp_get_max_threads());
   const int64_t tiles_n = (blocks + pb - 1) / pb;
   const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
 #pragma omp parallel if (parallel)
@@ -291,12 +289,10 @@ void AmxDrive2x2(const AmxPlan& p) {
   auto row_x = [&](int64_t t) {
     return t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
   };
-  int64_t pb = std::max<int64_t>(1, (1 << 20) / block_bytes);
   const int64_t gb = kAmxTileGroup;
   const int64_t tiles_m = (row_tiles + gb - 1) / gb;
-  const int64_t threads = omp_get_max_threads();
-  pb = std::min(pb, blocks);
-  while (pb > 1 && tiles_m * ((blocks + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t pb =
+      gemm::BlocksPerTile(blocks, (1 << 20) / block_bytes, tiles_m, omp_get_max_threads());
   const int64_t tiles_n = (blocks + pb - 1) / pb;
   const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
   const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;

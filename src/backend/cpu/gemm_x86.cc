@@ -44,12 +44,10 @@ void Drive(const Plan& p) {
   const int64_t blocks = Blocks(p.n);
   const int64_t row_tiles = (p.m + kRows - 1) / kRows;
   const int64_t block_bytes = p.groups * 256;
-  int64_t pb = std::max<int64_t>(1, (1 << 20) / block_bytes);
   const int64_t gb = 8;
   const int64_t tiles_m = (row_tiles + gb - 1) / gb;
-  const int64_t threads = omp_get_max_threads();
-  pb = std::min(pb, blocks);
-  while (pb > 1 && tiles_m * ((blocks + pb - 1) / pb) < 4 * threads) pb = (pb + 1) / 2;
+  const int64_t pb =
+      gemm::BlocksPerTile(blocks, (1 << 20) / block_bytes, tiles_m, omp_get_max_threads());
   const int64_t tiles_n = (blocks + pb - 1) / pb;
   const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
 #pragma omp parallel for collapse(2) schedule(static) if (parallel)
@@ -105,8 +103,10 @@ void TileVnni(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int r
 // minus 128 * colsum. Also compiled for AVX2 (chosen at load by cpuid): integer sums are
 // exact, so both clones give the same integers. Still far below the f32 GEMM on AVX2-only
 // CPUs (docs/benchmarks.md, "CPU int8"): int8 pays off on AVX512-VNNI CPUs.
-__attribute__((target_clones("avx2", "default"))) void TileI8Portable(const uint8_t* x, int64_t ldx, int64_t kq, const uint8_t* w, int rows,
-                    const int32_t*, float* acc) {
+__attribute__((target_clones("avx2", "default"))) void TileI8Portable(const uint8_t* x, int64_t ldx,
+                                                                      int64_t kq, const uint8_t* w,
+                                                                      int rows, const int32_t*,
+                                                                      float* acc) {
   for (int r = 0; r < rows; ++r) {
     int32_t s[kBlockN] = {};
     const uint8_t* xr = x + r * ldx;
