@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_linear.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_x86.h"
 #include "backend/cpu/reference.h"
 #include "test_util.h"
@@ -144,6 +145,29 @@ TEST_P(CpuLinear, WeightDtypesAndResidualAlias) {
   EXPECT_FALSE(be->PrepareLinear(bad, nullptr, DType::kF32).ok());
   HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
   EXPECT_FALSE(be->PrepareLinear(hw, nullptr, DType::kF16).ok());
+}
+
+// The drivers' weight blocks per scheduling tile: within the cap, as many tiles as the cap
+// (and the 4-tiles-per-thread rule) ask for, and no short remainder tile: the last tile is
+// at most tiles_n - 1 blocks smaller than the others (24 blocks under a cap of 21 are two
+// tiles of 12, not 21 + 3, which gave one of 2 threads 7x the other's blocks).
+TEST(CpuLinearPlan, WeightBlocksSpreadEvenlyOverTiles) {
+  EXPECT_EQ(cpu::gemm::BlocksPerTile(24, 21, 21, 2), 12);
+  for (int64_t blocks = 1; blocks <= 80; ++blocks) {
+    for (int64_t cap : {1, 2, 5, 7, 21, 42, 100}) {
+      for (int64_t tiles_m : {1, 3, 21}) {
+        for (int64_t threads : {1, 2, 16}) {
+          const int64_t pb = cpu::gemm::BlocksPerTile(blocks, cap, tiles_m, threads);
+          ASSERT_GE(pb, 1);
+          EXPECT_LE(pb, std::min(cap, blocks));
+          const int64_t tiles_n = (blocks + pb - 1) / pb;
+          const int64_t last = blocks - (tiles_n - 1) * pb;
+          EXPECT_GE(last, pb - (tiles_n - 1))
+              << "blocks " << blocks << " cap " << cap << " tiles_m " << tiles_m;
+        }
+      }
+    }
+  }
 }
 
 TEST(CpuLinearPlan, BucketsCoverEveryM) {
