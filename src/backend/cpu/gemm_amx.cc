@@ -30,14 +30,17 @@ namespace {
 std::atomic<int> g_amx_kernel{-1};  // -1: each dtype's default
 }  // namespace
 
-// Defaults measured on 2 cores of a Sapphire Rapids-class Xeon (docs/benchmarks.md,
-// "AMX tile schedules"): int8's 2x2 with prefetch is at or above 1x4 at 30 of 32 encoder
-// shapes x M (up to 1.2x); for bf16, 1x4's K chunks keep a K = 3072 block in L1 and win
-// there (1.6x), the 2x2 schedules elsewhere only by a few percent.
+// The default is 1x4 for both dtypes. On 2 cores of a Sapphire Rapids-class Xeon
+// (docs/benchmarks.md, "AMX tile schedules") int8's 2x2 with prefetch was at or above 1x4 in
+// 30 of 32 encoder shapes x M up to 1,000 in the linear benchmark, but the MiniLM-L6 int8
+// forward (M = 8,192) ran at 12.2-12.8k tokens/s with it against 11.1-18.4k with 1x4 in three
+// alternated pairs on a noisy host: not shown better end to end, so not the default. For bf16,
+// 1x4's K chunks keep a K = 3072 block in L1 and win there (1.6x).
 AmxKernel CurrentAmxKernel(bool int8) {
   const int k = g_amx_kernel.load(std::memory_order_relaxed);
   if (k >= 0) return static_cast<AmxKernel>(k);
-  return int8 ? AmxKernel::k2x2Prefetch : AmxKernel::k1x4;
+  (void)int8;
+  return AmxKernel::k1x4;
 }
 void SetAmxKernelForTesting(AmxKernel k) {
   g_amx_kernel.store(static_cast<int>(k), std::memory_order_relaxed);

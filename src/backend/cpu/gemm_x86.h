@@ -120,7 +120,7 @@ void GemmI8Amx(const I8Args& a);
 //   k2x2: two A tiles (32 rows) against two B tiles (32 columns), the accumulators held
 //         in tiles over the whole of K (a lone last row tile runs as k1x4, unchunked);
 //   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1.
-// Defaults: k2x2Prefetch for int8, k1x4 for bf16 (measured, gemm_amx.cc).
+// Default: k1x4 for both dtypes (measured, gemm_amx.cc).
 enum class AmxKernel { k1x4, k2x2, k2x2Prefetch };
 AmxKernel CurrentAmxKernel(bool int8);
 const char* AmxKernelName(AmxKernel k);
