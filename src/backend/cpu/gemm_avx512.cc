@@ -224,6 +224,36 @@ void RoundRowBf16(const float* x, int64_t k, int64_t ld, float* xr) {
   for (int64_t i = k; i < ld; ++i) xr[i] = 0.f;
 }
 
+// One row: per-token symmetric int8 as gemm_x86.cc QuantizeI8's scalar loop computes it, bit
+// for bit: amax = max |x| (NaN ignored, as std::max(amax, NaN) keeps amax), q = clamp(
+// nearbyint(x * (127 / amax)), -127, 127) + 128 (round half to even, as nearbyint in the
+// default mode; NaN -> INT_MIN -> -127 on both), zero (128) padded to ld. AVX-512F.
+float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d) {
+  __m512 vmax = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k; c += 16) {
+    const __mmask16 mask =
+        k - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - c)) - 1);
+    // max(|x|, vmax): the second operand when either is NaN, so a NaN lane keeps vmax.
+    vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + c)), vmax);
+  }
+  const float amax = _mm512_reduce_max_ps(vmax);
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i off = _mm512_set1_epi32(128);
+  for (int64_t c = 0; c < k; c += 16) {
+    const __mmask16 mask =
+        k - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - c)) - 1);
+    __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + c), vinv);
+    y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512i q = _mm512_cvtps_epi32(y);  // integral already; NaN -> INT_MIN
+    q = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(q, hi), lo), off);
+    _mm512_mask_cvtepi32_storeu_epi8(d + c, mask, q);
+  }
+  for (int64_t i = k; i < ld; ++i) d[i] = 128;
+  return amax;
+}
+
 }  // namespace sluice::cpu::x86::avx512
 
 #pragma GCC pop_options

@@ -210,10 +210,15 @@ void PackI8(const float* w, int64_t n, int64_t k, int8_t* packed, float* scale, 
 
 void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
   const int64_t ld = 4 * KQuads(k);
+  const bool simd = Features().avx512;
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x + r * ldx;
     uint8_t* d = xq + r * ld;
+    if (simd) {  // the same bits (avx512::QuantizeRowI8)
+      scale[r] = avx512::QuantizeRowI8(xr, k, ld, d) / 127.f;
+      continue;
+    }
     float amax = 0.f;
     for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(xr[c]));
     const float inv = amax > 0.f ? 127.f / amax : 0.f;

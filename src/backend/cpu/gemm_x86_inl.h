@@ -14,5 +14,7 @@ void TileBf16FmaAny(const uint8_t* x, int64_t ldx, int64_t kp, const uint8_t* w,
                     float* acc);
 void RoundRowBf16(const float* x, int64_t k, int64_t ld, float* xr);
 void ConvertRowBf16(const float* x, int64_t k, int64_t ld, uint16_t* xb);
+// Returns the row's max |x|; d gets the quantised row (QuantizeI8's bits).
+float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d);
 }  // namespace avx512
 }  // namespace sluice::cpu::x86

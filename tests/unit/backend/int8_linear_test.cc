@@ -130,6 +130,41 @@ TEST(Int8Linear, VnniMatchesPortableBitForBit) {
 
 // sluice's AMX int8 GEMM (SLUICE_CPU_LINEAR=amx) computes the same integers as VNNI (and
 // the same epilogue): identical outputs, through Backend::Linear. Needs AMX-INT8.
+// The AVX-512 activation quantisation gives the scalar loop's bytes and scales bit for bit:
+// row lengths with tails, an all-zero row, halves that round to even after scaling, a NaN
+// (ignored by the max, quantised to -127), signed zeros and huge values.
+TEST(Int8Linear, QuantizeSimdMatchesScalarBitForBit) {
+  if (!cpu::Features().avx512) GTEST_SKIP() << "no AVX-512 here";
+  for (int64_t k : {1, 15, 16, 17, 64, 100, 384, 1537}) {
+    const int64_t m = 7, ld = 4 * cpu::x86::KQuads(k);
+    std::vector<float> x = Random(m * k, static_cast<uint32_t>(k), -3.f, 3.f);
+    for (int64_t c = 0; c < k; ++c) x[c] = 0.f;  // row 0: zeros -> scale 0, all 128
+    if (k >= 4) {
+      // row 1: amax 127, so x * inv = x: exact halves that round to even
+      x[k] = 127.f;
+      x[k + 1] = 2.5f;
+      x[k + 2] = -3.5f;
+      x[k + 3] = -0.f;
+    }
+    x[2 * k] = std::nanf("");  // row 2: a NaN
+    x[3 * k + k / 2] = 1e30f;  // row 3: one huge value
+    std::vector<uint8_t> simd(m * ld, 7), scalar(m * ld, 9);
+    std::vector<float> s_simd(m, -1.f), s_scalar(m, -2.f);
+    cpu::x86::QuantizeI8(x.data(), k, m, k, simd.data(), s_simd.data());
+    cpu::SetMaxIsaForTesting("avx2");
+    ASSERT_FALSE(cpu::Features().avx512);
+    cpu::x86::QuantizeI8(x.data(), k, m, k, scalar.data(), s_scalar.data());
+    cpu::SetMaxIsaForTesting("");
+    EXPECT_EQ(0, std::memcmp(simd.data(), scalar.data(), simd.size())) << "k=" << k;
+    EXPECT_EQ(0, std::memcmp(s_simd.data(), s_scalar.data(), m * sizeof(float))) << "k=" << k;
+    if (k >= 4) {
+      EXPECT_EQ(scalar[ld + 1], 128 + 2);  // 2.5 -> 2
+      EXPECT_EQ(scalar[ld + 2], 128 - 4);  // -3.5 -> -4
+    }
+    EXPECT_EQ(scalar[2 * ld], 128 - 127);  // NaN
+  }
+}
+
 TEST(Int8Linear, AmxMatchesVnniBitForBit) {
   if (!cpu::x86::AmxI8Usable()) {
     GTEST_SKIP() << "AMX-INT8 not usable here (" << cpu::FeatureSummary()
