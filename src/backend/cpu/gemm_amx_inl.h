@@ -178,6 +178,40 @@ inline void AmxTileEpilogue(const AmxPlan& p, int64_t t, int64_t c0, int64_t col
 constexpr int64_t kAmxChunk = 128;
 constexpr int64_t kAmxTileGroup = 4;  // row tiles per scheduling tile: 64 rows
 
+// The drivers' schedule: tiles of (kAmxTileGroup row tiles) x (pb weight blocks), and the
+// last, partial row tile's rows in a 16-row buffer of this thread, the rest zero (bf16 0.0,
+// uint8 128 = int8 0; those padding rows are computed and dropped).
+struct AmxSchedule {
+  int64_t blocks = 0, row_tiles = 0, block_bytes = 0, full_rows = 0;
+  int64_t pb = 1, tiles_m = 0, tiles_n = 0;
+  bool parallel = false;
+  const uint8_t* tail_x = nullptr;
+  // Row tile t's 16 rows of activations.
+  const uint8_t* RowX(const AmxPlan& p, int64_t t) const {
+    return t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
+  }
+};
+
+inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
+  AmxSchedule s;
+  s.blocks = Blocks(p.n);
+  s.row_tiles = (p.m + kAmxRows - 1) / kAmxRows;
+  s.block_bytes = p.groups * 256;
+  s.full_rows = p.m / kAmxRows * kAmxRows;
+  const int64_t tail_rows = p.m - s.full_rows;
+  static thread_local std::vector<uint8_t> tail;
+  if (tail_rows > 0) {
+    tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
+    std::memcpy(tail.data(), p.x + s.full_rows * p.ldx, tail_rows * p.ldx);
+  }
+  s.tail_x = tail.data();
+  s.tiles_m = (s.row_tiles + kAmxTileGroup - 1) / kAmxTileGroup;
+  s.pb = gemm::BlocksPerTile(s.blocks, (1 << 20) / s.block_bytes, s.tiles_m, omp_get_max_threads());
+  s.tiles_n = (s.blocks + s.pb - 1) / s.pb;
+  s.parallel = p.m * p.n * p.groups >= (1 << 15) && s.tiles_m * s.tiles_n > 1;
+  return s;
+}
+
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
 // (weight-block group) as in gemm_x86.cc's Drive; the schedule decides only which thread
 // computes an element, never how. Each thread loads its tile configuration (Ops::Begin)
@@ -185,25 +219,11 @@ constexpr int64_t kAmxTileGroup = 4;  // row tiles per scheduling tile: 64 rows
 template <class Ops>
 void AmxDrive(const AmxPlan& p) {
   if (p.m <= 0 || p.n <= 0) return;
-  const int64_t blocks = Blocks(p.n);
-  const int64_t row_tiles = (p.m + kAmxRows - 1) / kAmxRows;
-  const int64_t block_bytes = p.groups * 256;
-  // The last, partial row tile: its rows in a 16-row buffer, the rest zero (bf16 0.0,
-  // uint8 128 = int8 0). Those padding rows are computed and dropped.
-  const int64_t full_rows = p.m / kAmxRows * kAmxRows, tail_rows = p.m - full_rows;
-  static thread_local std::vector<uint8_t> tail;
-  if (tail_rows > 0) {
-    tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
-    std::memcpy(tail.data(), p.x + full_rows * p.ldx, tail_rows * p.ldx);
-  }
-  const uint8_t* tail_x = tail.data();
-  const int64_t gb = kAmxTileGroup;
-  const int64_t tiles_m = (row_tiles + gb - 1) / gb;
-  const int64_t pb =
-      gemm::BlocksPerTile(blocks, (1 << 20) / block_bytes, tiles_m, omp_get_max_threads());
-  const int64_t tiles_n = (blocks + pb - 1) / pb;
-  const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
-#pragma omp parallel if (parallel)
+  const AmxSchedule sc = AmxScheduleFor(p);
+  const int64_t blocks = sc.blocks, row_tiles = sc.row_tiles, block_bytes = sc.block_bytes;
+  const int64_t gb = kAmxTileGroup, pb = sc.pb, tiles_m = sc.tiles_m, tiles_n = sc.tiles_n;
+  auto row_x = [&](int64_t t) { return sc.RowX(p, t); };
+#pragma omp parallel if (sc.parallel)
   {
     Ops::Begin();
     // Accumulators of the tile's row tiles: [gb][16][64] (f32 or int32).
@@ -221,8 +241,7 @@ void AmxDrive(const AmxPlan& p) {
           for (int64_t g0 = 0; g0 < p.groups; g0 += kAmxChunk) {
             const int64_t g1 = std::min(p.groups, g0 + kAmxChunk);
             for (int64_t t = t0; t < t_end; ++t) {
-              const uint8_t* xa = t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
-              AmxMicroTile<Ops>(xa, p.ldx, g0, g1, w, accs + (t - t0) * kAmxRows * kBlockN);
+              AmxMicroTile<Ops>(row_x(t), p.ldx, g0, g1, w, accs + (t - t0) * kAmxRows * kBlockN);
             }
           }
           for (int64_t t = t0; t < t_end; ++t) {
@@ -276,27 +295,12 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t gr
 template <class Ops>
 void AmxDrive2x2(const AmxPlan& p) {
   if (p.m <= 0 || p.n <= 0) return;
-  const int64_t blocks = Blocks(p.n);
-  const int64_t row_tiles = (p.m + kAmxRows - 1) / kAmxRows;
-  const int64_t block_bytes = p.groups * 256;
-  const int64_t full_rows = p.m / kAmxRows * kAmxRows, tail_rows = p.m - full_rows;
-  static thread_local std::vector<uint8_t> tail;
-  if (tail_rows > 0) {
-    tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
-    std::memcpy(tail.data(), p.x + full_rows * p.ldx, tail_rows * p.ldx);
-  }
-  const uint8_t* tail_x = tail.data();
-  auto row_x = [&](int64_t t) {
-    return t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
-  };
-  const int64_t gb = kAmxTileGroup;
-  const int64_t tiles_m = (row_tiles + gb - 1) / gb;
-  const int64_t pb =
-      gemm::BlocksPerTile(blocks, (1 << 20) / block_bytes, tiles_m, omp_get_max_threads());
-  const int64_t tiles_n = (blocks + pb - 1) / pb;
-  const bool parallel = p.m * p.n * p.groups >= (1 << 15) && tiles_m * tiles_n > 1;
+  const AmxSchedule sc = AmxScheduleFor(p);
+  const int64_t blocks = sc.blocks, row_tiles = sc.row_tiles, block_bytes = sc.block_bytes;
+  const int64_t gb = kAmxTileGroup, pb = sc.pb, tiles_m = sc.tiles_m, tiles_n = sc.tiles_n;
+  auto row_x = [&](int64_t t) { return sc.RowX(p, t); };
   const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (sc.parallel)
   {
     Ops::Begin();
     alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
