@@ -219,20 +219,8 @@ struct AmxHwOps {
   }
 };
 
-void DriveBf16(const AmxPlan& p) {
-  if (p.kernel == AmxKernel::k1x4) {
-    AmxDrive<AmxHwOps<false>>(p);
-  } else {
-    AmxDrive2x2<AmxHwOps<false>>(p);
-  }
-}
-void DriveI8(const AmxPlan& p) {
-  if (p.kernel == AmxKernel::k1x4) {
-    AmxDrive<AmxHwOps<true>>(p);
-  } else {
-    AmxDrive2x2<AmxHwOps<true>>(p);
-  }
-}
+void DriveBf16(const AmxPlan& p) { AmxDrive<AmxHwOps<false>>(p); }
+void DriveI8(const AmxPlan& p) { AmxDrive<AmxHwOps<true>>(p); }
 
 }  // namespace
 }  // namespace sluice::cpu::x86

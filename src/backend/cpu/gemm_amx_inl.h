@@ -158,19 +158,7 @@ inline void AmxTileEpilogue(const AmxPlan& p, int64_t t, int64_t c0, int64_t col
     }
     acc = conv;
   }
-  gemm::EpilogueArgs e;
-  e.acc = acc;
-  e.ldacc = kBlockN;
-  e.rows = rows;
-  e.cols = cols;
-  e.row_scale = p.x_scale ? p.x_scale + r0 : nullptr;
-  e.col_scale = p.w_scale ? p.w_scale + c0 : nullptr;
-  e.bias = p.bias ? p.bias + c0 : nullptr;
-  e.act = p.act;
-  e.sum = p.sum;
-  e.out = p.out + r0 * p.ldo + c0;
-  e.ldo = p.ldo;
-  gemm::Epilogue(e);
+  PlanEpilogue(p, acc, r0, rows, c0, cols);
 }
 
 // k groups per chunk: the weight block's chunk (kAmxChunk * 256 bytes = 32 KB) stays in
@@ -212,48 +200,6 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
   return s;
 }
 
-// The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
-// (weight-block group) as in gemm_x86.cc's Drive; the schedule decides only which thread
-// computes an element, never how. Each thread loads its tile configuration (Ops::Begin)
-// and releases it (Ops::End).
-template <class Ops>
-void AmxDrive(const AmxPlan& p) {
-  if (p.m <= 0 || p.n <= 0) return;
-  const AmxSchedule sc = AmxScheduleFor(p);
-  const int64_t blocks = sc.blocks, row_tiles = sc.row_tiles, block_bytes = sc.block_bytes;
-  const int64_t gb = kAmxTileGroup, pb = sc.pb, tiles_m = sc.tiles_m, tiles_n = sc.tiles_n;
-  auto row_x = [&](int64_t t) { return sc.RowX(p, t); };
-#pragma omp parallel if (sc.parallel)
-  {
-    Ops::Begin();
-    // Accumulators of the tile's row tiles: [gb][16][64] (f32 or int32).
-    alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
-    alignas(64) float conv[kAmxRows * kBlockN];
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t tn = 0; tn < tiles_n; ++tn) {
-      for (int64_t tm = 0; tm < tiles_m; ++tm) {
-        const int64_t b_end = std::min(blocks, (tn + 1) * pb);
-        const int64_t t0 = tm * gb, t_end = std::min(row_tiles, (tm + 1) * gb);
-        for (int64_t b = tn * pb; b < b_end; ++b) {
-          const int64_t c0 = b * kBlockN;
-          const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
-          const uint8_t* w = p.packed + b * block_bytes;
-          for (int64_t g0 = 0; g0 < p.groups; g0 += kAmxChunk) {
-            const int64_t g1 = std::min(p.groups, g0 + kAmxChunk);
-            for (int64_t t = t0; t < t_end; ++t) {
-              AmxMicroTile<Ops>(row_x(t), p.ldx, g0, g1, w, accs + (t - t0) * kAmxRows * kBlockN);
-            }
-          }
-          for (int64_t t = t0; t < t_end; ++t) {
-            AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN, conv);
-          }
-        }
-      }
-    }
-    Ops::End();
-  }
-}
-
 // Two row tiles (xa0, xa1; row stride lda bytes) x 32 columns of a weight block (w: the
 // block's first k group + 128 bytes for its second half), all k groups in order from
 // zero, onto acc0 / acc1 (each [16][64] with a 256-byte row stride, pointing at the
@@ -288,52 +234,68 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t gr
   Ops::template StoreAcc<3>(acc1 + 64, 256);
 }
 
-// AmxDrive's schedule and epilogue with the k2x2 / k2x2Prefetch kernels: per weight
-// block, each half (32 columns) against the tile's row tiles in pairs; a lone last row
-// tile runs AmxMicroTile over the whole of K (the same bits: every element is one lane
-// over all k groups in order from zero).
+// One weight block (w, its 64 columns) against row tiles t0 .. t_end - 1 of the plan, onto
+// their accumulators accs ([t - t0][16][64]), with p.kernel's schedule:
+//   k1x4: K in kAmxChunk chunks, every row tile over each chunk while it is in L1;
+//   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs, a lone last
+//   row tile as AmxMicroTile over the whole of K.
+// The same bits either way: every element is one lane over all k groups in order from zero.
 template <class Ops>
-void AmxDrive2x2(const AmxPlan& p) {
+void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t t0, int64_t t_end,
+              int32_t* accs) {
+  auto acc = [&](int64_t t) { return accs + (t - t0) * kAmxRows * kBlockN; };
+  if (p.kernel == AmxKernel::k1x4) {
+    for (int64_t g0 = 0; g0 < p.groups; g0 += kAmxChunk) {
+      const int64_t g1 = std::min(p.groups, g0 + kAmxChunk);
+      for (int64_t t = t0; t < t_end; ++t)
+        AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, g0, g1, w, acc(t));
+    }
+    return;
+  }
+  const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;
+  int64_t t = t0;
+  for (; t + 1 < t_end; t += 2) {
+    auto* a0 = reinterpret_cast<uint8_t*>(acc(t));
+    auto* a1 = reinterpret_cast<uint8_t*>(acc(t + 1));
+    for (int h = 0; h < 2; ++h) {
+      if (prefetch) {
+        AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.groups, w + 128 * h,
+                               a0 + 128 * h, a1 + 128 * h);
+      } else {
+        AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.groups, w + 128 * h,
+                                a0 + 128 * h, a1 + 128 * h);
+      }
+    }
+  }
+  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, 0, p.groups, w, acc(t));
+}
+
+// The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
+// (weight-block group) as in gemm_x86.cc's Drive; the schedule decides only which thread
+// computes an element, never how. Each thread loads its tile configuration (Ops::Begin)
+// and releases it (Ops::End).
+template <class Ops>
+void AmxDrive(const AmxPlan& p) {
   if (p.m <= 0 || p.n <= 0) return;
   const AmxSchedule sc = AmxScheduleFor(p);
-  const int64_t blocks = sc.blocks, row_tiles = sc.row_tiles, block_bytes = sc.block_bytes;
-  const int64_t gb = kAmxTileGroup, pb = sc.pb, tiles_m = sc.tiles_m, tiles_n = sc.tiles_n;
-  auto row_x = [&](int64_t t) { return sc.RowX(p, t); };
-  const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;
 #pragma omp parallel if (sc.parallel)
   {
     Ops::Begin();
+    // Accumulators of the tile's row tiles: [kAmxTileGroup][16][64] (f32 or int32).
     alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
     alignas(64) float conv[kAmxRows * kBlockN];
 #pragma omp for collapse(2) schedule(static)
-    for (int64_t tn = 0; tn < tiles_n; ++tn) {
-      for (int64_t tm = 0; tm < tiles_m; ++tm) {
-        const int64_t b_end = std::min(blocks, (tn + 1) * pb);
-        const int64_t t0 = tm * gb, t_end = std::min(row_tiles, (tm + 1) * gb);
-        for (int64_t b = tn * pb; b < b_end; ++b) {
+    for (int64_t tn = 0; tn < sc.tiles_n; ++tn) {
+      for (int64_t tm = 0; tm < sc.tiles_m; ++tm) {
+        const int64_t b_end = std::min(sc.blocks, (tn + 1) * sc.pb);
+        const int64_t t0 = tm * kAmxTileGroup;
+        const int64_t t_end = std::min(sc.row_tiles, t0 + kAmxTileGroup);
+        for (int64_t b = tn * sc.pb; b < b_end; ++b) {
           const int64_t c0 = b * kBlockN;
           const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
-          const uint8_t* w = p.packed + b * block_bytes;
-          int64_t t = t0;
-          for (; t + 1 < t_end; t += 2) {
-            auto* a0 = reinterpret_cast<uint8_t*>(accs + (t - t0) * kAmxRows * kBlockN);
-            auto* a1 = a0 + kAmxRows * kBlockN * 4;
-            for (int h = 0; h < 2; ++h) {
-              if (prefetch) {
-                AmxMicro2x2<Ops, true>(row_x(t), row_x(t + 1), p.ldx, p.groups, w + 128 * h,
-                                       a0 + 128 * h, a1 + 128 * h);
-              } else {
-                AmxMicro2x2<Ops, false>(row_x(t), row_x(t + 1), p.ldx, p.groups, w + 128 * h,
-                                        a0 + 128 * h, a1 + 128 * h);
-              }
-            }
-          }
-          if (t < t_end) {
-            AmxMicroTile<Ops>(row_x(t), p.ldx, 0, p.groups, w,
-                              accs + (t - t0) * kAmxRows * kBlockN);
-          }
-          for (int64_t u = t0; u < t_end; ++u) {
-            AmxTileEpilogue(p, u, c0, cols, accs + (u - t0) * kAmxRows * kBlockN, conv);
+          AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs);
+          for (int64_t t = t0; t < t_end; ++t) {
+            AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN, conv);
           }
         }
       }

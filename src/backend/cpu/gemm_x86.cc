@@ -65,19 +65,7 @@ void Drive(const Plan& p) {
           const int rows = static_cast<int>(std::min<int64_t>(kRows, p.m - r0));
           p.tile(p.x + r0 * p.ldx, p.ldx, p.groups, w, rows, p.colsum ? p.colsum + c0 : nullptr,
                  acc);
-          gemm::EpilogueArgs e;
-          e.acc = acc;
-          e.ldacc = kBlockN;
-          e.rows = rows;
-          e.cols = cols;
-          e.row_scale = p.x_scale ? p.x_scale + r0 : nullptr;
-          e.col_scale = p.w_scale ? p.w_scale + c0 : nullptr;
-          e.bias = p.bias ? p.bias + c0 : nullptr;
-          e.act = p.act;
-          e.sum = p.sum;
-          e.out = p.out + r0 * p.ldo + c0;
-          e.ldo = p.ldo;
-          gemm::Epilogue(e);
+          PlanEpilogue(p, acc, r0, rows, c0, cols);
         }
       }
     }

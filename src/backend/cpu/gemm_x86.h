@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 
 namespace sluice::cpu::x86 {
 
@@ -94,6 +95,27 @@ struct I8Args {
 void GemmI8(const I8Args& a);
 // Which int8 kernel GemmI8 runs: "avx512_vnni" or "portable".
 const char* I8KernelName();
+
+// gemm::Epilogue for rows r0 .. r0 + rows - 1 and columns c0 .. c0 + cols - 1 of a plan's
+// output (acc: [rows][kBlockN] f32), for the drivers' plans (gemm_x86.cc's Plan and
+// gemm_amx_inl.h's AmxPlan: x_scale, w_scale, bias, act, sum, out, ldo).
+template <class P>
+void PlanEpilogue(const P& p, const float* acc, int64_t r0, int64_t rows, int64_t c0,
+                  int64_t cols) {
+  gemm::EpilogueArgs e;
+  e.acc = acc;
+  e.ldacc = kBlockN;
+  e.rows = rows;
+  e.cols = cols;
+  e.row_scale = p.x_scale ? p.x_scale + r0 : nullptr;
+  e.col_scale = p.w_scale ? p.w_scale + c0 : nullptr;
+  e.bias = p.bias ? p.bias + c0 : nullptr;
+  e.act = p.act;
+  e.sum = p.sum;
+  e.out = p.out + r0 * p.ldo + c0;
+  e.ldo = p.ldo;
+  gemm::Epilogue(e);
+}
 
 // ---- AMX (gemm_amx.cc): the same packed weights and activations, on tiles ----
 // Tiles of 16 rows x 64 columns (4 accumulator tiles), k in 16-group (one tile row) steps

@@ -45,11 +45,7 @@ template <class Ops>
 void DriveEmu(const x86::AmxPlan& plan) {
   x86::AmxPlan p = plan;
   p.kernel = g_kernel;
-  if (g_kernel == x86::AmxKernel::k1x4) {
-    x86::AmxDrive<Ops>(p);
-  } else {
-    x86::AmxDrive2x2<Ops>(p);
-  }
+  x86::AmxDrive<Ops>(p);
 }
 
 struct KernelScope {  // g_kernel (and the library's choice for kHw) for one scope
