@@ -36,10 +36,9 @@ std::atomic<int> g_amx_kernel{-1};  // -1: each dtype's default
 // forward (M = 8,192) ran at 12.2-12.8k tokens/s with it against 11.1-18.4k with 1x4 in three
 // alternated pairs on a noisy host: not shown better end to end, so not the default. For bf16,
 // 1x4's K chunks keep a K = 3072 block in L1 and win there (1.6x).
-AmxKernel CurrentAmxKernel(bool int8) {
+AmxKernel CurrentAmxKernel() {
   const int k = g_amx_kernel.load(std::memory_order_relaxed);
   if (k >= 0) return static_cast<AmxKernel>(k);
-  (void)int8;
   return AmxKernel::k1x4;
 }
 void SetAmxKernelForTesting(AmxKernel k) {
@@ -237,7 +236,7 @@ void GemmBf16Amx(const Bf16Args& a) {
     std::abort();
   }
   AmxPlan p = AmxPlanBf16(a);
-  p.kernel = CurrentAmxKernel(/*int8=*/false);
+  p.kernel = CurrentAmxKernel();
   DriveBf16(p);
 }
 
@@ -248,7 +247,7 @@ void GemmI8Amx(const I8Args& a) {
     std::abort();
   }
   AmxPlan p = AmxPlanI8(a);
-  p.kernel = CurrentAmxKernel(/*int8=*/true);
+  p.kernel = CurrentAmxKernel();
   DriveI8(p);
 }
 

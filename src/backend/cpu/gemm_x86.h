@@ -144,7 +144,7 @@ void GemmI8Amx(const I8Args& a);
 //   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1.
 // Default: k1x4 for both dtypes (measured, gemm_amx.cc).
 enum class AmxKernel { k1x4, k2x2, k2x2Prefetch };
-AmxKernel CurrentAmxKernel(bool int8);
+AmxKernel CurrentAmxKernel();
 const char* AmxKernelName(AmxKernel k);
 // For benchmarks and tests: process-wide (both dtypes), not synchronised with running
 // GEMMs; Reset goes back to the defaults.
