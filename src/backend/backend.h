@@ -197,6 +197,12 @@ struct AttentionParams {
   // num_seqs and max_seqlen hold for every replay of a recording (decode graphs of one batch
   // size): the call may be captured in the graph instead of running eagerly between graphs.
   bool fixed_shape = false;
+  // Precision of the two products (Q K^T and P V) when q/k/v are f32 (the CPU backend's
+  // activations): kBF16 rounds q, k, v and the softmax probabilities to bf16 and
+  // accumulates in f32, as transformers' bf16 autocast does; scores, softmax and sums stay
+  // f32. A backend without a faster bf16 path (a CPU without AVX512-BF16) computes in f32.
+  // Ignored where q/k/v already are bf16/f16 (CUDA). kF32 = exact f32.
+  DType products = DType::kF32;
 };
 
 // WriteKv: this batch's keys and values into the paged cache of one layer.

@@ -42,7 +42,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     }
     SLUICE_LOG_INFO(
         "dtype int8 (linear layers int8 per-channel, activations quantised per token), from "
-        "the checkpoint's {}; embeddings, norms, attention and heads in f32",
+        "the checkpoint's {}; attention products in bf16 where the CPU has AMX (the backend "
+        "line says), else f32; embeddings, norms and heads in f32",
         DTypeName(stored));
   } else if (compute != stored) {
     SLUICE_LOG_INFO("converting weights from the checkpoint's {} to {} as requested",

@@ -119,6 +119,7 @@ class BertModel final : public Model {
     ap.num_heads = ap.num_kv_heads = c.num_attention_heads;
     ap.head_dim = static_cast<int>(H / c.num_attention_heads);
     ap.scale = 1.0f / std::sqrt(static_cast<float>(ap.head_dim));
+    ap.products = AttentionProducts(dtype_);
     ap.causal = false;
     ap.key_lens = b.key_lens.ptr<int32_t>();  // ColBERT expansion tokens, or null
     const bool prune = b.output_rows.data != nullptr;

@@ -281,6 +281,7 @@ Status ClipModel::Run(Tower& tower, const std::vector<int32_t>& cu_seqlens, int 
   ap.num_heads = ap.num_kv_heads = heads;
   ap.head_dim = D;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ap.products = AttentionProducts(dtype_);
   ap.causal = causal;
   for (const Tower::Layer& L : tower.layers) {
     backend_->LayerNorm(h, nullptr, L.ln1_w.t(), &L.ln1_b.t(), eps, x);

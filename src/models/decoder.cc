@@ -195,6 +195,7 @@ class DecoderModel final : public Model {
     ap.num_kv_heads = Hkv;
     ap.head_dim = D;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    ap.products = AttentionProducts(dtype_);
     ap.causal = true;
     ap.prefix_of = b.prefix_of.ptr<int32_t>();
     ap.fixed_shape = b.fixed_shape;

@@ -46,6 +46,14 @@ class WeightLoader {
 // only, everything else stays f32.
 inline DType NonLinearDType(DType linear) { return linear == DType::kI8 ? DType::kF32 : linear; }
 
+// AttentionParams::products for a model whose linear layers compute in `linear`: bf16
+// models multiply in bf16 (transformers' bf16 path), and so do int8 models (where the
+// backend has a faster bf16 path: AMX on CPU; ONNX Runtime's dynamic quantisation lowers
+// the attention products to int8); f32 models in f32.
+inline DType AttentionProducts(DType linear) {
+  return linear == DType::kBF16 || linear == DType::kI8 ? DType::kBF16 : DType::kF32;
+}
+
 // Maps a transformers activation name (hidden_act) to a backend activation.
 StatusOr<Activation> ParseActivation(const std::string& hidden_act);
 

@@ -137,6 +137,7 @@ class ModernBertModel final : public Model {
     ap.num_heads = ap.num_kv_heads = heads;
     ap.head_dim = D;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    ap.products = AttentionProducts(dtype_);
     ap.causal = false;
     ap.key_lens = b.key_lens.ptr<int32_t>();  // ColBERT expansion tokens, or null
     ap.fixed_shape = b.fixed_shape;

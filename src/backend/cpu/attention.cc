@@ -12,64 +12,8 @@
 #include <cstring>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_inl.h"
 #include "backend/cpu/simd_inl.h"
-
-#ifndef SLUICE_BACKEND_CPU_ATTENTION_TASK_
-#define SLUICE_BACKEND_CPU_ATTENTION_TASK_
-namespace sluice::cpu {
-// Query rows whose scores are held at once (S is kSubBlock x keys per thread).
-constexpr int kSubBlock = 64;
-// One unit of work: query rows [q0, q1) of head `head` of sequence `seq`.
-struct AttnTask {
-  int seq, head, q0, q1;
-};
-// Allowed key range [lo, hi] of the query at logical position i of a sequence of `len`
-// keys (see attention.h); empty (lo > hi) when a key limit (key_lens) ends the keys before
-// the query's window starts.
-inline void KeyRange(const AttentionParams& p, int i, int len, int* lo, int* hi) {
-  *lo = p.window > 0 ? std::max(0, i - p.window + 1) : 0;
-  if (p.causal) {
-    *hi = std::min(len - 1, i);
-  } else {
-    *hi = p.window > 0 ? std::min(len - 1, i + p.window - 1) : len - 1;
-  }
-}
-// Where sequence `seq`'s keys are: its queries sit at logical positions pre, pre + 1, ...,
-// its keys at 0 .. klen - 1 are rows Row(kl) of k/v (a shared prefix's rows then its own,
-// or rows of the paged cache through the block table).
-struct SeqKeys {
-  int base = 0, len = 0;  // the sequence's own (query) rows in q/out
-  int pre = 0, klen = 0;
-  int64_t pbase = 0;
-  const int32_t* blocks = nullptr;  // paged: this sequence's block table
-  int block_size = 16;
-  int64_t Row(int kl) const {
-    if (blocks != nullptr) {
-      return static_cast<int64_t>(blocks[kl / block_size]) * block_size + kl % block_size;
-    }
-    return kl < pre ? pbase + kl : base + (kl - pre);
-  }
-};
-inline SeqKeys KeysOf(const AttentionParams& p, int seq) {
-  SeqKeys k;
-  k.base = p.cu_seqlens[seq];
-  k.len = p.cu_seqlens[seq + 1] - k.base;
-  if (p.paged()) {
-    k.pre = p.kv_start[seq];
-    k.blocks = p.kv_block_table + static_cast<int64_t>(seq) * p.kv_blocks_per_seq;
-    k.block_size = p.kv_block_size;
-  } else if (p.prefix_of != nullptr && p.prefix_of[seq] >= 0) {
-    const int q = p.prefix_of[seq];
-    k.pre = p.cu_seqlens[q + 1] - p.cu_seqlens[q];
-    k.pbase = p.cu_seqlens[q];
-  }
-  k.klen = k.pre + k.len;
-  // Keys past the sequence's limit are seen by no query (its queries still run).
-  if (p.key_lens != nullptr) k.klen = std::min(k.klen, p.key_lens[seq]);
-  return k;
-}
-}  // namespace sluice::cpu
-#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace sluice::cpu::HWY_NAMESPACE {
@@ -341,11 +285,24 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include <atomic>
 #include <vector>
 
+#include "backend/cpu/amx.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/workspace.h"
 
 namespace sluice::cpu {
+
+namespace {
+std::atomic<bool> amx_emulation{false};
+}  // namespace
+
+void SetAttentionAmxEmulationForTesting(bool on) { amx_emulation.store(on); }
+
+bool AmxAttentionAvailable() {
+  return Features().amx_bf16 && Features().avx512_bf16 && amx::Available();
+}
 
 HWY_EXPORT(AttnTaskRun);
 
@@ -371,11 +328,36 @@ void AttentionKernel(const AttentionParams& p) {
     }
   }
   if (tasks.empty()) return;
+  const int64_t ntasks = static_cast<int64_t>(tasks.size());
+  const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
+  if (p.products == DType::kBF16 && p.q.dtype == DType::kF32 &&
+      p.head_dim <= amx_attention::kMaxHeadDim) {
+    const bool emu = amx_emulation.load(std::memory_order_relaxed) && RawFeatures().avx512_bf16;
+    if (emu || AmxAttentionAvailable()) {
+      const int64_t dp = amx_attention::Bf16PaddedDim(p.head_dim);
+      const int64_t nkp = amx_attention::Bf16PaddedKeys(max_keys);
+#pragma omp parallel
+      {
+        static thread_local Workspace ws_kp, ws_vp, ws_s, ws_pb, ws_qb;
+        const amx_attention::Bf16AttnScratch ws{
+            ws_kp.Get<uint16_t>(nkp * dp), ws_vp.Get<uint16_t>(nkp * dp),
+            ws_s.Get<float>(kSubBlock * nkp), ws_pb.Get<uint16_t>(kSubBlock * nkp),
+            ws_qb.Get<uint16_t>(kSubBlock * dp)};
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < ntasks; ++i) {
+          if (emu) {
+            amx_attention::RunTaskEmu(p, task[i], ws);
+          } else {
+            amx_attention::RunTaskHw(p, task[i], ws);
+          }
+        }
+      }
+      return;
+    }
+  }
   // A task's key range spans at most max_keys keys; pad to whole vectors (<= 64 lanes).
   const int64_t nkp = (static_cast<int64_t>(max_keys) + 63) / 64 * 64;
   const int64_t kt_elems = (nkp + 64) * p.head_dim, s_elems = kSubBlock * nkp;
-  const int64_t ntasks = static_cast<int64_t>(tasks.size());
-  const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
 #pragma omp parallel
   {
     static thread_local Workspace ws_kt, ws_v, ws_s;

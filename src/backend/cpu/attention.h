@@ -13,6 +13,10 @@
 // row. Every query row is computed by the same sequence of operations whatever the batch,
 // the blocking or the thread count: results are batch invariant and deterministic.
 // q/k/v may be strided column views of one fused QKV matrix; out must not alias them.
+//
+// products == kBF16 (a bf16 model's f32 activations): on CPUs with AMX-BF16, Q K^T and P V run
+// on AMX tiles with q, k, v and the probabilities rounded to bf16 (attention_amx.cc: scores,
+// softmax and sums stay f32; batch invariant the same way); elsewhere the f32 kernel runs.
 #pragma once
 
 #include "backend/backend.h"
@@ -20,5 +24,14 @@
 namespace sluice::cpu {
 
 void AttentionKernel(const AttentionParams& p);
+
+// True where bf16 products (AttentionParams::products) run on AMX tiles (AMX-BF16 and
+// AVX512-BF16 after the ISA cap, and Linux's permission); elsewhere they run in f32.
+bool AmxAttentionAvailable();
+
+// Tests only: bf16 products (AttentionParams::products) run the AMX driver with its tile
+// operations emulated in C++ where the CPU has AVX512-BF16 (attention_amx.cc), so the driver
+// is tested on machines without AMX.
+void SetAttentionAmxEmulationForTesting(bool on);
 
 }  // namespace sluice::cpu

@@ -68,7 +68,8 @@ class CpuBackend final : public Backend {
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string Describe() const override {
     return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
-           ", linear " + cpu::LinearRunner::Describe() + ")";
+           ", linear " + cpu::LinearRunner::Describe() + ", attention " +
+           (cpu::AmxAttentionAvailable() ? "f32, bf16 products on amx" : "f32") + ")";
   }
   std::string DescribeLinearWeights() const override { return linear_.DescribePrepared(); }
 

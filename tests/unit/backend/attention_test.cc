@@ -1,8 +1,13 @@
 // Attention vs the double-precision reference (atol 1e-5 on O(1) outputs), and batch
 // invariance: a sequence alone vs inside a batch, duplicates, and thread counts.
+#include "backend/cpu/attention.h"
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
+#include "backend/cpu/amx.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/reference.h"
 #include "test_util.h"
 
@@ -228,6 +233,190 @@ TEST(CpuAttention, KeyLimitsLeaveTokensOutOfTheKeys) {
       for (int64_t c = 0; c < qc; ++c) ASSERT_EQ(w.out[r * qc + c], 0.f) << "row " << r;
     }
     EXPECT_NE(w.out[21 * qc], 0.f);
+  }
+}
+
+// --- bf16 products (AttentionParams::products = kBF16; attention_amx.cc) ---
+
+// Where bf16 products run here: AMX tiles (hardware), the same driver with the tiles
+// emulated (CPUs with AVX512-BF16 but no AMX, as the development VM), or nowhere (the f32
+// kernel runs; then every bf16 result must be the f32 kernel's, bit for bit).
+enum class Bf16Here { kAmx, kEmulated, kNone };
+Bf16Here Bf16Mode() {
+  if (cpu::Features().amx_bf16 && cpu::Features().avx512_bf16 && cpu::amx::Available()) {
+    return Bf16Here::kAmx;
+  }
+  return cpu::RawFeatures().avx512_bf16 ? Bf16Here::kEmulated : Bf16Here::kNone;
+}
+// Turns the emulation on for a test where there is no AMX.
+struct Bf16Scope {
+  Bf16Scope() { cpu::SetAttentionAmxEmulationForTesting(Bf16Mode() == Bf16Here::kEmulated); }
+  ~Bf16Scope() { cpu::SetAttentionAmxEmulationForTesting(false); }
+};
+
+// q, k and v rounded to bf16 (the kernel's first step), for the reference.
+std::vector<std::vector<float>> RoundedBf16(std::vector<std::vector<float>> rows) {
+  for (auto& r : rows) {
+    for (float& x : r) x = BF16ToF32(F32ToBF16(x));
+  }
+  return rows;
+}
+
+// Runs `a` with bf16 products; false (after checking the f32 kernel's bits) where they do
+// not run here.
+bool RunBf16(Backend* be, AttnRun* a, const Shape& s, const std::vector<int>& lens,
+             const std::vector<std::vector<float>>& rows) {
+  a->p.products = DType::kBF16;
+  be->Attention(a->p);
+  AttnRun f = Make(s, lens, a->p.causal, a->p.window, rows);
+  be->Attention(f.p);
+  const bool same = std::memcmp(f.out.data(), a->out.data(), a->out.size() * 4) == 0;
+  // A bf16 result never equals the f32 kernel's on random inputs (unless every row sees a
+  // single key), and where bf16 does not run it must.
+  const bool one_key = a->p.window == 1 || *std::max_element(lens.begin(), lens.end()) == 1;
+  if (Bf16Mode() == Bf16Here::kNone || !one_key) {
+    EXPECT_EQ(Bf16Mode() == Bf16Here::kNone, same);
+  }
+  return Bf16Mode() != Bf16Here::kNone;
+}
+
+// Against the double-precision reference on the bf16-rounded q/k/v, the only remaining
+// difference is the probabilities' rounding to bf16 (relative error <= 2^-8 each), so an
+// output (a convex combination of |v| <= 2) is off by at most 2^-8 * 2 = 7.8e-3: atol 8e-3
+// (measured: 3.1e-3). And against the unrounded reference (what a bf16 model gives against
+// f32): atol 3e-2 (measured: 1.3e-2). Lengths with partial groups, key blocks and odd pair
+// boundaries, head dims 32 (MiniLM), 64 (BERT), 128, 40 and 17 (padded to 64 / 32 columns), GQA and
+// MQA, causal and windows (odd windows start key ranges on odd keys).
+TEST(CpuAttentionBf16, MatchesReferenceOnRoundedInputs) {
+  Bf16Scope scope;
+  auto be = MakeCpu();
+  for (const std::vector<int>& lens : {std::vector<int>{1, 7, 65, 130, 3}, std::vector<int>{200}}) {
+    for (const Shape& s :
+         {Shape{12, 12, 32}, Shape{4, 4, 64}, Shape{4, 2, 128}, Shape{6, 1, 40}, Shape{2, 2, 17}}) {
+      std::vector<std::vector<float>> rows;
+      for (size_t i = 0; i < lens.size(); ++i) rows.push_back(SeqRows(s, lens[i], 700 + i));
+      const auto rounded = RoundedBf16(rows);
+      for (bool causal : {false, true}) {
+        for (int window : {0, 1, 6, 64}) {
+          AttnRun a = Make(s, lens, causal, window, rows);
+          if (!RunBf16(be.get(), &a, s, lens, rows)) continue;
+          AttnRun r = Make(s, lens, causal, window, rounded);
+          cpu::ref::Attention(r.p);
+          AttnRun x = Make(s, lens, causal, window, rows);
+          cpu::ref::Attention(x.p);
+          const std::string what = "seqs " + std::to_string(lens.size()) + " heads " +
+                                   std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
+                                   " dim " + std::to_string(s.dim) + " causal " +
+                                   std::to_string(causal) + " window " + std::to_string(window);
+          EXPECT_LE(testing::MaxAbsDiff(a.out.data(), r.out.data(), a.out.size()), 8e-3) << what;
+          EXPECT_LE(testing::MaxAbsDiff(a.out.data(), x.out.data(), a.out.size()), 3e-2) << what;
+        }
+      }
+    }
+  }
+}
+
+// Alone vs in a batch vs duplicated vs one thread: bit for bit. With window 6 and few
+// (sequence, head) pairs the sequence alone is split into 64-row tasks whose key ranges start
+// off the 32-key grid (64 - 5 = 59), while in the 5-sequence batch each task is a whole
+// sequence: the key chunks must be the same either way.
+TEST(CpuAttentionBf16, BatchInvariantAndDeterministic) {
+  Bf16Scope scope;
+  for (const Shape& s : {Shape{12, 12, 32}, Shape{2, 2, 64}}) {
+    const int la = 200, lb = 37, lc = 129;
+    auto ra = SeqRows(s, la, 11), rb = SeqRows(s, lb, 12), rc = SeqRows(s, lc, 13);
+    const int64_t qc = int64_t{s.heads} * s.dim;
+    for (bool causal : {false, true}) {
+      for (int window : {0, 6}) {
+        auto be2 = MakeCpu(2);
+        AttnRun alone = Make(s, {la}, causal, window, {ra});
+        if (!RunBf16(be2.get(), &alone, s, {la}, {ra})) continue;
+        const std::vector<int> lens = {lb, la, lc, lb, lc};
+        const std::vector<std::vector<float>> rows = {rb, ra, rc, rb, rc};
+        AttnRun batch = Make(s, lens, causal, window, rows);
+        RunBf16(be2.get(), &batch, s, lens, rows);
+        const std::string what = "dim " + std::to_string(s.dim) + " causal " +
+                                 std::to_string(causal) + " window " + std::to_string(window);
+        EXPECT_EQ(0, std::memcmp(batch.out.data() + lb * qc, alone.out.data(), la * qc * 4))
+            << what;
+        EXPECT_EQ(
+            0, std::memcmp(batch.out.data(), batch.out.data() + (lb + la + lc) * qc, lb * qc * 4))
+            << what << ": duplicates";
+        auto be1 = MakeCpu(1);
+        AttnRun one = Make(s, lens, causal, window, rows);
+        RunBf16(be1.get(), &one, s, lens, rows);
+        EXPECT_EQ(0, std::memcmp(one.out.data(), batch.out.data(), batch.out.size() * 4)) << what;
+      }
+    }
+  }
+}
+
+// Shared-prefix reuse (prefix_of): a sequence holding only its own rows after a prefix gets,
+// bit for bit, the rows it gets as one full sequence (keys paired on logical positions).
+TEST(CpuAttentionBf16, PrefixReuseEqualsTheFullSequence) {
+  if (Bf16Mode() == Bf16Here::kNone) GTEST_SKIP() << "no AMX or AVX512-BF16";
+  Bf16Scope scope;
+  const Shape s{4, 2, 64};
+  const int lp = 37, lo = 50;
+  auto full_rows = SeqRows(s, lp + lo, 21);
+  const int64_t ld = int64_t{s.heads + 2 * s.kv_heads} * s.dim, qc = int64_t{s.heads} * s.dim;
+  auto be = MakeCpu();
+  AttnRun full = Make(s, {lp + lo}, true, 0, {full_rows});
+  full.p.products = DType::kBF16;
+  be->Attention(full.p);
+  std::vector<float> pre(full_rows.begin(), full_rows.begin() + lp * ld);
+  std::vector<float> own(full_rows.begin() + lp * ld, full_rows.end());
+  AttnRun split = Make(s, {lp, lo}, true, 0, {pre, own});
+  const std::vector<int32_t> prefix_of = {-1, 0};
+  split.p.prefix_of = prefix_of.data();
+  split.p.products = DType::kBF16;
+  be->Attention(split.p);
+  EXPECT_EQ(0, std::memcmp(split.out.data(), full.out.data(), (lp + lo) * qc * 4));
+}
+
+// Without emulation, bf16 products run only where the CPU has AMX: capped below it, they
+// give the f32 kernel's bits; with AMX they differ from them (the test can fail both ways).
+TEST(CpuAttentionBf16, RunsOnlyWithAmx) {
+  const Shape s{12, 12, 32};
+  const std::vector<int> lens = {77, 128};
+  const std::vector<std::vector<float>> rows = {SeqRows(s, 77, 31), SeqRows(s, 128, 32)};
+  auto be = MakeCpu();
+  AttnRun f32 = Make(s, lens, false, 0, rows);
+  be->Attention(f32.p);
+  AttnRun bf = Make(s, lens, false, 0, rows);
+  bf.p.products = DType::kBF16;
+  be->Attention(bf.p);
+  EXPECT_EQ(Bf16Mode() == Bf16Here::kAmx,
+            std::memcmp(f32.out.data(), bf.out.data(), f32.out.size() * 4) != 0);
+  cpu::SetMaxIsaForTesting("avx512_bf16");
+  AttnRun capped = Make(s, lens, false, 0, rows);
+  capped.p.products = DType::kBF16;
+  be->Attention(capped.p);
+  cpu::SetMaxIsaForTesting("");
+  EXPECT_EQ(0, std::memcmp(f32.out.data(), capped.out.data(), f32.out.size() * 4));
+}
+
+// On AMX hardware: the tiles against their emulation (the ISA's pseudo-code order). The
+// hardware may sum a tile's pairs in another order, so within 1e-5, and reported if not
+// bit for bit.
+TEST(CpuAttentionBf16, AmxNearItsEmulation) {
+  if (Bf16Mode() != Bf16Here::kAmx) GTEST_SKIP() << "no AMX";
+  auto be = MakeCpu();
+  for (const Shape& s : {Shape{12, 12, 32}, Shape{4, 2, 64}, Shape{2, 2, 128}}) {
+    const std::vector<int> lens = {141, 7, 64};
+    std::vector<std::vector<float>> rows;
+    for (size_t i = 0; i < lens.size(); ++i) rows.push_back(SeqRows(s, lens[i], 900 + i));
+    AttnRun hw = Make(s, lens, false, 0, rows);
+    hw.p.products = DType::kBF16;
+    be->Attention(hw.p);
+    cpu::SetAttentionAmxEmulationForTesting(true);
+    AttnRun emu = Make(s, lens, false, 0, rows);
+    emu.p.products = DType::kBF16;
+    be->Attention(emu.p);
+    cpu::SetAttentionAmxEmulationForTesting(false);
+    EXPECT_LE(testing::MaxAbsDiff(hw.out.data(), emu.out.data(), hw.out.size()), 1e-5);
+    const bool same = std::memcmp(hw.out.data(), emu.out.data(), hw.out.size() * 4) == 0;
+    std::printf("dim %d: AMX %s its emulation\n", s.dim, same ? "bit for bit" : "near");
   }
 }
 
