@@ -8,6 +8,7 @@
 // Prints a markdown table: median GFLOP/s over R repetitions (after 3 warm-ups) and the
 // spread (min..max).
 #include <dlfcn.h>
+#include <hwy/targets.h>
 
 #include <algorithm>
 #include <array>
@@ -19,13 +20,13 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
-#include <hwy/targets.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_linear.h"
 
@@ -162,12 +163,11 @@ int main(int argc, char** argv) {
       "GFLOP/s\n\n",
       CpuModel().c_str(), be->Describe().c_str(), threads, static_cast<long>(m), reps);
   std::string table;
-  Appendf(
-      &table,
-      "| model | K | N | oneDNN f32 (Linear) | oneDNN f32 (raw) | oneDNN bf16 (Linear) "
-      "| oneDNN bf16 (raw) | OpenBLAS sgemm | oneDNN f32 (runtime M) | oneDNN bf16 (runtime M) "
-      "| sluice-gemm f32 (Linear) | sluice-gemm bf16 (Linear) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  Appendf(&table,
+          "| model | K | N | oneDNN f32 (Linear) | oneDNN f32 (raw) | oneDNN bf16 (Linear) "
+          "| oneDNN bf16 (raw) | OpenBLAS sgemm | oneDNN f32 (runtime M) | oneDNN bf16 (runtime M) "
+          "| sluice-gemm f32 (Linear) | sluice-gemm bf16 (Linear) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     const char* model;
     int64_t k, n;
@@ -248,8 +248,8 @@ int main(int argc, char** argv) {
 
   // Attention: 512- and 128-token sequences; BERT-base, MiniLM-L6 and Qwen3 head shapes.
   Appendf(&tail,
-          "\n| attention | seqs x len | heads/kv x dim | causal | GFLOP/s |\n"
-          "|---|---|---|---|---|\n");
+          "\n| attention | seqs x len | heads/kv x dim | causal | products | GFLOP/s |\n"
+          "|---|---|---|---|---|---|\n");
   struct AttnShape {
     int seqs, len, heads, kv, dim;
     bool causal;
@@ -283,11 +283,17 @@ int main(int argc, char** argv) {
     if (a.causal) flops /= 2;
     // Several calls per sample (>= ~8 GFLOP) so that a coarse CPU clock still resolves it.
     const int calls = static_cast<int>(std::ceil(8e9 / flops));
-    Stats st = Measure(flops * calls, reps, [&] {
-      for (int c = 0; c < calls; ++c) be->Attention(p);
-    });
-    Appendf(&tail, "| attention | %d x %d | %d/%d x %d | %s | %s |\n", a.seqs, a.len, a.heads, a.kv,
-            a.dim, a.causal ? "yes" : "no", Fmt(st).c_str());
+    // f32, and bf16 products where they run on AMX (a bf16 or int8 model's attention).
+    for (DType products : {DType::kF32, DType::kBF16}) {
+      if (products == DType::kBF16 && !cpu::AmxAttentionAvailable()) continue;
+      p.products = products;
+      Stats st = Measure(flops * calls, reps, [&] {
+        for (int c = 0; c < calls; ++c) be->Attention(p);
+      });
+      Appendf(&tail, "| attention | %d x %d | %d/%d x %d | %s | %s | %s |\n", a.seqs, a.len,
+              a.heads, a.kv, a.dim, a.causal ? "yes" : "no",
+              products == DType::kF32 ? "f32" : "bf16 (amx)", Fmt(st).c_str());
+    }
   }
 
   // OpenBLAS last: its pthread pool yield-spins after each call and would slow whatever runs

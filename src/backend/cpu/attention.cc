@@ -286,6 +286,8 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/amx.h"
@@ -300,8 +302,14 @@ std::atomic<bool> amx_emulation{false};
 
 void SetAttentionAmxEmulationForTesting(bool on) { amx_emulation.store(on); }
 
+std::string AttentionMode() {
+  const char* env = std::getenv("SLUICE_CPU_ATTENTION");
+  return env != nullptr && *env != '\0' ? env : "auto";
+}
+
 bool AmxAttentionAvailable() {
-  return Features().amx_bf16 && Features().avx512_bf16 && amx::Available();
+  return AttentionMode() != "f32" && Features().amx_bf16 && Features().avx512_bf16 &&
+         amx::Available();
 }
 
 HWY_EXPORT(AttnTaskRun);
@@ -332,7 +340,8 @@ void AttentionKernel(const AttentionParams& p) {
   const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
   if (p.products == DType::kBF16 && p.q.dtype == DType::kF32 &&
       p.head_dim <= amx_attention::kMaxHeadDim) {
-    const bool emu = amx_emulation.load(std::memory_order_relaxed) && RawFeatures().avx512_bf16;
+    const bool emu = amx_emulation.load(std::memory_order_relaxed) && RawFeatures().avx512_bf16 &&
+                     AttentionMode() != "f32";
     if (emu || AmxAttentionAvailable()) {
       const int64_t dp = amx_attention::Bf16PaddedDim(p.head_dim);
       const int64_t nkp = amx_attention::Bf16PaddedKeys(max_keys);

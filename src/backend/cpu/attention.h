@@ -19,6 +19,8 @@
 // softmax and sums stay f32; batch invariant the same way); elsewhere the f32 kernel runs.
 #pragma once
 
+#include <string>
+
 #include "backend/backend.h"
 
 namespace sluice::cpu {
@@ -26,8 +28,12 @@ namespace sluice::cpu {
 void AttentionKernel(const AttentionParams& p);
 
 // True where bf16 products (AttentionParams::products) run on AMX tiles (AMX-BF16 and
-// AVX512-BF16 after the ISA cap, and Linux's permission); elsewhere they run in f32.
+// AVX512-BF16 after the ISA cap, and Linux's permission) and SLUICE_CPU_ATTENTION is not
+// f32; elsewhere they run in f32.
 bool AmxAttentionAvailable();
+// SLUICE_CPU_ATTENTION: "auto" (unset: AMX where usable) or "f32" (every model's attention in
+// f32, for comparisons); CreateCpuBackend refuses any other value.
+std::string AttentionMode();
 
 // Tests only: bf16 products (AttentionParams::products) run the AMX driver with its tile
 // operations emulated in C++ where the CPU has AVX512-BF16 (attention_amx.cc), so the driver

@@ -7,8 +7,9 @@
 // Per task: K and V of the task's key range are packed once into bf16 B tiles (keys in
 // blocks of 16, head columns in pairs); per sub-block of 64 query rows the rows go to bf16
 // (A tiles, 32 head columns each); per group of 16 rows, scores = Q K^T for the key blocks of
-// the group's range (4 accumulator tiles = 64 keys at a time), the exact f32 softmax per row
-// over its own range, probabilities to bf16 (zeros outside the row's range) and P V over the
+// the group's range (4 accumulator tiles = 64 keys at a time), the softmax per row over its
+// own range in f32 (max subtracted; an exp accurate to 5e-5, far below bf16's rounding), the
+// probabilities written as bf16 in the same pass (zeros outside the row's range), P V over the
 // group's range in chunks of 32 keys (4 accumulator tiles = 64 output columns at a time).
 //
 // Batch invariance: a tile row's result depends only on that row of A (the hardware tests
@@ -68,59 +69,57 @@ void ToBf16(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-// exp(x) for x <= 0 (softmax arguments after the max is subtracted); 0 for x < -87. The f32
-// kernel's function (range reduction, degree-6 polynomial, 2^n from exponent bits).
-inline __m512 ExpNonPositive(__m512 x) {
-  const __m512 lower = _mm512_set1_ps(-87.f);
-  const __m512 xc = _mm512_max_ps(x, lower);
+// exp(x) for x <= 0 (softmax arguments after the max is subtracted) to well within bf16's
+// precision: n = round(x / ln 2), r = x - n ln 2, degree-4 Taylor polynomial (relative error
+// < 5e-5, against bf16's 2^-8 rounding), times 2^n (vscalefps). Arguments below -87 give
+// ~1e-38 (their bf16 is zero or a denormal, which the tiles read as zero).
+inline __m512 ExpBf16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
   const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.442695040888963407359924681f)),
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.442695040888963407359924681f)),
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-6f), r);
-  __m512 q = _mm512_set1_ps(0.000198527617612853646278381f);
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.00139304355252534151077271f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.00833336077630519866943359f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.0416664853692054748535156f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.166666671633720397949219f));
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147180559945309417232121f), x);
+  __m512 q = _mm512_fmadd_ps(r, _mm512_set1_ps(1.f / 24), _mm512_set1_ps(1.f / 6));
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.5f));
-  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
-  const __m512i bits =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __m512 y = _mm512_mul_ps(e, _mm512_castsi512_ps(bits));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lower, _CMP_GE_OQ), y);
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(q, n);
 }
 
-// In place: s[0..n) -> exp(scale * s - max), max over scale * s; returns the sum (fixed
-// order for a given n).
-float SoftmaxExp(float* s, int64_t n, float scale) {
-  const __m512 vs = _mm512_set1_ps(scale);
+// One row's probabilities: raw scores s[a..b] (Q K^T, unscaled) -> p[a..b] = bf16(exp(scale *
+// s - max)), max over the row's scaled scores; p[plo..a) and p(b..pend) = 0. Returns the sum
+// of the f32 exps (fixed order for a given range).
+float SoftmaxToBf16(const float* s, int64_t a, int64_t b, float scale, int64_t plo, int64_t pend,
+                    uint16_t* p) {
+  const int64_t n = b - a + 1;
+  const float* x = s + a;
   __m512 vm = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + j), vs);
-    _mm512_storeu_ps(s + j, x);
-    vm = _mm512_max_ps(vm, x);
-  }
+  for (; j + 16 <= n; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + j));
   if (j < n) {
     const __mmask16 m = FirstN(n - j);
-    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vs);
-    _mm512_mask_storeu_ps(s + j, m, x);
-    vm = _mm512_mask_max_ps(vm, m, vm, x);
+    vm = _mm512_mask_max_ps(vm, m, vm, _mm512_maskz_loadu_ps(m, x + j));
   }
-  const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+  // scale > 0: the max of the scaled scores is the scaled max.
+  const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vm) * scale);
+  const __m512 vs = _mm512_set1_ps(scale);
+  std::memset(p + plo, 0, (a - plo) * sizeof(uint16_t));
+  std::memset(p + b + 1, 0, (pend - b - 1) * sizeof(uint16_t));
+  uint16_t* out = p + a;
   __m512 sum = _mm512_setzero_ps();
-  for (j = 0; j + 16 <= n; j += 16) {
-    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(s + j), vmx));
-    _mm512_storeu_ps(s + j, e);
-    sum = _mm512_add_ps(sum, e);
+  for (j = 0; j + 32 <= n; j += 32) {
+    const __m512 e0 = ExpBf16(_mm512_fmsub_ps(_mm512_loadu_ps(x + j), vs, vmx));
+    const __m512 e1 = ExpBf16(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 16), vs, vmx));
+    sum = _mm512_add_ps(sum, e0);
+    sum = _mm512_add_ps(sum, e1);
+    _mm512_storeu_si512(out + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
   }
-  if (j < n) {
+  for (; j < n; j += 16) {
     const __mmask16 m = FirstN(n - j);
     const __m512 e =
-        _mm512_maskz_mov_ps(m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vmx)));
-    _mm512_mask_storeu_ps(s + j, m, e);
+        _mm512_maskz_mov_ps(m, ExpBf16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + j), vs, vmx)));
     sum = _mm512_add_ps(sum, e);
+    _mm256_mask_storeu_epi16(out + j, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
   }
   return _mm512_reduce_add_ps(sum);
 }
@@ -432,14 +431,10 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
       const int64_t plo = glo & ~int64_t{31}, pend = (ghi + 32) & ~int64_t{31};
       float inv[kRows];
       for (int r = 0; r < nrows; ++r) {
-        float* sr = sg + r * ldp;
         int rlo, rhi;
         KeyRange(p, pre + sb + g + r, klen, &rlo, &rhi);
-        const int64_t a = rlo - lo, b = rhi - lo;
-        inv[r] = 1.f / SoftmaxExp(sr + a, b - a + 1, p.scale);
-        std::memset(sr + plo, 0, (a - plo) * sizeof(float));
-        std::memset(sr + b + 1, 0, (pend - b - 1) * sizeof(float));
-        ToBf16(sr + plo, ws.pb + (g + r) * ldp + plo, pend - plo);
+        inv[r] = 1.f / SoftmaxToBf16(sg + r * ldp, rlo - lo, rhi - lo, p.scale, plo, pend,
+                                     ws.pb + (g + r) * ldp);
       }
       // P V, 64 output columns (4 accumulators) at a time, 32 keys per step.
       for (int cq = 0; cq < ncb; cq += 4) {

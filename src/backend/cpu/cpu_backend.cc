@@ -208,6 +208,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
   if (options.num_threads < 0) {
     return InvalidArgument("num_threads must be >= 0 (0 = all available cores)");
   }
+  if (const std::string mode = cpu::AttentionMode(); mode != "auto" && mode != "f32") {
+    return InvalidArgument("SLUICE_CPU_ATTENTION=" + mode + ": expected auto or f32");
+  }
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   auto b = std::make_unique<CpuBackend>(threads);
   b->SetFewRows(options.cpu_few_rows);

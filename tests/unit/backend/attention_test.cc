@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/amx.h"
@@ -396,9 +397,10 @@ TEST(CpuAttentionBf16, RunsOnlyWithAmx) {
   EXPECT_EQ(0, std::memcmp(f32.out.data(), capped.out.data(), f32.out.size() * 4));
 }
 
-// On AMX hardware: the tiles against their emulation (the ISA's pseudo-code order). The
-// hardware may sum a tile's pairs in another order, so within 1e-5, and reported if not
-// bit for bit.
+// On AMX hardware: the tiles against their emulation (the ISA's pseudo-code order: one f32
+// rounding per product and per sum). The hardware sums a tile's pairs otherwise (measured on
+// the GPU machine's Xeon: 2.8e-4 apart on outputs of |v| <= 2, against bf16's 7.8e-3 bound
+// above), so within 1e-3, and reported if not bit for bit.
 TEST(CpuAttentionBf16, AmxNearItsEmulation) {
   if (Bf16Mode() != Bf16Here::kAmx) GTEST_SKIP() << "no AMX";
   auto be = MakeCpu();
@@ -414,10 +416,41 @@ TEST(CpuAttentionBf16, AmxNearItsEmulation) {
     emu.p.products = DType::kBF16;
     be->Attention(emu.p);
     cpu::SetAttentionAmxEmulationForTesting(false);
-    EXPECT_LE(testing::MaxAbsDiff(hw.out.data(), emu.out.data(), hw.out.size()), 1e-5);
+    EXPECT_LE(testing::MaxAbsDiff(hw.out.data(), emu.out.data(), hw.out.size()), 1e-3);
     const bool same = std::memcmp(hw.out.data(), emu.out.data(), hw.out.size() * 4) == 0;
     std::printf("dim %d: AMX %s its emulation\n", s.dim, same ? "bit for bit" : "near");
   }
+}
+
+// SLUICE_CPU_ATTENTION=f32 keeps bf16 products in f32 (the f32 kernel's bits), "auto" does
+// not, and any other value is refused when a CPU backend is created.
+TEST(CpuAttentionBf16, EnvironmentForcesF32OrIsRefused) {
+  if (Bf16Mode() == Bf16Here::kNone) GTEST_SKIP() << "no AMX or AVX512-BF16";
+  Bf16Scope scope;
+  const Shape s{12, 12, 32};
+  const std::vector<int> lens = {77, 128};
+  const std::vector<std::vector<float>> rows = {SeqRows(s, 77, 41), SeqRows(s, 128, 42)};
+  auto be = MakeCpu();
+  AttnRun f32 = Make(s, lens, false, 0, rows);
+  be->Attention(f32.p);
+  auto run_bf16 = [&] {
+    AttnRun r = Make(s, lens, false, 0, rows);
+    r.p.products = DType::kBF16;
+    be->Attention(r.p);
+    return std::memcmp(f32.out.data(), r.out.data(), f32.out.size() * 4) == 0;
+  };
+  setenv("SLUICE_CPU_ATTENTION", "f32", 1);
+  EXPECT_TRUE(run_bf16());
+  EXPECT_TRUE(CreateBackend(BackendOptions{}).ok());
+  setenv("SLUICE_CPU_ATTENTION", "auto", 1);
+  EXPECT_FALSE(run_bf16());
+  setenv("SLUICE_CPU_ATTENTION", "bf16", 1);
+  auto refused = CreateBackend(BackendOptions{});
+  unsetenv("SLUICE_CPU_ATTENTION");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("SLUICE_CPU_ATTENTION=bf16"), std::string::npos)
+      << refused.status().message();
+  EXPECT_FALSE(run_bf16());
 }
 
 }  // namespace
