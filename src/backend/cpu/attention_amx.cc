@@ -395,39 +395,29 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
   const int64_t ldp = (nk + 31) / 32 * 32;  // S and P row stride (<= Bf16PaddedKeys)
   PackKeys(kf, ldk, sk, lo, nk, d, dp, ws.kp);
   PackValues(vf, ldv, sk, lo, nk, d, dp, ldp / 2, ws.vp);
-  // Per sub-block, three passes over its groups, so that no tile load reads what the
-  // instructions just before it stored (and no vector load what a tile store just wrote):
-  // Q K^T for every group, then the softmax rows, then P V.
-  constexpr int kGroups = kSubBlock / kRows;
-  alignas(64) float acc[kSubBlock * 64];
-  float inv[kSubBlock];
-  int64_t glo[kGroups], ghi[kGroups], plo[kGroups], pend[kGroups];
+  alignas(64) float acc[16 * 64];
   T::Begin();
   for (int sb = t.q0; sb < t.q1; sb += kSubBlock) {
     const int se = std::min(t.q1, sb + kSubBlock);
     const int nq = se - sb;
-    const int ng = (nq + kRows - 1) / kRows;
     for (int i = sb; i < se; ++i) {
       uint16_t* qr = ws.qb + (i - sb) * dp;
       ToBf16(qf + i * ldq, qr, d);
       std::memset(qr + d, 0, (dp - d) * sizeof(uint16_t));
     }
-    // Q K^T, 4 key blocks at a time over each group's key range [glo, ghi] (offsets from lo).
-    // Rows past the sub-block's are stale bf16 rows of the scratch: they only fill tile rows
-    // whose results are never read.
-    for (int gi = 0; gi < ng; ++gi) {
-      const int g = gi * kRows, nrows = std::min(kRows, nq - g);
+    for (int g = 0; g < nq; g += kRows) {
+      const int nrows = std::min(kRows, nq - g);
+      // The group's key range [glo, ghi] (offsets from lo).
       int a0, b0, a1, b1;
       KeyRange(p, pre + sb + g, klen, &a0, &b0);
       KeyRange(p, pre + sb + g + nrows - 1, klen, &a1, &b1);
-      glo[gi] = a0 - lo;
-      ghi[gi] = b1 - lo;
-      plo[gi] = glo[gi] & ~int64_t{31};
-      pend[gi] = (ghi[gi] + 32) & ~int64_t{31};
+      const int64_t glo = a0 - lo, ghi = b1 - lo;
+      // Q K^T, 4 key blocks at a time. Rows past nrows are stale bf16 rows of the scratch:
+      // they only fill tile rows whose results are never read.
       const uint16_t* qa = ws.qb + g * dp;
       float* sg = ws.s + g * ldp;
-      for (int64_t jb = glo[gi] / kKeyBlock; jb <= ghi[gi] / kKeyBlock; jb += 4) {
-        const int n = static_cast<int>(std::min<int64_t>(4, ghi[gi] / kKeyBlock - jb + 1));
+      for (int64_t jb = glo / kKeyBlock; jb <= ghi / kKeyBlock; jb += 4) {
+        const int n = static_cast<int>(std::min<int64_t>(4, ghi / kKeyBlock - jb + 1));
         ZeroAcc<T>(n);
         for (int kc = 0; kc < dp / 32; ++kc) {
           T::LoadA(qa + kc * 32, dp * 2);
@@ -436,37 +426,34 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
         }
         StoreAcc<T>(n, sg + jb * kKeyBlock, ldp * 4);
       }
-    }
-    // Softmax per row over its own range; bf16 probabilities over its group's range widened
-    // to whole 32-key chunks, zero outside the row's range.
-    for (int r = 0; r < nq; ++r) {
-      const int gi = r / kRows;
-      int rlo, rhi;
-      KeyRange(p, pre + sb + r, klen, &rlo, &rhi);
-      inv[r] = 1.f / SoftmaxToBf16(ws.s + r * ldp, rlo - lo, rhi - lo, p.scale, plo[gi], pend[gi],
-                                   ws.pb + r * ldp);
-    }
-    // P V, 64 output columns (4 accumulators) at a time, 32 keys per step, every group into
-    // acc; then the rows scaled by 1 / sum into the output.
-    for (int cq = 0; cq < ncb; cq += 4) {
-      const int n = std::min(4, ncb - cq);
-      for (int gi = 0; gi < ng; ++gi) {
-        const int g = gi * kRows;
+      // Softmax per row over its own range; bf16 probabilities over the group's range
+      // widened to whole 32-key chunks, zero outside the row's range.
+      const int64_t plo = glo & ~int64_t{31}, pend = (ghi + 32) & ~int64_t{31};
+      float inv[kRows];
+      for (int r = 0; r < nrows; ++r) {
+        int rlo, rhi;
+        KeyRange(p, pre + sb + g + r, klen, &rlo, &rhi);
+        inv[r] = 1.f / SoftmaxToBf16(sg + r * ldp, rlo - lo, rhi - lo, p.scale, plo, pend,
+                                     ws.pb + (g + r) * ldp);
+      }
+      // P V, 64 output columns (4 accumulators) at a time, 32 keys per step.
+      for (int cq = 0; cq < ncb; cq += 4) {
+        const int n = std::min(4, ncb - cq);
         ZeroAcc<T>(n);
-        for (int64_t c0 = plo[gi]; c0 < pend[gi]; c0 += 32) {
+        for (int64_t c0 = plo; c0 < pend; c0 += 32) {
           T::LoadA(ws.pb + g * ldp + c0, ldp * 2);
           DotAcc<T>(
               n, [&](int j) { return ws.vp + ((c0 / 2) * ncb + cq + j) * 32; }, ncb * 64);
         }
-        StoreAcc<T>(n, acc + g * 64, 64 * 4);
-      }
-      const int c_end = std::min(d, (cq + n) * 16);
-      for (int r = 0; r < nq; ++r) {
-        const __m512 vi = _mm512_set1_ps(inv[r]);
-        float* o = of + static_cast<int64_t>(sb + r) * ldo;
-        for (int c = cq * 16; c < c_end; c += 16) {
-          const __m512 x = _mm512_loadu_ps(acc + r * 64 + (c - cq * 16));
-          _mm512_mask_storeu_ps(o + c, FirstN(c_end - c), _mm512_mul_ps(x, vi));
+        StoreAcc<T>(n, acc, 64 * 4);
+        const int c_end = std::min(d, (cq + n) * 16);
+        for (int r = 0; r < nrows; ++r) {
+          const __m512 vi = _mm512_set1_ps(inv[r]);
+          float* o = of + static_cast<int64_t>(sb + g + r) * ldo;
+          for (int c = cq * 16; c < c_end; c += 16) {
+            const __m512 x = _mm512_loadu_ps(acc + r * 64 + (c - cq * 16));
+            _mm512_mask_storeu_ps(o + c, FirstN(c_end - c), _mm512_mul_ps(x, vi));
+          }
         }
       }
     }
