@@ -200,7 +200,8 @@ struct AttentionParams {
   // Precision of the two products (Q K^T and P V) when q/k/v are f32 (the CPU backend's
   // activations): kBF16 rounds q, k, v and the softmax probabilities to bf16 and
   // accumulates in f32, as transformers' bf16 autocast does; scores, softmax and sums stay
-  // f32. A backend without a faster bf16 path (a CPU without AVX512-BF16) computes in f32.
+  // f32. A backend without a faster bf16 path computes in f32 (CPU: one without AMX, and the
+  // paged KV cache of generation everywhere).
   // Ignored where q/k/v already are bf16/f16 (CUDA). kF32 = exact f32.
   DType products = DType::kF32;
 };

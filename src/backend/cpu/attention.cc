@@ -338,7 +338,10 @@ void AttentionKernel(const AttentionParams& p) {
   if (tasks.empty()) return;
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
   const AttnTask* task = tasks.data();  // `tasks` is thread_local: pass its data explicitly
-  if (p.products == DType::kBF16 && p.q.dtype == DType::kF32 &&
+  // bf16 products on AMX for whole sequences (encoders, scoring, shared prefixes), not for
+  // the paged KV cache of generation: decode rows (one per sequence) fill 1/16 of a tile and
+  // that path was not measured against f32.
+  if (p.products == DType::kBF16 && p.q.dtype == DType::kF32 && !p.paged() &&
       p.head_dim <= amx_attention::kMaxHeadDim) {
     const bool emu = amx_emulation.load(std::memory_order_relaxed) && RawFeatures().avx512_bf16 &&
                      AttentionMode() != "f32";

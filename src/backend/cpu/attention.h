@@ -16,7 +16,8 @@
 //
 // products == kBF16 (a bf16 model's f32 activations): on CPUs with AMX-BF16, Q K^T and P V run
 // on AMX tiles with q, k, v and the probabilities rounded to bf16 (attention_amx.cc: scores,
-// softmax and sums stay f32; batch invariant the same way); elsewhere the f32 kernel runs.
+// softmax and sums stay f32; batch invariant the same way) unless the KV cache is paged
+// (generation); elsewhere the f32 kernel runs.
 #pragma once
 
 #include <string>
