@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <random>
 
+#include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_features.h"
 #include "engine/engine.h"
 #include "golden_inputs.h"
 
@@ -484,6 +486,73 @@ TEST_P(GoldenTest, Int8WithinBoundOfF32) {
       "[ int8   ] %-28s %-8s max |diff| %.3g, mean of per-input max %.3g, min cosine %.5f\n",
       c.name.c_str(), vectors ? "vectors" : "scores", worst_diff,
       n ? sum_diff / static_cast<double>(n) : 0.0, worst_cos);
+}
+
+// bf16 and int8 models' attention with bf16 products on AMX tiles (docs/models.md "Attention
+// on CPU"): on AMX hardware the tiles, elsewhere (AVX512-BF16) the same driver with the tiles
+// emulated. bf16 checkpoints stay within their HF tolerance, int8 within its bound of f32; a
+// sequence alone gives the bits it gives batched; and the products really run (the outputs
+// differ from the f32-attention ones).
+TEST_P(GoldenTest, AmxAttentionWithinBounds) {
+  const Case c = LoadCase(fs::path(kFixtures) / "golden" / (GetParam() + ".json"));
+  if (TestDevice() != DeviceKind::kCpu) GTEST_SKIP() << "CPU attention";
+  const bool amx = cpu::AmxAttentionAvailable();
+  if (!amx && !cpu::RawFeatures().avx512_bf16) GTEST_SKIP() << "no AMX or AVX512-BF16";
+  struct Emulation {  // only where there is no AMX; off again at the end
+    explicit Emulation(bool on) { cpu::SetAttentionAmxEmulationForTesting(on); }
+    ~Emulation() { cpu::SetAttentionAmxEmulationForTesting(false); }
+  } emulation(!amx);
+  const bool bf16 = c.dtype == "bf16";
+  auto e = LoadEngine(c, bf16 ? std::nullopt : std::optional<DType>(DType::kI8));
+  ASSERT_NE(e, nullptr);
+  auto out = RunAsReference(*e, c.inputs);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<PooledOutput> f32_attention;
+  {
+    cpu::SetAttentionAmxEmulationForTesting(false);
+    setenv("SLUICE_CPU_ATTENTION", "f32", 1);
+    auto o = RunAsReference(*e, c.inputs);
+    unsetenv("SLUICE_CPU_ATTENTION");
+    cpu::SetAttentionAmxEmulationForTesting(!amx);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    f32_attention = std::move(*o);
+  }
+  bool differs = false;
+  for (size_t i = 0; i < out->size(); ++i) differs |= (*out)[i].values != f32_attention[i].values;
+  EXPECT_TRUE(differs) << c.name << ": bf16 products gave the f32 attention's bits";
+  if (bf16) {
+    ExpectClose(c, *out, c.outputs, c.tolerance, amx ? "amx-attention" : "amx-attention(emu)");
+  } else {
+    auto e32 = LoadEngine(c, DType::kF32);
+    ASSERT_NE(e32, nullptr);
+    auto o32 = RunAsReference(*e32, c.inputs);
+    ASSERT_TRUE(o32.ok()) << o32.status().ToString();
+    const bool vectors = c.task == "embed" || !c.maxsim.empty();
+    const size_t dim = static_cast<size_t>(e->head().output_dim);
+    double worst = 0;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      const auto& a = (*o32)[i].values;
+      const auto& b = (*out)[i].values;
+      ASSERT_EQ(a.size(), b.size());
+      worst = std::max(worst, MaxAbsDiff(a, b));
+      if (vectors) {
+        const size_t w = dim > 0 && a.size() % dim == 0 ? dim : a.size();
+        for (size_t r = 0; r + w <= a.size() && w > 0; r += w) {
+          EXPECT_GE(Cosine(a, b, r, r + w), kInt8MinCosine) << c.name << " input " << i;
+        }
+      } else {
+        EXPECT_LE(MaxAbsDiff(a, b), kInt8MaxDiff) << c.name << " input " << i;
+      }
+    }
+    std::printf("[ int8+amx attention%s ] %-28s max |diff| vs f32 %.3g\n", amx ? "" : " (emu)",
+                c.name.c_str(), worst);
+  }
+  for (size_t i = 0; i < std::min<size_t>(4, c.inputs.size()); ++i) {
+    PooledOutput alone;
+    ASSERT_TRUE(e->RunBatch({&c.inputs[i]}, &alone).ok());
+    if (e->head().task == Task::kEmbed && e->head().st_normalize) NormalizeRows(&alone);
+    EXPECT_EQ(alone.values, (*out)[i].values) << c.name << " input " << i << " alone vs batched";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CaseNames()),
