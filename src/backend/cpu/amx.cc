@@ -24,22 +24,27 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles 0..7: 16 rows x 64 bytes each.
-void ConfigureSquare() {
+}  // namespace
+
+void ConfigureSquareTiles() {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.rows[t] = 16;
     c.colsb[t] = 64;
   }
-  _tile_loadconfig(&c);
+  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes of the
+  // configuration, so the other stores to `c` could be dropped as dead.
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
+
+namespace {
 
 template <bool kInt8>
 double PeakLoop(int64_t iters) {
   alignas(64) uint8_t buf[16 * 64];
   std::memset(buf, 0, sizeof(buf));
   alignas(64) float out[16 * 16];
-  ConfigureSquare();
+  ConfigureSquareTiles();
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

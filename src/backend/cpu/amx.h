@@ -11,6 +11,10 @@ namespace sluice::cpu::amx {
 // process XTILEDATA (arch_prctl ARCH_REQ_XCOMP_PERM, requested once here).
 bool Available();
 
+// ldtilecfg with palette 1 and tiles 0..7 of 16 rows x 64 bytes (zeroes every tile), as all
+// of sluice's AMX code uses them. Call only when Available(); release with _tile_release().
+void ConfigureSquareTiles();
+
 // Peak loops: 4 accumulator tiles, 4 operand tiles loaded once, `iters` x 4 tile
 // multiply-adds (16 x 16 x 32 bf16 or 16 x 16 x 64 int8 each). Returns the flops (ops) done.
 // Call only when Available() (and amx_bf16 / amx_int8).

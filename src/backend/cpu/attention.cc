@@ -184,14 +184,7 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, floa
   const float* kb = p.k.ptr<float>() + static_cast<int64_t>(kvh) * dim;
   const float* vb = p.v.ptr<float>() + static_cast<int64_t>(kvh) * dim;
   float* ob = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(task.head) * dim;
-  // Rows with no key to see (a key limit before their window: always the task's last rows,
-  // as both ends of the range only grow with the row) get zeros.
-  AttnTask t = task;
-  for (int lo, hi; t.q1 > t.q0; --t.q1) {
-    KeyRange(p, pre + t.q1 - 1, klen, &lo, &hi);
-    if (lo <= hi) break;
-    std::memset(ob + (t.q1 - 1) * ldo, 0, dim * sizeof(float));
-  }
+  const AttnTask t = TrimRowsWithoutKeys(p, sk, task, ob, ldo);
   if (t.q1 == t.q0) return;
 
   // Query rows are local (0 .. len - 1); their logical positions start at `pre`.
@@ -307,10 +300,14 @@ std::string AttentionMode() {
   return env != nullptr && *env != '\0' ? env : "auto";
 }
 
-bool AmxAttentionAvailable() {
-  return AttentionMode() != "f32" && Features().amx_bf16 && Features().avx512_bf16 &&
-         amx::Available();
+namespace {
+// AMX-BF16 and AVX512-BF16 after the ISA cap, and Linux's permission (whatever the mode).
+bool AmxAttentionUsable() {
+  return Features().amx_bf16 && Features().avx512_bf16 && amx::Available();
 }
+}  // namespace
+
+bool AmxAttentionAvailable() { return AttentionMode() != "f32" && AmxAttentionUsable(); }
 
 HWY_EXPORT(AttnTaskRun);
 
@@ -343,9 +340,10 @@ void AttentionKernel(const AttentionParams& p) {
   // that path was not measured against f32.
   if (p.products == DType::kBF16 && p.q.dtype == DType::kF32 && !p.paged() &&
       p.head_dim <= amx_attention::kMaxHeadDim) {
-    const bool emu = amx_emulation.load(std::memory_order_relaxed) && RawFeatures().avx512_bf16 &&
-                     AttentionMode() != "f32";
-    if (emu || AmxAttentionAvailable()) {
+    const bool forced_f32 = AttentionMode() == "f32";  // one getenv per call
+    const bool emu =
+        !forced_f32 && amx_emulation.load(std::memory_order_relaxed) && RawFeatures().avx512_bf16;
+    if (emu || (!forced_f32 && AmxAttentionUsable())) {
       const int64_t dp = amx_attention::Bf16PaddedDim(p.head_dim);
       const int64_t nkp = amx_attention::Bf16PaddedKeys(max_keys);
 #pragma omp parallel

@@ -34,6 +34,8 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/amx.h"
+#include "backend/cpu/amx_emu_inl.h"
 #include "backend/cpu/attention_inl.h"
 
 // GCC 12's AVX-512 headers initialise "undefined" vectors from themselves (`__Y = __Y`),
@@ -180,29 +182,13 @@ void PackValues(const float* vb, int64_t ldv, const SeqKeys& sk, int lo, int64_t
   }
 }
 
-// Tiles (palette 1, each 16 rows x 64 bytes): 0..3 accumulators, 4 the A operand (16 query
-// rows x 32 head columns, or 16 rows x 32 keys of probabilities), 5..7 B operands; B for
-// accumulator j is tile 5, 6, 7, 5.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+// Tiles (amx::ConfigureSquareTiles: each 16 rows x 64 bytes): 0..3 accumulators, 4 the A
+// operand (16 query rows x 32 head columns, or 16 rows x 32 keys of probabilities), 5..7 B
+// operands; B for accumulator j is tile 5, 6, 7, 5.
 // The tile macros of GCC's headers stringify the tile number: literals only, hence the
 // `if constexpr` ladders.
 struct HwTiles {
-  static void Begin() {
-    TileConfig c;
-    for (int t = 0; t < 8; ++t) {
-      c.rows[t] = 16;
-      c.colsb[t] = 64;
-    }
-    // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes.
-    __asm__ volatile("ldtilecfg %0" ::"m"(c));
-  }
+  static void Begin() { amx::ConfigureSquareTiles(); }
   static void End() { _tile_release(); }
   template <int J>
   static void Zero() {
@@ -291,43 +277,10 @@ struct EmuTiles {
       std::memcpy(static_cast<uint8_t*>(p) + r * stride, S().t[J] + r * 64, 64);
     }
   }
-  static float Bf16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    if ((h & 0x7f80) == 0) h &= 0x8000;  // denormal (or zero) input: signed zero
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  static float Ftz(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  // TDPBF16PS after its pseudo-code: per element, the 16 pairs in order, one f32 rounding per
-  // product and per sum, denormals flushed.
+  // TDPBF16PS after its pseudo-code (amx_emu_inl.h).
   template <int J>
   static void Dot() {
-    const uint8_t* a = S().t[4];
-    const uint8_t* b = S().t[J == 3 ? 5 : 5 + J];
-    uint8_t* c = S().t[J];
-    for (int m = 0; m < 16; ++m) {
-      for (int n = 0; n < 16; ++n) {
-        float acc;
-        std::memcpy(&acc, c + m * 64 + n * 4, 4);
-        for (int k = 0; k < 16; ++k) {
-          for (int i = 0; i < 2; ++i) {
-            volatile float prod =
-                Bf16(a + m * 64 + k * 4 + 2 * i) * Bf16(b + k * 64 + n * 4 + 2 * i);
-            acc = Ftz(acc + prod);
-          }
-        }
-        std::memcpy(c + m * 64 + n * 4, &acc, 4);
-      }
-    }
+    amx::EmuDotBf16(S().t[4], S().t[J == 3 ? 5 : 5 + J], S().t[J]);
   }
 };
 
@@ -378,13 +331,7 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
   const float* kf = p.k.ptr<float>() + static_cast<int64_t>(kvh) * d;
   const float* vf = p.v.ptr<float>() + static_cast<int64_t>(kvh) * d;
   float* of = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(task.head) * d;
-  // Rows with no key to see (always the task's last rows) get zeros.
-  AttnTask t = task;
-  for (int lo, hi; t.q1 > t.q0; --t.q1) {
-    KeyRange(p, pre + t.q1 - 1, klen, &lo, &hi);
-    if (lo <= hi) break;
-    std::memset(of + (t.q1 - 1) * ldo, 0, d * sizeof(float));
-  }
+  const AttnTask t = TrimRowsWithoutKeys(p, sk, task, of, ldo);
   if (t.q1 == t.q0) return;
 
   int lo, hi, lo_last, hi_last;

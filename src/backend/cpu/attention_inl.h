@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/backend.h"
 
@@ -58,6 +59,20 @@ inline SeqKeys KeysOf(const AttentionParams& p, int seq) {
   // Keys past the sequence's limit are seen by no query (its queries still run).
   if (p.key_lens != nullptr) k.klen = std::min(k.klen, p.key_lens[seq]);
   return k;
+}
+
+// The task without its rows that see no key (a key limit before their window: always the
+// task's last rows, as both ends of the range only grow with the row); those rows of `out`
+// (this task's head, row stride ldo) get zeros. Empty when no row sees a key.
+inline AttnTask TrimRowsWithoutKeys(const AttentionParams& p, const SeqKeys& sk,
+                                    const AttnTask& task, float* out, int64_t ldo) {
+  AttnTask t = task;
+  for (int lo, hi; t.q1 > t.q0; --t.q1) {
+    KeyRange(p, sk.pre + t.q1 - 1, sk.klen, &lo, &hi);
+    if (lo <= hi) break;
+    std::memset(out + (t.q1 - 1) * ldo, 0, p.head_dim * sizeof(float));
+  }
+  return t;
 }
 
 namespace amx_attention {

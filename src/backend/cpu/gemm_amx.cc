@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/amx.h"
+#include "backend/cpu/amx_emu_inl.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_x86.h"
@@ -74,29 +75,11 @@ const char* AmxKernelName(AmxKernel k) {
 namespace sluice::cpu::x86 {
 namespace {
 
-// ldtilecfg's 64-byte configuration, palette 1.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // The tile macros of GCC's headers stringify the tile number: literals only, hence the
 // `if constexpr` ladders.
 template <bool kInt8>
 struct AmxHwOps {
-  static void Begin() {
-    TileConfig c;
-    for (int t = 0; t < 8; ++t) {
-      c.rows[t] = kAmxRows;
-      c.colsb[t] = 64;
-    }
-    // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes of
-    // the configuration, so the other stores to `c` could be dropped as dead.
-    __asm__ volatile("ldtilecfg %0" ::"m"(c));
-  }
+  static void Begin() { amx::ConfigureSquareTiles(); }
   static void End() { _tile_release(); }
   static void ZeroAcc() {
     _tile_zero(0);

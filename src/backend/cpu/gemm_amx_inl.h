@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/amx_emu_inl.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_x86.h"
 
@@ -338,22 +339,6 @@ struct AmxEmuOps {
   static void LoadAcc(const void* p, int64_t stride) {
     Load(J, p, stride);
   }
-  static float Bf16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    if ((h & 0x7f80) == 0) h &= 0x8000;  // denormal (or zero) input: signed zero
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  static float Ftz(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
   template <int J>
   static void Dp() {
     Dot(J, 4, AmxBTile(J));
@@ -362,9 +347,11 @@ struct AmxEmuOps {
     const uint8_t* a = S().t[ta];
     const uint8_t* b = S().t[tb];
     uint8_t* c = S().t[tc];
-    for (int m = 0; m < kAmxRows; ++m) {
-      for (int n = 0; n < 16; ++n) {
-        if constexpr (kInt8) {
+    if constexpr (!kInt8) {
+      amx::EmuDotBf16(a, b, c);  // amx_emu_inl.h
+    } else {                     // TDPBUSD: uint8 A x int8 B, int32 sums wrapping
+      for (int m = 0; m < kAmxRows; ++m) {
+        for (int n = 0; n < 16; ++n) {
           int32_t acc;
           std::memcpy(&acc, c + m * 64 + n * 4, 4);
           uint32_t s = static_cast<uint32_t>(acc);
@@ -376,18 +363,6 @@ struct AmxEmuOps {
             }
           }
           acc = static_cast<int32_t>(s);
-          std::memcpy(c + m * 64 + n * 4, &acc, 4);
-        } else {
-          float acc;
-          std::memcpy(&acc, c + m * 64 + n * 4, 4);
-          for (int k = 0; k < kAmxGroups; ++k) {
-            for (int i = 0; i < 2; ++i) {
-              // volatile: one f32 rounding per product and per sum (never a fused FMA).
-              volatile float prod =
-                  Bf16(a + m * 64 + k * 4 + 2 * i) * Bf16(b + k * 64 + n * 4 + 2 * i);
-              acc = Ftz(acc + prod);
-            }
-          }
           std::memcpy(c + m * 64 + n * 4, &acc, 4);
         }
       }

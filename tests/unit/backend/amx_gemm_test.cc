@@ -166,15 +166,14 @@ const std::vector<std::array<int64_t, 3>>& Shapes() {  // M, K, N: tails in each
 }
 
 // The pseudo-code order in scalar code: k pairs in order, even then odd product, each
-// rounded to f32 (DAZ/FTZ as AmxEmuOps).
+// rounded to f32 (DAZ/FTZ as the emulated tiles, amx_emu_inl.h).
 float ScalarDot(const uint16_t* xb, const float* wrow, int64_t k) {
-  using Ops = x86::AmxEmuOps<false>;
   float acc = 0.f;
   for (int64_t kk = 0; kk < 2 * x86::KPairs(k); ++kk) {
     const uint16_t wb = kk < k ? F32ToBF16(wrow[kk]) : 0;
-    volatile float prod = Ops::Bf16(reinterpret_cast<const uint8_t*>(xb + kk)) *
-                          Ops::Bf16(reinterpret_cast<const uint8_t*>(&wb));
-    acc = Ops::Ftz(acc + prod);
+    volatile float prod = cpu::amx::EmuBf16(reinterpret_cast<const uint8_t*>(xb + kk)) *
+                          cpu::amx::EmuBf16(reinterpret_cast<const uint8_t*>(&wb));
+    acc = cpu::amx::EmuFtz(acc + prod);
   }
   return acc;
 }
