@@ -20,6 +20,7 @@ fp32, seeded random weights saved as a normal model directory):
   taskset -c 0,1 python3 bench/peers/hf_cpu_crossencoder.py --sluice build/release/sluice \
       --workload .carry/rerank_10k.jsonl --out /tmp/cpu-bench \
       [--peers hf-bf16,ort-fp32,ort-int8 --sluice-dtypes float32,bfloat16,int8]
+      [--single-docs 20]
 """
 import argparse
 import json
@@ -145,7 +146,14 @@ def main():
     ap.add_argument("--peers", default="", help="comma list of: hf-bf16,ort-fp32,ort-int8")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of: " + ",".join(SHAPES))
     ap.add_argument("--sluice-dtypes", default="float32",
-                    help="comma list of sluice score --dtype values")
+                    help="comma list of sluice score --dtype values; DTYPE:VAR=VALUE runs that "
+                         "dtype with an environment variable set (e.g. "
+                         "bfloat16:SLUICE_CPU_ACTIVATIONS=f32)")
+    ap.add_argument("--single-docs", type=int, default=0,
+                    help="also time one request of this many pairs (query 16 + document 120 "
+                         "token ids, `sluice bench`'s shape) as one HF batch, fp32 and bf16 "
+                         "autocast: p50/p95 over --single-reps forwards (tokenisation excluded)")
+    ap.add_argument("--single-reps", type=int, default=30)
     args = ap.parse_args()
     peers = [p for p in args.peers.split(",") if p]
     dtypes = [d for d in args.sluice_dtypes.split(",") if d]
@@ -182,20 +190,28 @@ def main():
             cols.append((peer, rates, bs, scores))
         inp = os.path.join(args.out, name + ".jsonl")
         write_jsonl(pairs, inp)
-        for dtype in dtypes:
+        if args.single_docs > 0:
+            row["single"] = single_request(model, args.single_docs, args.single_reps)
+        for variant in dtypes:
+            dtype, _, env_kv = variant.partition(":")
+            env = dict(os.environ)
+            if env_kv:
+                k, _, v = env_kv.partition("=")
+                env[k] = v
             sl_rates, kernel = [], ""
             outp = os.path.join(args.out, f"{name}.{dtype}.out.jsonl")
             for _ in range(args.reps):
                 r = subprocess.run([args.sluice, "score", "--model", mdir, "--input", inp,
                                     "--output", outp, "--threads", str(args.threads),
-                                    "--dtype", dtype], capture_output=True, text=True, check=True)
+                                    "--dtype", dtype], capture_output=True, text=True, check=True,
+                                   env=env)
                 m = re.search(r"done: (\d+) sequences, (\d+) tokens in ([\d.]+) s", r.stderr)
                 sl_rates.append(int(m.group(1)) / float(m.group(3)))
                 k = re.search(r"linear layers: (.*)", r.stderr)
                 kernel = k.group(1) if k else kernel
             sl_scores = [json.loads(line)["score"] for line in open(outp)]
-            cols.append((f"sluice-{dtype}", sl_rates, None, sl_scores))
-            row[f"sluice-{dtype}_kernel"] = kernel
+            cols.append((f"sluice-{variant}", sl_rates, None, sl_scores))
+            row[f"sluice-{variant}_kernel"] = kernel
         for col, rates, bs, scores in cols:
             d = [abs(a - b) for a, b in zip(hf_scores, scores)]
             row[col] = {"pairs_per_s": rates, "median": med(rates), "batch": bs,
@@ -221,6 +237,31 @@ def main():
               f"(bs {r['hf_batch']}) | " + " | ".join(cells) + " |")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
+
+
+def single_request(model, docs, reps):
+    """One request of `docs` pairs ([CLS] 16 ids [SEP] 120 ids [SEP]) as one batch: p50/p95 ms
+    of the forward (fp32, bf16 autocast), after 3 warm-ups."""
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(5, 200, (docs, 139), generator=g)
+    ids[:, 0], ids[:, 17], ids[:, 138] = 101, 102, 102
+    types = torch.zeros_like(ids)
+    types[:, 18:] = 1
+    mask = torch.ones_like(ids)
+    out = {}
+    for name, ctx in (("hf_fp32", lambda: torch.autocast("cpu", enabled=False)),
+                      ("hf_bf16", lambda: torch.autocast("cpu", dtype=torch.bfloat16))):
+        ms = []
+        with torch.inference_mode(), ctx():
+            for i in range(reps + 3):
+                t0 = time.perf_counter()
+                model(input_ids=ids, token_type_ids=types, attention_mask=mask)
+                if i >= 3:
+                    ms.append((time.perf_counter() - t0) * 1e3)
+        ms.sort()
+        out[name] = {"p50_ms": ms[len(ms) // 2], "p95_ms": ms[min(len(ms) - 1, int(len(ms) * 0.95))]}
+    print(json.dumps({"single_request_docs": docs, **out}), flush=True)
+    return out
 
 
 def med(xs):

@@ -84,7 +84,8 @@ class LinearWeight {
 };
 
 // Activations are f32 on every backend; a backend may also accept the dtype its
-// ActivationDType() returns (CUDA: bf16/f16 next to bf16/f16 weights) for x, out and residual.
+// ActivationDType() or InnerActivationDType() returns (CUDA: bf16/f16 next to bf16/f16
+// weights; CPU: bf16) for x, out and residual (residual in out's dtype).
 struct LinearParams {
   const LinearWeight* weight = nullptr;
   Tensor x;                            // [M, in_features]
@@ -150,7 +151,8 @@ struct RopeParams {
 // transformers computes them, scaling included. Every backend uses this one function.
 std::vector<float> RopeInverseFrequencies(const RopeParams& p);
 
-// q, k, v and out share one dtype: f32 or the backend's ActivationDType().
+// q, k, v and out share one dtype: f32 or the backend's ActivationDType() or
+// InnerActivationDType().
 struct AttentionParams {
   Tensor q;                             // [tokens, num_heads * head_dim]
   Tensor k;                             // [tokens, num_kv_heads * head_dim]
@@ -373,6 +375,14 @@ class Backend {
   virtual DType ActivationDType(DType weight_dtype) const {
     (void)weight_dtype;
     return DType::kF32;
+  }
+  // The dtype of the activations that only flow from one linear layer or attention into
+  // another (a fused QKV, the attention output, an encoder MLP's intermediate) when linear
+  // weights are in `weight_dtype`; the residual stream and the norms stay in
+  // ActivationDType(). Default: ActivationDType(). CPU: bf16 next to bf16 weights, as
+  // transformers' bf16 autocast keeps them (SLUICE_CPU_ACTIVATIONS=f32 keeps f32).
+  virtual DType InnerActivationDType(DType weight_dtype) const {
+    return ActivationDType(weight_dtype);
   }
 
   // Memory. Allocated buffers are uninitialised.

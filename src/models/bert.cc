@@ -97,15 +97,18 @@ class BertModel final : public Model {
     const auto& c = config_;
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
     const float eps = static_cast<float>(c.layer_norm_eps);
-    // Every activation, hidden states included, is in the backend's activation dtype (f32
-    // on CPU; bf16/f16 on CUDA next to bf16/f16 weights, which is what transformers computes
-    // in for a post-norm encoder); LayerNorm statistics are fp32.
+    // Hidden states are in the backend's activation dtype (f32 on CPU; bf16/f16 on CUDA
+    // next to bf16/f16 weights, which is what transformers computes in for a post-norm
+    // encoder); QKV, the attention output and the MLP intermediate in its inner activation
+    // dtype (the same on CUDA; bf16 on CPU next to bf16 weights, as transformers' bf16
+    // autocast keeps them); LayerNorm statistics are fp32.
     const DType A = backend_->ActivationDType(dtype_);
+    const DType P = backend_->InnerActivationDType(dtype_);
     Tensor h = ws.Get(kHidden, A, T, H);
-    Tensor qkv = ws.Get(kQkv, A, T, 3 * H);
-    Tensor attn = ws.Get(kAttn, A, T, H);
+    Tensor qkv = ws.Get(kQkv, P, T, 3 * H);
+    Tensor attn = ws.Get(kAttn, P, T, H);
     Tensor tmp = ws.Get(kTmp, A, T, H);
-    Tensor inter = ws.Get(kInter, A, T, I);
+    Tensor inter = ws.Get(kInter, P, T, I);
 
     backend_->EmbeddingGather(word_.t(), b.ids.ptr<int32_t>(), T, h, false);
     backend_->EmbeddingGather(pos_.t(), b.positions.ptr<int32_t>(), T, h, true);
@@ -136,10 +139,10 @@ class BertModel final : public Model {
       if (prune && l + 1 == layers_.size()) {
         // Last layer: only the output rows need the o-proj, MLP and norms.
         Tensor hs = ws.Get(kHiddenRows, A, S, H);
-        Tensor as = ws.Get(kAttnRows, A, S, H);
+        Tensor as = ws.Get(kAttnRows, P, S, H);
         backend_->GatherRows(attn, rows, S, as);
         backend_->GatherRows(h, rows, S, hs);
-        PostAttention(L, as, hs, ws.Get(kTmpRows, A, S, H), ws.Get(kInterRows, A, S, I), eps);
+        PostAttention(L, as, hs, ws.Get(kTmpRows, A, S, H), ws.Get(kInterRows, P, S, I), eps);
         return hs;
       }
       PostAttention(L, attn, h, tmp, inter, eps);

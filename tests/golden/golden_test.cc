@@ -213,6 +213,24 @@ TEST_P(GoldenTest, MatchesTransformers) {
     auto oh = RunAsReference(*eh, c.inputs);
     ASSERT_TRUE(oh.ok()) << oh.status().ToString();
     ExpectClose(c, *oh, c.outputs, c.tolerance, "activation-residual");
+    if (TestDevice() == DeviceKind::kCpu) {
+      // bf16 inner activations (BERT/RoBERTa/XLM-R on CPU: QKV, attention output and MLP
+      // intermediate stored as bf16) against all-f32 activations (SLUICE_CPU_ACTIVATIONS=f32):
+      // both within the bf16 tolerance, and different bits exactly where the model uses them.
+      setenv("SLUICE_CPU_ACTIVATIONS", "f32", 1);
+      auto ef = LoadEngine(c);
+      unsetenv("SLUICE_CPU_ACTIVATIONS");
+      ASSERT_NE(ef, nullptr);
+      auto of = RunAsReference(*ef, c.inputs);
+      ASSERT_TRUE(of.ok()) << of.status().ToString();
+      ExpectClose(c, *of, c.outputs, c.tolerance, "f32-activations");
+      const bool inner = c.name.rfind("bert", 0) == 0 || c.name.rfind("roberta", 0) == 0 ||
+                         c.name.rfind("xlmr", 0) == 0;
+      bool differs = false;
+      for (size_t i = 0; i < out->size(); ++i) differs |= (*out)[i].values != (*of)[i].values;
+      EXPECT_EQ(inner, differs) << c.name << ": bf16 inner activations "
+                                << (inner ? "changed nothing" : "changed a model without them");
+    }
   }
   if (!c.outputs_f32.empty()) {
     // The bf16 checkpoint converted to f32 on request must match HF's fp32 run tightly.

@@ -311,6 +311,40 @@ bool AmxAttentionAvailable() { return AttentionMode() != "f32" && AmxAttentionUs
 
 HWY_EXPORT(AttnTaskRun);
 
+namespace {
+// Dense f32 copy of a bf16 (possibly strided) matrix.
+Tensor Widen(const Tensor& t, Workspace& ws) {
+  float* d = ws.Get<float>(t.rows * t.cols);
+  const auto* s = t.ptr<uint16_t>();
+  const int64_t ld = t.row_stride();
+#pragma omp parallel for schedule(static) if (t.rows * t.cols >= 65536)
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t c = 0; c < t.cols; ++c) d[r * t.cols + c] = BF16ToF32(s[r * ld + c]);
+  }
+  return Tensor{d, DType::kF32, t.rows, t.cols, 0};
+}
+
+// bf16 q/k/v/out where the bf16 products do not run on AMX: the f32 kernel on widened
+// copies, the output rounded to bf16 once.
+void F32Attention(const AttentionParams& p) {
+  static thread_local Workspace ws_q, ws_k, ws_v, ws_o;
+  AttentionParams f = p;
+  f.q = Widen(p.q, ws_q);
+  f.k = Widen(p.k, ws_k);
+  f.v = Widen(p.v, ws_v);
+  f.out = Tensor{ws_o.Get<float>(p.out.rows * p.out.cols), DType::kF32, p.out.rows, p.out.cols, 0};
+  f.products = DType::kF32;
+  AttentionKernel(f);
+  auto* o = p.out.ptr<uint16_t>();
+  const int64_t ld = p.out.row_stride();
+  const float* src = f.out.ptr<float>();
+#pragma omp parallel for schedule(static) if (p.out.rows * p.out.cols >= 65536)
+  for (int64_t r = 0; r < p.out.rows; ++r) {
+    for (int64_t c = 0; c < p.out.cols; ++c) o[r * ld + c] = F32ToBF16(src[r * p.out.cols + c]);
+  }
+}
+}  // namespace
+
 void AttentionKernel(const AttentionParams& p) {
   static thread_local std::vector<AttnTask> tasks;  // reused across calls
   tasks.clear();
@@ -338,7 +372,8 @@ void AttentionKernel(const AttentionParams& p) {
   // bf16 products on AMX for whole sequences (encoders, scoring, shared prefixes), not for
   // the paged KV cache of generation: decode rows (one per sequence) fill 1/16 of a tile and
   // that path was not measured against f32.
-  if (p.products == DType::kBF16 && p.q.dtype == DType::kF32 && !p.paged() &&
+  const bool bf16_io = p.q.dtype == DType::kBF16;
+  if ((p.products == DType::kBF16 || bf16_io) && !p.paged() &&
       p.head_dim <= amx_attention::kMaxHeadDim) {
     const bool forced_f32 = AttentionMode() == "f32";  // one getenv per call
     const bool emu =
@@ -364,6 +399,10 @@ void AttentionKernel(const AttentionParams& p) {
       }
       return;
     }
+  }
+  if (bf16_io) {  // the f32 kernel on f32 copies (bf16 widens exactly), output rounded back
+    F32Attention(p);
+    return;
   }
   // A task's key range spans at most max_keys keys; pad to whole vectors (<= 64 lanes).
   const int64_t nkp = (static_cast<int64_t>(max_keys) + 63) / 64 * 64;

@@ -1,6 +1,7 @@
 // Attention with bf16 products on AMX tiles (AttentionParams::products == kBF16 on f32
-// activations): Q K^T and P V run on tdpbf16ps; scores, softmax, row sums and outputs stay
-// f32 (transformers' bf16 autocast rounds q, k, v and the probabilities to bf16 as well).
+// activations, or bf16 activations): Q K^T and P V run on tdpbf16ps; scores, softmax and row
+// sums stay f32, outputs are f32 or rounded once to bf16 with bf16 activations (transformers'
+// bf16 autocast rounds q, k, v and the probabilities to bf16 as well).
 // Same tasks and masks as the f32 kernel (attention.cc); a task is one (sequence, head) or a
 // 64-row part of one.
 //
@@ -71,6 +72,30 @@ void ToBf16(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
+// bf16 activations (AttentionParams on bf16 q/k/v) are copied as they are.
+void ToBf16(const uint16_t* src, uint16_t* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(uint16_t));
+}
+
+// Columns c .. c + 15 (mask m) of rows a and b (null: zeros) as 32 bf16 lanes: a's in lanes
+// 0..15, b's in 16..31.
+__m512i LoadPair16(const float* a, const float* b, int c, __mmask16 m) {
+  const __m512 va = a != nullptr ? _mm512_maskz_loadu_ps(m, a + c) : _mm512_setzero_ps();
+  const __m512 vb = b != nullptr ? _mm512_maskz_loadu_ps(m, b + c) : _mm512_setzero_ps();
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(vb, va));
+}
+__m512i LoadPair16(const uint16_t* a, const uint16_t* b, int c, __mmask16 m) {
+  const __m256i va = a != nullptr ? _mm256_maskz_loadu_epi16(m, a + c) : _mm256_setzero_si256();
+  const __m256i vb = b != nullptr ? _mm256_maskz_loadu_epi16(m, b + c) : _mm256_setzero_si256();
+  return _mm512_inserti64x4(_mm512_castsi256_si512(va), vb, 1);
+}
+
+// Output columns (mask m) as f32, or rounded to bf16 (nearest even) for bf16 activations.
+void StoreOut(float* o, __mmask16 m, __m512 x) { _mm512_mask_storeu_ps(o, m, x); }
+void StoreOut(uint16_t* o, __mmask16 m, __m512 x) {
+  _mm256_mask_storeu_epi16(o, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+}
+
 // exp(x) for x <= 0 (softmax arguments after the max is subtracted) to well within bf16's
 // precision: n = round(x / ln 2), r = x - n ln 2, degree-4 Taylor polynomial (relative error
 // < 5e-5, against bf16's 2^-8 rounding), times 2^n (vscalefps). Arguments below -87 give
@@ -130,7 +155,8 @@ float SoftmaxToBf16(const float* s, int64_t a, int64_t b, float scale, int64_t p
 // kp[(block * dp / 2 + pair) * 32 + 2 * key + half] = bf16(K[lo + block * 16 + key][2 * pair
 // + half]). 16 pairs of a block (32 head columns) are one B tile of Q K^T (16 rows of 64
 // bytes: pairs x keys).
-void PackKeys(const float* kb, int64_t ldk, const SeqKeys& sk, int lo, int64_t nk, int d, int dp,
+template <typename E>
+void PackKeys(const E* kb, int64_t ldk, const SeqKeys& sk, int lo, int64_t nk, int d, int dp,
               uint16_t* kp) {
   const int np = dp / 2;
   alignas(64) uint16_t rows[kKeyBlock * kMaxHeadDim];
@@ -161,22 +187,20 @@ void PackKeys(const float* kb, int64_t ldk, const SeqKeys& sk, int lo, int64_t n
 // pairs: vp[(pair * dp / 16 + block) * 32 + 2 * column + half] = bf16(V[lo + 2 * pair + half]
 // [block * 16 + column]). 16 pairs of one column block (row stride dp * 4 bytes) are one B
 // tile of P V (pairs x columns).
-void PackValues(const float* vb, int64_t ldv, const SeqKeys& sk, int lo, int64_t nk, int d, int dp,
+template <typename E>
+void PackValues(const E* vb, int64_t ldv, const SeqKeys& sk, int lo, int64_t nk, int d, int dp,
                 int64_t npairs, uint16_t* vp) {
   const int ncb = dp / 16;
   // Interleaves two rows' 16 bf16 columns: lanes 0..15 row a, 16..31 row b.
   const __m512i mix = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int64_t jp = 0; jp < npairs; ++jp) {
-    const float* ra = 2 * jp < nk ? vb + sk.Row(static_cast<int>(lo + 2 * jp)) * ldv : nullptr;
-    const float* rb =
-        2 * jp + 1 < nk ? vb + sk.Row(static_cast<int>(lo + 2 * jp + 1)) * ldv : nullptr;
+    const E* ra = 2 * jp < nk ? vb + sk.Row(static_cast<int>(lo + 2 * jp)) * ldv : nullptr;
+    const E* rb = 2 * jp + 1 < nk ? vb + sk.Row(static_cast<int>(lo + 2 * jp + 1)) * ldv : nullptr;
     for (int cb = 0; cb < ncb; ++cb) {
       const int c = cb * 16;
       const __mmask16 m = c < d ? FirstN(d - c) : 0;
-      const __m512 a = ra != nullptr ? _mm512_maskz_loadu_ps(m, ra + c) : _mm512_setzero_ps();
-      const __m512 b = rb != nullptr ? _mm512_maskz_loadu_ps(m, rb + c) : _mm512_setzero_ps();
-      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+      const __m512i both = LoadPair16(ra, rb, c, m);
       _mm512_storeu_si512(vp + (jp * ncb + cb) * 32, _mm512_permutexvar_epi16(mix, both));
     }
   }
@@ -319,7 +343,8 @@ void StoreAcc(int n, float* c, int64_t ldc) {
   if (n > 3) T::template Store<3>(c + 48, ldc);
 }
 
-template <class T>
+// E: the activations' element type (float, or uint16_t for bf16 q/k/v/out).
+template <class T, typename E>
 void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScratch& ws) {
   const int d = p.head_dim, dp = Bf16PaddedDim(d), np = dp / 2, ncb = dp / 16;
   const SeqKeys sk = KeysOf(p, task.seq);
@@ -327,10 +352,10 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
   const int kvh = task.head / (p.num_heads / p.num_kv_heads);
   const int64_t ldq = p.q.row_stride(), ldk = p.k.row_stride(), ldv = p.v.row_stride();
   const int64_t ldo = p.out.row_stride();
-  const float* qf = p.q.ptr<float>() + base * ldq + static_cast<int64_t>(task.head) * d;
-  const float* kf = p.k.ptr<float>() + static_cast<int64_t>(kvh) * d;
-  const float* vf = p.v.ptr<float>() + static_cast<int64_t>(kvh) * d;
-  float* of = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(task.head) * d;
+  const E* qf = p.q.ptr<E>() + base * ldq + static_cast<int64_t>(task.head) * d;
+  const E* kf = p.k.ptr<E>() + static_cast<int64_t>(kvh) * d;
+  const E* vf = p.v.ptr<E>() + static_cast<int64_t>(kvh) * d;
+  E* of = p.out.ptr<E>() + base * ldo + static_cast<int64_t>(task.head) * d;
   const AttnTask t = TrimRowsWithoutKeys(p, sk, task, of, ldo);
   if (t.q1 == t.q0) return;
 
@@ -396,10 +421,10 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
         const int c_end = std::min(d, (cq + n) * 16);
         for (int r = 0; r < nrows; ++r) {
           const __m512 vi = _mm512_set1_ps(inv[r]);
-          float* o = of + static_cast<int64_t>(sb + g + r) * ldo;
+          E* o = of + static_cast<int64_t>(sb + g + r) * ldo;
           for (int c = cq * 16; c < c_end; c += 16) {
             const __m512 x = _mm512_loadu_ps(acc + r * 64 + (c - cq * 16));
-            _mm512_mask_storeu_ps(o + c, FirstN(c_end - c), _mm512_mul_ps(x, vi));
+            StoreOut(o + c, FirstN(c_end - c), _mm512_mul_ps(x, vi));
           }
         }
       }
@@ -411,10 +436,18 @@ void RunTask(const AttentionParams& p, const AttnTask& task, const Bf16AttnScrat
 }  // namespace
 
 void RunTaskHw(const AttentionParams& p, const AttnTask& task, const Bf16AttnScratch& ws) {
-  RunTask<HwTiles>(p, task, ws);
+  if (p.q.dtype == DType::kBF16) {
+    RunTask<HwTiles, uint16_t>(p, task, ws);
+  } else {
+    RunTask<HwTiles, float>(p, task, ws);
+  }
 }
 void RunTaskEmu(const AttentionParams& p, const AttnTask& task, const Bf16AttnScratch& ws) {
-  RunTask<EmuTiles>(p, task, ws);
+  if (p.q.dtype == DType::kBF16) {
+    RunTask<EmuTiles, uint16_t>(p, task, ws);
+  } else {
+    RunTask<EmuTiles, float>(p, task, ws);
+  }
 }
 
 }  // namespace sluice::cpu::amx_attention

@@ -64,13 +64,14 @@ inline SeqKeys KeysOf(const AttentionParams& p, int seq) {
 // The task without its rows that see no key (a key limit before their window: always the
 // task's last rows, as both ends of the range only grow with the row); those rows of `out`
 // (this task's head, row stride ldo) get zeros. Empty when no row sees a key.
+template <typename E>
 inline AttnTask TrimRowsWithoutKeys(const AttentionParams& p, const SeqKeys& sk,
-                                    const AttnTask& task, float* out, int64_t ldo) {
+                                    const AttnTask& task, E* out, int64_t ldo) {
   AttnTask t = task;
   for (int lo, hi; t.q1 > t.q0; --t.q1) {
     KeyRange(p, sk.pre + t.q1 - 1, sk.klen, &lo, &hi);
     if (lo <= hi) break;
-    std::memset(out + (t.q1 - 1) * ldo, 0, p.head_dim * sizeof(float));
+    std::memset(out + (t.q1 - 1) * ldo, 0, p.head_dim * sizeof(E));
   }
   return t;
 }

@@ -62,16 +62,23 @@ bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DTyp
 // and the engine thread is not necessarily the thread that created the backend.
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads) { omp_set_num_threads(threads_); }
+  CpuBackend(int threads, bool inner_bf16) : threads_(threads), inner_bf16_(inner_bf16) {
+    omp_set_num_threads(threads_);
+  }
   void SetFewRows(bool few) { linear_.SetFewRows(few); }
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string Describe() const override {
     return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
            ", linear " + cpu::LinearRunner::Describe() + ", attention " +
-           (cpu::AmxAttentionAvailable() ? "f32, bf16 products on amx" : "f32") + ")";
+           (cpu::AmxAttentionAvailable() ? "f32, bf16 products on amx" : "f32") +
+           ", bf16 models' inner activations " + (inner_bf16_ ? "bf16" : "f32") + ")";
   }
   std::string DescribeLinearWeights() const override { return linear_.DescribePrepared(); }
+
+  DType InnerActivationDType(DType weight_dtype) const override {
+    return weight_dtype == DType::kBF16 && inner_bf16_ ? DType::kBF16 : DType::kF32;
+  }
 
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {
     Tensor t{nullptr, dtype, rows, cols, 0};
@@ -199,6 +206,7 @@ class CpuBackend final : public Backend {
 
  private:
   int threads_;
+  bool inner_bf16_;
   cpu::LinearRunner linear_;
 };
 
@@ -211,8 +219,15 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
   if (const std::string mode = cpu::AttentionMode(); mode != "auto" && mode != "f32") {
     return InvalidArgument("SLUICE_CPU_ATTENTION=" + mode + ": expected auto or f32");
   }
+  // SLUICE_CPU_ACTIVATIONS: "auto" (unset: bf16 inner activations next to bf16 weights) or
+  // "f32" (every activation f32, as before bf16 activations existed; for comparisons).
+  const char* acts = std::getenv("SLUICE_CPU_ACTIVATIONS");
+  const std::string act_mode = acts != nullptr && *acts != '\0' ? acts : "auto";
+  if (act_mode != "auto" && act_mode != "f32") {
+    return InvalidArgument("SLUICE_CPU_ACTIVATIONS=" + act_mode + ": expected auto or f32");
+  }
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
-  auto b = std::make_unique<CpuBackend>(threads);
+  auto b = std::make_unique<CpuBackend>(threads, act_mode == "auto");
   b->SetFewRows(options.cpu_few_rows);
   return std::unique_ptr<Backend>(std::move(b));
 }

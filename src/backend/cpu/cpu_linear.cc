@@ -288,6 +288,25 @@ const char* PathName(Path p) {
   return "?";
 }
 
+// dst [m, ldd] f32 = bf16 rows of src (row stride lds), columns [k, ldd) zero.
+void WidenRows(const uint16_t* src, int64_t lds, int64_t m, int64_t k, float* dst, int64_t ldd) {
+#pragma omp parallel for schedule(static) if (m * k >= 65536)
+  for (int64_t r = 0; r < m; ++r) {
+    const uint16_t* s = src + r * lds;
+    float* d = dst + r * ldd;
+    for (int64_t c = 0; c < k; ++c) d[c] = BF16ToF32(s[c]);
+    for (int64_t c = k; c < ldd; ++c) d[c] = 0.f;
+  }
+}
+
+// dst rows (row stride ldd) = bf16 (RNE) of f32 rows of src (row stride lds).
+void NarrowRows(const float* src, int64_t lds, int64_t m, int64_t n, uint16_t* dst, int64_t ldd) {
+#pragma omp parallel for schedule(static) if (m * n >= 65536)
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) dst[r * ldd + c] = F32ToBF16(src[r * lds + c]);
+  }
+}
+
 }  // namespace
 
 void LinearRunner::SetPathForTesting(const std::string& mode) { g_path_override = mode; }
@@ -319,16 +338,18 @@ struct LinearRunner::Impl {
   Workspace ws_src;    // bf16 activations / padded f32 tail
   Workspace ws_dst;    // padded output tail
   Workspace ws_scale;  // int8: per-row activation scales
+  Workspace ws_wide;   // bf16 activations widened to f32 (kernels without a bf16 input)
+  Workspace ws_out;    // f32 output of kernels without a bf16 output, before rounding
   std::vector<Step> plan;
   bool warned = false;
 
   dnnl::matmul::primitive_desc MakePd(const CpuLinearWeight& w, int64_t m, int64_t lds, int64_t ldd,
                                       const dnnl::memory::desc& wmd,
-                                      const dnnl::primitive_attr& attr) {
+                                      const dnnl::primitive_attr& attr, bool out16 = false) {
     dt cdt = w.dtype == DType::kBF16 ? dt::bf16 : dt::f32;
     int64_t k = w.in_features, n = w.out_features;
     dnnl::memory::desc src_md(dims{m, k}, cdt, dims{lds, 1});
-    dnnl::memory::desc dst_md(dims{m, n}, dt::f32, dims{ldd, 1});
+    dnnl::memory::desc dst_md(dims{m, n}, out16 ? dt::bf16 : dt::f32, dims{ldd, 1});
     if (w.has_bias) {
       dnnl::memory::desc bias_md(dims{1, n}, dt::f32, tag::ab);
       return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wmd, bias_md, dst_md), attr,
@@ -338,10 +359,10 @@ struct LinearRunner::Impl {
   }
 
   Primitive& Get(const CpuLinearWeight& w, int64_t m, int64_t lds, int64_t ldd, Activation act,
-                 bool sum) {
+                 bool sum, bool out16) {
     uint64_t key = (static_cast<uint64_t>(m) << 40) ^ (static_cast<uint64_t>(lds) << 20) ^
                    (static_cast<uint64_t>(ldd) << 4) ^ (static_cast<uint64_t>(act) << 1) ^
-                   static_cast<uint64_t>(sum);
+                   static_cast<uint64_t>(sum) ^ (static_cast<uint64_t>(out16) << 63);
     // Key collisions are impossible for m < 2^24, ld < 2^20.
     std::lock_guard<std::mutex> lock(w.mu);
     auto it = w.cache.find(key);
@@ -350,7 +371,7 @@ struct LinearRunner::Impl {
       return it->second;
     }
     const int64_t t0 = NowNs();
-    auto pd = MakePd(w, m, lds, ldd, w.packed_md, MakeAttr(act, sum));
+    auto pd = MakePd(w, m, lds, ldd, w.packed_md, MakeAttr(act, sum), out16);
     const int64_t t1 = NowNs();
     if (!warned && std::strncmp(pd.impl_info_str(), "brg", 3) != 0) {
       warned = true;
@@ -365,9 +386,9 @@ struct LinearRunner::Impl {
     return w.cache.emplace(key, std::move(p)).first->second;
   }
 
-  void Exec(const CpuLinearWeight& w, int64_t m, const void* src, int64_t lds, float* dst,
-            int64_t ldd, Activation act, bool sum) {
-    Primitive& p = Get(w, m, lds, ldd, act, sum);
+  void Exec(const CpuLinearWeight& w, int64_t m, const void* src, int64_t lds, void* dst,
+            int64_t ldd, Activation act, bool sum, bool out16) {
+    Primitive& p = Get(w, m, lds, ldd, act, sum, out16);
     p.src.set_data_handle(const_cast<void*>(src));
     p.dst.set_data_handle(dst);
     // C API execute: no per-call std::unordered_map of arguments.
@@ -539,21 +560,67 @@ void LinearRunner::Run(const LinearParams& p) {
   if (m == 0) return;
   Impl& im = *impl_;
   const bool sum = p.residual != nullptr;
-  float* out = p.out.ptr<float>();
-  const int64_t ldo = p.out.row_stride();
-  if (sum && p.residual->data != p.out.data) {
-    CopyRows(p.residual->data, p.residual->row_stride(), out, ldo, m, n, sizeof(float));
+  const bool x16 = p.x.dtype == DType::kBF16, out16 = p.out.dtype == DType::kBF16;
+  const bool int8 = w.path == Path::kInt8 || w.path == Path::kAmxI8;
+  // bf16 activations in (x) and out: every bf16-weight kernel but sluice's portable GEMM
+  // reads and writes them; int8 writes them (and quantises widened rows). The other
+  // combinations run in f32 through workspaces, with the same roundings.
+  const bool bf16_kernel = w.dtype == DType::kBF16 && !w.own_gemm;
+  if ((x16 && !bf16_kernel && !int8) || (out16 && !bf16_kernel && !int8)) {
+    LinearParams q = p;
+    if (x16) {  // the same row stride: oneDNN's f32 kernel may block differently by stride
+      const int64_t ldx = p.x.row_stride();
+      float* xf = im.ws_wide.Get<float>(m * ldx);
+      WidenRows(p.x.ptr<uint16_t>(), ldx, m, k, xf, ldx);
+      q.x = Tensor{xf, DType::kF32, m, k, ldx};
+    }
+    if (out16) {
+      float* of = im.ws_out.Get<float>(m * n);
+      if (sum) WidenRows(p.residual->ptr<uint16_t>(), p.residual->row_stride(), m, n, of, n);
+      q.out = Tensor{of, DType::kF32, m, n, 0};
+      q.residual = sum ? &q.out : nullptr;
+    }
+    Run(q);
+    if (out16) NarrowRows(q.out.ptr<float>(), n, m, n, p.out.ptr<uint16_t>(), p.out.row_stride());
+    return;
   }
+  const int64_t ldo = p.out.row_stride();
+  const size_t oes = DTypeSize(p.out.dtype);
+  if (sum && p.residual->data != p.out.data) {
+    CopyRows(p.residual->data, p.residual->row_stride(), p.out.data, ldo, m, n, oes);
+  }
+  float* out = out16 ? nullptr : p.out.ptr<float>();
+  uint16_t* out_bf16 = out16 ? p.out.ptr<uint16_t>() : nullptr;
 
   if (w.path == Path::kAvx512Bf16 || w.path == Path::kAvx512Fma || w.path == Path::kAmxBf16) {
     x86::Bf16Args a;
+    const int64_t ldk = 2 * x86::KPairs(k);
     if (w.path != Path::kAvx512Fma) {
-      auto* xb = im.ws_src.Get<uint16_t>(m * 2 * x86::KPairs(k));
-      x86::ConvertBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xb);
-      a.x = xb;
+      if (x16 && k == ldk) {  // bf16 rows as they are: the kernels read k of each row
+        a.x = p.x.data;
+        a.ldx = p.x.row_stride();
+      } else if (x16) {  // zero-padded copy
+        auto* xb = im.ws_src.Get<uint16_t>(m * ldk);
+        const auto* xs = p.x.ptr<uint16_t>();
+        const int64_t lds = p.x.row_stride();
+#pragma omp parallel for schedule(static) if (m * k >= 65536)
+        for (int64_t r = 0; r < m; ++r) {
+          std::memcpy(xb + r * ldk, xs + r * lds, k * sizeof(uint16_t));
+          std::memset(xb + r * ldk + k, 0, (ldk - k) * sizeof(uint16_t));
+        }
+        a.x = xb;
+      } else {
+        auto* xb = im.ws_src.Get<uint16_t>(m * ldk);
+        x86::ConvertBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xb);
+        a.x = xb;
+      }
     } else {
-      auto* xr = im.ws_src.Get<float>(m * 2 * x86::KPairs(k));
-      x86::RoundBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xr);
+      auto* xr = im.ws_src.Get<float>(m * ldk);
+      if (x16) {
+        WidenRows(p.x.ptr<uint16_t>(), p.x.row_stride(), m, k, xr, ldk);
+      } else {
+        x86::RoundBf16(p.x.ptr<float>(), p.x.row_stride(), m, k, xr);
+      }
       a.x = xr;
       a.kernel = x86::Bf16Kernel::kFma;
     }
@@ -565,6 +632,7 @@ void LinearRunner::Run(const LinearParams& p) {
     a.act = p.act;
     a.sum = sum;
     a.out = out;
+    a.out16 = out_bf16;
     a.ldo = ldo;
     if (w.path == Path::kAmxBf16) {
       x86::GemmBf16Amx(a);
@@ -576,7 +644,13 @@ void LinearRunner::Run(const LinearParams& p) {
   if (w.path == Path::kInt8 || w.path == Path::kAmxI8) {
     auto* xq = im.ws_src.Get<uint8_t>(m * 4 * x86::KQuads(k));
     float* xs = im.ws_scale.Get<float>(m);
-    x86::QuantizeI8(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
+    if (x16) {
+      float* xf = im.ws_wide.Get<float>(m * k);
+      WidenRows(p.x.ptr<uint16_t>(), p.x.row_stride(), m, k, xf, k);
+      x86::QuantizeI8(xf, k, m, k, xq, xs);
+    } else {
+      x86::QuantizeI8(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
+    }
     x86::I8Args a;
     a.x = xq;
     a.x_scale = xs;
@@ -590,6 +664,7 @@ void LinearRunner::Run(const LinearParams& p) {
     a.act = p.act;
     a.sum = sum;
     a.out = out;
+    a.out16 = out_bf16;
     a.ldo = ldo;
     if (w.path == Path::kAmxI8) {
       x86::GemmI8Amx(a);
@@ -632,20 +707,24 @@ void LinearRunner::Run(const LinearParams& p) {
   MakePlan(m, &plan);
   const Step& last = plan.back();
 
-  // Source: bf16 copy (rows up to the padded bucket, pad rows zeroed) or f32 in place.
+  // Source: dense bf16 rows in place (bf16 activations), a dense bf16 copy of f32 or strided
+  // bf16 rows (up to the padded bucket, pad rows zeroed; dense because oneDNN's kernel may
+  // block, and round, differently by row stride), or f32 rows in place.
   const void* src = p.x.data;
   int64_t lds = p.x.row_stride();
-  size_t elem = sizeof(float);
-  if (w.dtype == DType::kBF16) {
+  size_t elem = DTypeSize(p.x.dtype);
+  bool padded = false;  // src already holds the tail's pad rows
+  if (w.dtype == DType::kBF16 && (!x16 || lds != k)) {
     const int64_t rows = last.r0 + last.bucket;
     auto* xb = im.ws_src.Get<uint16_t>(rows * k);
-    const float* x = p.x.ptr<float>();
     const int64_t ldx = p.x.row_stride();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       uint16_t* d = xb + r * k;
-      if (r < m) {
-        const float* s = x + r * ldx;
+      if (r < m && x16) {
+        std::memcpy(d, p.x.ptr<uint16_t>() + r * ldx, k * sizeof(uint16_t));
+      } else if (r < m) {
+        const float* s = p.x.ptr<float>() + r * ldx;
         for (int64_t c = 0; c < k; ++c) d[c] = F32ToBF16(s[c]);
       } else {
         std::memset(d, 0, k * sizeof(uint16_t));
@@ -654,30 +733,32 @@ void LinearRunner::Run(const LinearParams& p) {
     src = xb;
     lds = k;
     elem = sizeof(uint16_t);
+    padded = true;
   }
 
+  auto* outc = static_cast<char*>(p.out.data);
   for (const Step& s : plan) {
     const char* s_src = static_cast<const char*>(src) + s.r0 * lds * elem;
     if (s.rows == s.bucket) {
-      im.Exec(w, s.rows, s_src, lds, out + s.r0 * ldo, ldo, p.act, sum);
+      im.Exec(w, s.rows, s_src, lds, outc + s.r0 * ldo * oes, ldo, p.act, sum, out16);
       continue;
     }
     // Padded tail: run a bucket-sized primitive on workspaces.
     int64_t s_lds = lds;
-    if (w.dtype != DType::kBF16) {
-      auto* xp = im.ws_src.Get<float>(s.bucket * k);
-      CopyRows(s_src, lds, xp, k, s.rows, k, sizeof(float));
-      std::memset(xp + s.rows * k, 0, (s.bucket - s.rows) * k * sizeof(float));
-      s_src = reinterpret_cast<const char*>(xp);
+    if (!padded) {
+      auto* xp = im.ws_src.Get<char>(s.bucket * k * elem);
+      CopyRows(s_src, lds, xp, k, s.rows, k, elem);
+      std::memset(xp + s.rows * k * elem, 0, (s.bucket - s.rows) * k * elem);
+      s_src = xp;
       s_lds = k;
     }
-    float* op = im.ws_dst.Get<float>(s.bucket * n);
+    auto* op = im.ws_dst.Get<char>(s.bucket * n * oes);
     if (sum) {
-      CopyRows(out + s.r0 * ldo, ldo, op, n, s.rows, n, sizeof(float));
-      std::memset(op + s.rows * n, 0, (s.bucket - s.rows) * n * sizeof(float));
+      CopyRows(outc + s.r0 * ldo * oes, ldo, op, n, s.rows, n, oes);
+      std::memset(op + s.rows * n * oes, 0, (s.bucket - s.rows) * n * oes);
     }
-    im.Exec(w, s.bucket, s_src, s_lds, op, n, p.act, sum);
-    CopyRows(op, n, out + s.r0 * ldo, ldo, s.rows, n, sizeof(float));
+    im.Exec(w, s.bucket, s_src, s_lds, op, n, p.act, sum, out16);
+    CopyRows(op, n, outc + s.r0 * ldo * oes, ldo, s.rows, n, oes);
   }
 }
 

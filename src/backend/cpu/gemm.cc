@@ -133,7 +133,8 @@ void EpilogueImpl(const EpilogueArgs& e) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r = 0; r < e.rows; ++r) {
     const float* a = e.acc + r * e.ldacc;
-    float* o = e.out + r * e.ldo;
+    float* o = e.out16 ? nullptr : e.out + r * e.ldo;
+    uint16_t* o16 = e.out16 ? e.out16 + r * e.ldo : nullptr;
     const V rs = hn::Set(d, e.row_scale ? e.row_scale[r] : 1.f);
     for (int64_t c = 0; c < e.cols; c += lanes) {
       const int64_t valid = std::min(lanes, e.cols - c);
@@ -145,6 +146,11 @@ void EpilogueImpl(const EpilogueArgs& e) {
       if (e.col_scale) y = hn::Mul(y, hn::Mul(rs, load(e.col_scale + c)));
       if (e.bias) y = hn::Add(y, load(e.bias + c));
       y = sluice::cpu::HWY_NAMESPACE::Act(d, y, e.act);
+      if (o16) {
+        if (e.sum) y = hn::Add(y, sluice::cpu::HWY_NAMESPACE::LoadBf16(d, o16 + c, valid));
+        sluice::cpu::HWY_NAMESPACE::StoreBf16(y, d, o16 + c, valid);
+        continue;
+      }
       if (e.sum) y = hn::Add(y, load(o + c));
       if (full) {
         hn::StoreU(y, d, o + c);

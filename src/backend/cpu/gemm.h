@@ -56,7 +56,8 @@ int RowsPerTile();
 // The epilogue shared by sluice's GEMM kernels (this one and gemm_x86.h's), so that every
 // kernel applies bias, activation and residual with the same arithmetic:
 // out[r, c] = act(acc[r, c] * (scale ? scale[r] * col_scale[c] : 1) + bias[c])
-//             (+ out[r, c] when `sum`), for r < rows, c < cols. bias/col_scale/scale may be
+//             (+ out[r, c] when `sum`), for r < rows, c < cols, in f32 (rounded once to bf16
+// at the end with out16). bias/col_scale/scale may be
 // null (no bias; no scaling). Reads exactly `cols` elements of bias/col_scale/each row.
 struct EpilogueArgs {
   const float* acc = nullptr;  // [rows, cols], row stride ldacc
@@ -69,6 +70,9 @@ struct EpilogueArgs {
   bool sum = false;
   float* out = nullptr;
   int64_t ldo = 0;
+  // When set, the output is bf16 here instead (rounded to nearest even, row stride ldo; `sum`
+  // adds the bf16 values found there) and `out` is not used.
+  uint16_t* out16 = nullptr;
 };
 void Epilogue(const EpilogueArgs& e);
 

@@ -52,7 +52,7 @@ constexpr int AmxBTile(int j) { return j == 3 ? 5 : 5 + j; }
 struct AmxPlan {
   bool int8 = false;
   const uint8_t* x = nullptr;  // ConvertBf16 or QuantizeI8 rows
-  int64_t ldx = 0;             // bytes: 4 * groups
+  int64_t ldx = 0;             // bytes: 4 * groups, or more (Bf16Args::ldx)
   int64_t groups = 0;          // KPairs(k) or KQuads(k): a multiple of 16
   const uint8_t* packed = nullptr;
   const int32_t* colsum = nullptr;  // int8: [Blocks(n) * 64]
@@ -64,6 +64,7 @@ struct AmxPlan {
   int64_t m = 0, n = 0;
   float* out = nullptr;
   int64_t ldo = 0;
+  uint16_t* out16 = nullptr;
   AmxKernel kernel = AmxKernel::k1x4;
 };
 
@@ -71,7 +72,7 @@ inline AmxPlan AmxPlanBf16(const Bf16Args& a) {
   AmxPlan p;
   p.x = static_cast<const uint8_t*>(a.x);
   p.groups = KPairs(a.k);
-  p.ldx = 4 * p.groups;
+  p.ldx = a.ldx > 0 ? 2 * a.ldx : 4 * p.groups;
   p.packed = reinterpret_cast<const uint8_t*>(a.packed);
   p.bias = a.bias;
   p.act = a.act;
@@ -79,6 +80,7 @@ inline AmxPlan AmxPlanBf16(const Bf16Args& a) {
   p.m = a.m;
   p.n = a.n;
   p.out = a.out;
+  p.out16 = a.out16;
   p.ldo = a.ldo;
   return p;
 }
@@ -99,6 +101,7 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
   p.m = a.m;
   p.n = a.n;
   p.out = a.out;
+  p.out16 = a.out16;
   p.ldo = a.ldo;
   return p;
 }
@@ -191,7 +194,9 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
   static thread_local std::vector<uint8_t> tail;
   if (tail_rows > 0) {
     tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
-    std::memcpy(tail.data(), p.x + s.full_rows * p.ldx, tail_rows * p.ldx);
+    for (int64_t r = 0; r < tail_rows; ++r) {  // rows may be strided (Bf16Args::ldx)
+      std::memcpy(tail.data() + r * p.ldx, p.x + (s.full_rows + r) * p.ldx, 4 * p.groups);
+    }
   }
   s.tail_x = tail.data();
   s.tiles_m = (s.row_tiles + kAmxTileGroup - 1) / kAmxTileGroup;

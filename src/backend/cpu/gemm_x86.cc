@@ -34,6 +34,7 @@ struct Plan {
   int64_t m = 0, n = 0;
   float* out = nullptr;
   int64_t ldo = 0;
+  uint16_t* out16 = nullptr;
   TileFn tile = nullptr;
 };
 
@@ -154,7 +155,7 @@ void GemmBf16(const Bf16Args& a) {
   const bool fma = a.kernel == Bf16Kernel::kFma;
   Plan p;
   p.x = static_cast<const uint8_t*>(a.x);
-  p.ldx = KPairs(a.k) * (fma ? 8 : 4);
+  p.ldx = (a.ldx > 0 ? a.ldx : 2 * KPairs(a.k)) * (fma ? 4 : 2);
   p.groups = KPairs(a.k);
   p.packed = reinterpret_cast<const uint8_t*>(a.packed);
   p.bias = a.bias;
@@ -163,6 +164,7 @@ void GemmBf16(const Bf16Args& a) {
   p.m = a.m;
   p.n = a.n;
   p.out = a.out;
+  p.out16 = a.out16;
   p.ldo = a.ldo;
   p.tile = fma ? &TileBf16Fma : &TileBf16;
   Drive(p);
@@ -235,6 +237,7 @@ void GemmI8(const I8Args& a) {
   p.m = a.m;
   p.n = a.n;
   p.out = a.out;
+  p.out16 = a.out16;
   p.ldo = a.ldo;
   p.tile = Features().avx512_vnni ? &TileVnni : &TileI8Portable;
   Drive(p);

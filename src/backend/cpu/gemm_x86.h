@@ -58,6 +58,9 @@ enum class Bf16Kernel { kDpbf16, kFma };
 struct Bf16Args {
   Bf16Kernel kernel = Bf16Kernel::kDpbf16;
   const void* x = nullptr;  // ConvertBf16 (uint16_t) or RoundBf16 (float); 2 * KPairs(k) a row
+  // Elements between rows of x; 0 = 2 * KPairs(k). Larger only for bf16 rows whose k is
+  // a multiple of 32 (the kernels read 2 * KPairs(k) elements of each row).
+  int64_t ldx = 0;
   int64_t m = 0, k = 0, n = 0;
   const uint16_t* packed = nullptr;  // from PackBf16
   const float* bias = nullptr;       // [n] or null
@@ -65,6 +68,7 @@ struct Bf16Args {
   bool sum = false;
   float* out = nullptr;
   int64_t ldo = 0;
+  uint16_t* out16 = nullptr;  // bf16 output instead of out (gemm::EpilogueArgs::out16)
 };
 // Runs on the calling thread's OpenMP team.
 void GemmBf16(const Bf16Args& a);
@@ -89,6 +93,7 @@ struct I8Args {
   bool sum = false;
   float* out = nullptr;
   int64_t ldo = 0;
+  uint16_t* out16 = nullptr;  // bf16 output instead of out (gemm::EpilogueArgs::out16)
 };
 // VNNI where Features().avx512_vnni, else portable code: the same integer sums, so the
 // same output bits on every machine (up to the epilogue's SIMD target).
@@ -112,7 +117,8 @@ void PlanEpilogue(const P& p, const float* acc, int64_t r0, int64_t rows, int64_
   e.bias = p.bias ? p.bias + c0 : nullptr;
   e.act = p.act;
   e.sum = p.sum;
-  e.out = p.out + r0 * p.ldo + c0;
+  e.out = p.out16 ? nullptr : p.out + r0 * p.ldo + c0;
+  e.out16 = p.out16 ? p.out16 + r0 * p.ldo + c0 : nullptr;
   e.ldo = p.ldo;
   gemm::Epilogue(e);
 }

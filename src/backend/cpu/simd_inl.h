@@ -38,6 +38,47 @@ HWY_INLINE void StoreTail(hn::Vec<D> v, D d, float* p, int64_t n) {
   std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(float));
 }
 
+// Loads n <= Lanes(d) bf16 values (rest zero) as floats (exact widening), without reading
+// past p + n.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadBf16(D d, const uint16_t* p, int64_t n) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  hn::Vec<decltype(d16)> h;
+  if (n == static_cast<int64_t>(hn::Lanes(d))) {
+    h = hn::LoadU(d16, p);
+  } else {
+    alignas(64) uint16_t buf[kMaxFloatLanes] = {};
+    std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(uint16_t));
+    h = hn::Load(d16, buf);
+  }
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, h)));
+}
+
+// Stores the first n <= Lanes(d) lanes of v as bf16, rounded to nearest even with NaN kept
+// (F32ToBF16's arithmetic), without writing past p + n.
+template <class D>
+HWY_INLINE void StoreBf16(hn::Vec<D> v, D d, uint16_t* p, int64_t n) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb));
+  const auto nan =
+      hn::Gt(hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7fffffffu))), hn::Set(di, 0x7f800000));
+  const auto quiet = hn::Or(bits, hn::Set(du, 0x400000u));
+  const auto r = hn::ShiftRight<16>(hn::IfThenElse(hn::RebindMask(du, nan), quiet, rounded));
+  const auto h = hn::DemoteTo(d16, hn::BitCast(di, r));
+  if (n == static_cast<int64_t>(hn::Lanes(d))) {
+    hn::StoreU(h, d16, p);
+  } else {
+    alignas(64) uint16_t buf[kMaxFloatLanes];
+    hn::Store(h, d16, buf);
+    std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(uint16_t));
+  }
+}
+
 // erf(x) for float: rational approximation on [-4, 4] (|error| < 4e-7), +-1 outside.
 template <class D, class V>
 HWY_INLINE V Erf(D d, V x) {

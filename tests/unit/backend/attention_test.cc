@@ -453,6 +453,52 @@ TEST(CpuAttentionBf16, EnvironmentForcesF32OrIsRefused) {
   EXPECT_FALSE(run_bf16());
 }
 
+// bf16 activations (q/k/v/out in bf16: Backend::InnerActivationDType) give, bit for bit, the
+// result of the same kernel on the widened values, rounded once to bf16: on AMX (or its
+// emulation) the bf16-product driver, where it does not run (and with SLUICE_CPU_ATTENTION=
+// f32) the f32 kernel. Padded head dims, GQA, causal, windows and key limits (rows that see
+// no key get zeros).
+TEST(CpuAttentionBf16, Bf16ActivationsAreTheF32PathRounded) {
+  Bf16Scope scope;
+  auto be = MakeCpu();
+  for (const char* mode : {"auto", "f32"}) {
+    setenv("SLUICE_CPU_ATTENTION", mode, 1);
+    for (const Shape& s : {Shape{12, 12, 32}, Shape{4, 2, 64}, Shape{6, 1, 40}}) {
+      const std::vector<int> lens = {1, 70, 130, 33};
+      const std::vector<int32_t> key_lens = {1, 60, 130, 2};
+      std::vector<std::vector<float>> rows;
+      for (size_t i = 0; i < lens.size(); ++i) rows.push_back(SeqRows(s, lens[i], 800 + i));
+      rows = RoundedBf16(rows);
+      for (bool causal : {false, true}) {
+        for (int window : {0, 6}) {
+          for (bool limits : {false, true}) {
+            AttnRun f = Make(s, lens, causal, window, rows);
+            f.p.products = std::string(mode) == "f32" ? DType::kF32 : DType::kBF16;
+            if (limits) f.p.key_lens = key_lens.data();
+            be->Attention(f.p);
+            AttnRun h = Make(s, lens, causal, window, rows);
+            std::vector<uint16_t> qkv16(h.qkv.size()), out16(h.out.size(), 0xFFFF);
+            for (size_t i = 0; i < qkv16.size(); ++i) qkv16[i] = F32ToBF16(h.qkv[i]);
+            const int64_t qc = h.p.q.cols, kc = h.p.k.cols;
+            Tensor t{qkv16.data(), DType::kBF16, h.p.q.rows, qc + 2 * kc, 0};
+            h.p.q = t.ColSlice(0, qc);
+            h.p.k = t.ColSlice(qc, kc);
+            h.p.v = t.ColSlice(qc + kc, kc);
+            h.p.out = Tensor{out16.data(), DType::kBF16, h.p.out.rows, qc, 0};
+            if (limits) h.p.key_lens = key_lens.data();
+            be->Attention(h.p);
+            std::vector<uint16_t> want(f.out.size());
+            for (size_t i = 0; i < want.size(); ++i) want[i] = F32ToBF16(f.out[i]);
+            EXPECT_EQ(want, out16) << "mode " << mode << " dim " << s.dim << " causal " << causal
+                                   << " window " << window << " limits " << limits;
+          }
+        }
+      }
+    }
+  }
+  unsetenv("SLUICE_CPU_ATTENTION");
+}
+
 // Generation's paged KV cache keeps f32 attention even for bf16 models (not measured with
 // tiles): bf16 products there give the f32 kernel's bits, with emulation on or AMX present.
 TEST(CpuAttentionBf16, PagedCacheStaysF32) {

@@ -265,6 +265,99 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
   }
 }
 
+// bf16 activations (Backend::InnerActivationDType): x, out and the residual in bf16 give,
+// bit for bit, the f32 path's result on the widened values, rounded once to bf16 (every
+// kernel computes the f32 result first, and a bf16-weight kernel rounds x to bf16 anyway).
+// For f32, bf16 and int8 weights; x in place (k a multiple of 32), padded (k = 100) and
+// strided (a column view); out and residual separate and aliased.
+TEST_P(CpuLinear, Bf16ActivationsAreTheF32PathRounded) {
+  auto be = MakeCpu();
+  auto to16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToBF16(v[i]);
+    return h;
+  };
+  auto widen = [](const std::vector<uint16_t>& h) {
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i) v[i] = BF16ToF32(h[i]);
+    return v;
+  };
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kI8}) {
+    for (int64_t k : {64, 100, 384}) {
+      const int64_t n = 96;
+      auto w = Random(n * k, 41), b = Random(n, 42);
+      HostTensor hw{w.data(), DType::kF32, {n, k}, "w"};
+      HostTensor hb{b.data(), DType::kF32, {n}, "b"};
+      auto lw = be->PrepareLinear(hw, &hb, dtype);
+      ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+      for (int64_t m : {1, 17, 300}) {
+        for (bool strided : {false, true}) {
+          for (int mode = 0; mode < 3; ++mode) {  // no residual, residual, residual aliased
+            const int64_t ldx = strided ? k + 32 : k;
+            const auto x16 = to16(Random(m * ldx, 43));
+            auto xf = widen(x16);
+            const auto res16 = to16(Random(m * n, 44));
+            auto resf = widen(res16);
+            const Activation act = mode == 0 ? Activation::kGeluErf : Activation::kNone;
+            std::vector<float> of = mode == 2 ? resf : std::vector<float>(m * n, 0.f);
+            Tensor rf = View(resf, m, n), oft = View(of, m, n);
+            be->Linear(LinearParams{lw->get(), View(xf, m, k, ldx), oft, act,
+                                    mode == 0   ? nullptr
+                                    : mode == 1 ? &rf
+                                                : &oft});
+            auto x16m = x16, r16m = res16;
+            std::vector<uint16_t> o16 = mode == 2 ? res16 : std::vector<uint16_t>(m * n, 0);
+            Tensor xt{x16m.data(), DType::kBF16, m, k, ldx};
+            Tensor rt{r16m.data(), DType::kBF16, m, n, 0};
+            Tensor ot{o16.data(), DType::kBF16, m, n, 0};
+            be->Linear(LinearParams{lw->get(), xt, ot, act,
+                                    mode == 0   ? nullptr
+                                    : mode == 1 ? &rt
+                                                : &ot});
+            const std::string what = std::string(DTypeName(dtype)) + " m=" + std::to_string(m) +
+                                     " k=" + std::to_string(k) +
+                                     " strided=" + std::to_string(strided) +
+                                     " mode=" + std::to_string(mode);
+            EXPECT_EQ(to16(of), o16) << what << ": bf16 in and out";
+            if (mode != 0) continue;
+            std::vector<float> o32(m * n, 0.f);  // bf16 in, f32 out: the same f32 bits
+            be->Linear(LinearParams{lw->get(), xt, View(o32, m, n), act, nullptr});
+            EXPECT_EQ(0, std::memcmp(o32.data(), of.data(), o32.size() * 4)) << what;
+            std::vector<uint16_t> o16b(m * n, 0);  // f32 in, bf16 out
+            be->Linear(LinearParams{lw->get(), View(xf, m, k, ldx),
+                                    Tensor{o16b.data(), DType::kBF16, m, n, 0}, act, nullptr});
+            EXPECT_EQ(to16(of), o16b) << what << ": f32 in, bf16 out";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The CPU backend keeps bf16 inner activations next to bf16 weights only (f32 and int8
+// models keep f32), SLUICE_CPU_ACTIVATIONS=f32 turns them off, and any other value is
+// refused when the backend is created, naming it.
+TEST(CpuBackend, InnerActivationDTypeFollowsWeightsAndEnvironment) {
+  auto be = CreateBackend(BackendOptions{});
+  ASSERT_TRUE(be.ok());
+  EXPECT_EQ((*be)->InnerActivationDType(DType::kBF16), DType::kBF16);
+  EXPECT_EQ((*be)->InnerActivationDType(DType::kF32), DType::kF32);
+  EXPECT_EQ((*be)->InnerActivationDType(DType::kI8), DType::kF32);
+  EXPECT_EQ((*be)->ActivationDType(DType::kBF16), DType::kF32);  // the residual stream
+  EXPECT_NE((*be)->Describe().find("inner activations bf16"), std::string::npos);
+  setenv("SLUICE_CPU_ACTIVATIONS", "f32", 1);
+  auto f32 = CreateBackend(BackendOptions{});
+  setenv("SLUICE_CPU_ACTIVATIONS", "bf16", 1);
+  auto refused = CreateBackend(BackendOptions{});
+  unsetenv("SLUICE_CPU_ACTIVATIONS");
+  ASSERT_TRUE(f32.ok());
+  EXPECT_EQ((*f32)->InnerActivationDType(DType::kBF16), DType::kF32);
+  EXPECT_NE((*f32)->Describe().find("inner activations f32"), std::string::npos);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("SLUICE_CPU_ACTIVATIONS=bf16"), std::string::npos)
+      << refused.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear,
                          ::testing::Values("auto", "sluice", "avx512bf16", "avx512fma", "onednn",
                                            "amx"));
