@@ -114,8 +114,9 @@ class ModernBertModel final : public Model {
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
     const int heads = c.num_attention_heads, D = static_cast<int>(H / heads);
     // The residual stream is f32; per-token intermediates (GEMM inputs and outputs,
-    // attention) are in the backend's activation dtype (f32 on CPU, bf16/f16 on CUDA).
-    const DType A = backend_->ActivationDType(dtype_);
+    // attention) are in the backend's inner activation dtype (bf16/f16 on CUDA next to
+    // bf16/f16 weights; bf16 on CPU next to bf16 weights; f32 otherwise).
+    const DType A = backend_->InnerActivationDType(dtype_);
     Tensor res = ws.Get(kResidual, DType::kF32, T, H);
     Tensor x = ws.Get(kNormed, A, T, H);
     Tensor qkv = ws.Get(kQkv, A, T, 3 * H);

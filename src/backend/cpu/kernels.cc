@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd_inl.h"
@@ -221,6 +222,29 @@ void EmbedRow(const void* row, int dtype, float* out, int64_t n, bool acc) {
   for (; i < n; ++i) out[i] = F16ToF32(u[i]) + (acc ? out[i] : 0.f);
 }
 
+// dst[0..n) = src[0..n) widened (bf16 -> f32, exact) / rounded (f32 -> bf16, nearest even).
+void WidenRow(const uint16_t* src, float* dst, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += nl) {
+    const int64_t k = std::min(nl, n - i);
+    const auto v = LoadBf16(d, src + i, k);
+    if (k == nl) {
+      hn::StoreU(v, d, dst + i);
+    } else {
+      StoreTail(v, d, dst + i, k);
+    }
+  }
+}
+void NarrowRow(const float* src, uint16_t* dst, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += nl) {
+    const int64_t k = std::min(nl, n - i);
+    StoreBf16(k == nl ? hn::LoadU(d, src + i) : LoadTail(d, src + i, k), d, dst + i, k);
+  }
+}
+
 // Column-vectorised reduction over `rows` rows (stride ld) for MEAN (mode 1) / MAX (3).
 void PoolRows(const float* h, int64_t ld, int64_t rows, int64_t cols, int mode, float* out) {
   const hn::ScalableTag<float> d;
@@ -260,10 +284,21 @@ HWY_EXPORT(RmsNormRow);
 HWY_EXPORT(RopeNeoxRow);
 HWY_EXPORT(EmbedRow);
 HWY_EXPORT(PoolRows);
+HWY_EXPORT(WidenRow);
+HWY_EXPORT(NarrowRow);
 
 namespace {
 // Parallelise only when there is enough work to pay for waking the team.
 constexpr int64_t kParallelMinElems = 16384;
+
+// Per-thread f32 rows for the bf16 activations (InnerActivationDType): a bf16 row is widened
+// into one, computed on in f32 by the f32 row kernels, and rounded back once.
+float* RowScratch(int slot, int64_t n) {
+  static thread_local std::vector<float> rows[3];
+  if (static_cast<int64_t>(rows[slot].size()) < n) rows[slot].resize(n);
+  return rows[slot].data();
+}
+bool Bf16(const Tensor& t) { return t.dtype == DType::kBF16; }
 }  // namespace
 
 std::string SimdTargetName() {
@@ -283,6 +318,25 @@ void ActivateKernel(const Tensor& x, Activation act) {
 
 void GatedActivateKernel(const Tensor& gate_up, Activation act, const Tensor& out) {
   const int64_t n = out.cols, ldg = gate_up.row_stride(), ldo = out.row_stride();
+  if (Bf16(gate_up) || Bf16(out)) {
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelMinElems)
+    for (int64_t r = 0; r < out.rows; ++r) {
+      float* g = RowScratch(0, 2 * n);
+      float* o = RowScratch(1, n);
+      if (Bf16(gate_up)) {
+        HWY_DYNAMIC_DISPATCH(WidenRow)(gate_up.ptr<uint16_t>() + r * ldg, g, 2 * n);
+      } else {
+        std::memcpy(g, gate_up.ptr<float>() + r * ldg, 2 * n * sizeof(float));
+      }
+      HWY_DYNAMIC_DISPATCH(GatedRow)(g, g + n, o, n, static_cast<int>(act));
+      if (Bf16(out)) {
+        HWY_DYNAMIC_DISPATCH(NarrowRow)(o, out.ptr<uint16_t>() + r * ldo, n);
+      } else {
+        std::memcpy(out.ptr<float>() + r * ldo, o, n * sizeof(float));
+      }
+    }
+    return;
+  }
   const float* g = gate_up.ptr<float>();
   float* o = out.ptr<float>();
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelMinElems)
@@ -309,6 +363,13 @@ void LayerNormKernel(const Tensor& x, const Tensor* residual, const Tensor& gamm
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelMinElems)
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* rr = residual ? residual->ptr<float>() + r * ldr : nullptr;
+    if (Bf16(out)) {  // f32 statistics and result, rounded once (x and residual f32)
+      float* o = RowScratch(0, n);
+      HWY_DYNAMIC_DISPATCH(LayerNormRow)
+      (x.ptr<float>() + r * ldx, rr, gamma.ptr<float>(), b, eps, o, n);
+      HWY_DYNAMIC_DISPATCH(NarrowRow)(o, out.ptr<uint16_t>() + r * ldo, n);
+      continue;
+    }
     HWY_DYNAMIC_DISPATCH(LayerNormRow)
     (x.ptr<float>() + r * ldx, rr, gamma.ptr<float>(), b, eps, out.ptr<float>() + r * ldo, n);
   }
@@ -328,35 +389,45 @@ void RmsNormKernel(const Tensor& residual, const Tensor* delta, const Tensor& we
   }
 }
 
+namespace {
+// Rotates one token's row (f32) at position p.positions[t].
+void RopeRow(const RopeParams& p, const float* inv_freq, int64_t t, int half, float* row) {
+  constexpr int kMaxHalf = 512;
+  float cs[kMaxHalf], sn[kMaxHalf];
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = 0; i < half; ++i) {
+    const double f = static_cast<double>(pos * inv_freq[i]);  // float32 product, like HF
+    cs[i] = static_cast<float>(std::cos(f));
+    sn[i] = static_cast<float>(std::sin(f));
+  }
+  if (p.style == RopeStyle::kNeox) {
+    HWY_DYNAMIC_DISPATCH(RopeNeoxRow)(row, cs, sn, p.num_heads, p.head_dim, half);
+    return;
+  }
+  for (int h = 0; h < p.num_heads; ++h) {
+    float* xh = row + static_cast<int64_t>(h) * p.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float a = xh[2 * i], b = xh[2 * i + 1];
+      xh[2 * i] = a * cs[i] - b * sn[i];
+      xh[2 * i + 1] = b * cs[i] + a * sn[i];
+    }
+  }
+}
+}  // namespace
+
 void RopeKernel(const RopeParams& p) {
   constexpr int kMaxHalf = 512;
   const int rot = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
   const int half = std::min(rot / 2, kMaxHalf);
   const std::vector<float> inv_freq = RopeInverseFrequencies(p);
   const int64_t ld = p.x.row_stride();
-  float* x = p.x.ptr<float>();
+  const bool bf16 = Bf16(p.x);  // bf16 rows: rotated in f32, rounded once
 #pragma omp parallel for schedule(static) if (p.x.numel() >= kParallelMinElems)
   for (int64_t t = 0; t < p.x.rows; ++t) {
-    float cs[kMaxHalf], sn[kMaxHalf];
-    const float pos = static_cast<float>(p.positions[t]);
-    for (int i = 0; i < half; ++i) {
-      const double f = static_cast<double>(pos * inv_freq[i]);  // float32 product, like HF
-      cs[i] = static_cast<float>(std::cos(f));
-      sn[i] = static_cast<float>(std::sin(f));
-    }
-    float* row = x + t * ld;
-    if (p.style == RopeStyle::kNeox) {
-      HWY_DYNAMIC_DISPATCH(RopeNeoxRow)(row, cs, sn, p.num_heads, p.head_dim, half);
-      continue;
-    }
-    for (int h = 0; h < p.num_heads; ++h) {
-      float* xh = row + static_cast<int64_t>(h) * p.head_dim;
-      for (int i = 0; i < half; ++i) {
-        const float a = xh[2 * i], b = xh[2 * i + 1];
-        xh[2 * i] = a * cs[i] - b * sn[i];
-        xh[2 * i + 1] = b * cs[i] + a * sn[i];
-      }
-    }
+    float* row = bf16 ? RowScratch(0, p.x.cols) : p.x.ptr<float>() + t * ld;
+    if (bf16) HWY_DYNAMIC_DISPATCH(WidenRow)(p.x.ptr<uint16_t>() + t * ld, row, p.x.cols);
+    RopeRow(p, inv_freq.data(), t, half, row);
+    if (bf16) HWY_DYNAMIC_DISPATCH(NarrowRow)(row, p.x.ptr<uint16_t>() + t * ld, p.x.cols);
   }
 }
 

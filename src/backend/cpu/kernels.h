@@ -1,7 +1,9 @@
 // CPU element-wise, normalisation, RoPE, gather and pooling kernels (Highway SIMD with
 // runtime dispatch; OpenMP across rows). Every output row is computed by the same code
 // path in the same order whatever the batch or thread count, so results are batch
-// invariant and deterministic. Semantics match backend.h; all activations are f32.
+// invariant and deterministic. Semantics match backend.h. Activations are f32; Rope,
+// GatedActivate and LayerNorm's output also take bf16 (InnerActivationDType): rows widened,
+// computed in f32, rounded once.
 // Attention lives in attention.h.
 #pragma once
 
