@@ -380,7 +380,8 @@ class Backend {
   // another (a fused QKV, the attention output, an encoder MLP's intermediate) when linear
   // weights are in `weight_dtype`; the residual stream and the norms stay in
   // ActivationDType(). Default: ActivationDType(). CPU: bf16 next to bf16 weights, as
-  // transformers' bf16 autocast keeps them (SLUICE_CPU_ACTIVATIONS=f32 keeps f32).
+  // transformers' bf16 autocast keeps them, and next to int8 weights
+  // (SLUICE_CPU_ACTIVATIONS=f32 keeps f32).
   virtual DType InnerActivationDType(DType weight_dtype) const {
     return ActivationDType(weight_dtype);
   }

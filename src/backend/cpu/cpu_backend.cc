@@ -77,7 +77,11 @@ class CpuBackend final : public Backend {
   std::string DescribeLinearWeights() const override { return linear_.DescribePrepared(); }
 
   DType InnerActivationDType(DType weight_dtype) const override {
-    return weight_dtype == DType::kBF16 && inner_bf16_ ? DType::kBF16 : DType::kF32;
+    // int8 models too: the bf16 rounding (2^-9 relative) is far below the per-token int8
+    // quantisation step of the GEMM that reads them (2^-7 of the row's largest value), and
+    // their attention already multiplies in bf16 (AttentionProducts).
+    const bool low = weight_dtype == DType::kBF16 || weight_dtype == DType::kI8;
+    return low && inner_bf16_ ? DType::kBF16 : DType::kF32;
   }
 
   Buffer Allocate(DType dtype, int64_t rows, int64_t cols) override {

@@ -645,9 +645,7 @@ void LinearRunner::Run(const LinearParams& p) {
     auto* xq = im.ws_src.Get<uint8_t>(m * 4 * x86::KQuads(k));
     float* xs = im.ws_scale.Get<float>(m);
     if (x16) {
-      float* xf = im.ws_wide.Get<float>(m * k);
-      WidenRows(p.x.ptr<uint16_t>(), p.x.row_stride(), m, k, xf, k);
-      x86::QuantizeI8(xf, k, m, k, xq, xs);
+      x86::QuantizeI8(p.x.ptr<uint16_t>(), p.x.row_stride(), m, k, xq, xs);
     } else {
       x86::QuantizeI8(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
     }

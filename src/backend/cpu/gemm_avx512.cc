@@ -228,13 +228,21 @@ void RoundRowBf16(const float* x, int64_t k, int64_t ld, float* xr) {
 // for bit: amax = max |x| (NaN ignored, as std::max(amax, NaN) keeps amax), q = clamp(
 // nearbyint(x * (127 / amax)), -127, 127) + 128 (round half to even, as nearbyint in the
 // default mode; NaN -> INT_MIN -> -127 on both), zero (128) padded to ld. AVX-512F.
-float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d) {
+namespace {
+inline __m512 LoadF32(const float* x, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, x); }
+inline __m512 LoadF32(const uint16_t* x, __mmask16 mask) {  // bf16, widened exactly
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+template <typename E>
+float QuantizeRow(const E* x, int64_t k, int64_t ld, uint8_t* d) {
   __m512 vmax = _mm512_setzero_ps();
   for (int64_t c = 0; c < k; c += 16) {
     const __mmask16 mask =
         k - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - c)) - 1);
     // max(|x|, vmax): the second operand when either is NaN, so a NaN lane keeps vmax.
-    vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + c)), vmax);
+    vmax = _mm512_max_ps(_mm512_abs_ps(LoadF32(x + c, mask)), vmax);
   }
   const float amax = _mm512_reduce_max_ps(vmax);
   const float inv = amax > 0.f ? 127.f / amax : 0.f;
@@ -244,7 +252,7 @@ float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d) {
   for (int64_t c = 0; c < k; c += 16) {
     const __mmask16 mask =
         k - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - c)) - 1);
-    __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + c), vinv);
+    __m512 y = _mm512_mul_ps(LoadF32(x + c, mask), vinv);
     y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512i q = _mm512_cvtps_epi32(y);  // integral already; NaN -> INT_MIN
     q = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(q, hi), lo), off);
@@ -252,6 +260,14 @@ float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d) {
   }
   for (int64_t i = k; i < ld; ++i) d[i] = 128;
   return amax;
+}
+}  // namespace
+
+float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d) {
+  return QuantizeRow(x, k, ld, d);
+}
+float QuantizeRowI8(const uint16_t* x, int64_t k, int64_t ld, uint8_t* d) {
+  return QuantizeRow(x, k, ld, d);
 }
 
 }  // namespace sluice::cpu::x86::avx512

@@ -198,27 +198,41 @@ void PackI8(const float* w, int64_t n, int64_t k, int8_t* packed, float* scale, 
   }
 }
 
-void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
+namespace {
+float Widen(float v) { return v; }
+float Widen(uint16_t v) { return BF16ToF32(v); }
+
+template <typename E>
+void Quantize(const E* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
   const int64_t ld = 4 * KQuads(k);
   const bool simd = Features().avx512;
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
   for (int64_t r = 0; r < m; ++r) {
-    const float* xr = x + r * ldx;
+    const E* xr = x + r * ldx;
     uint8_t* d = xq + r * ld;
     if (simd) {  // the same bits (avx512::QuantizeRowI8)
       scale[r] = avx512::QuantizeRowI8(xr, k, ld, d) / 127.f;
       continue;
     }
     float amax = 0.f;
-    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(xr[c]));
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(Widen(xr[c])));
     const float inv = amax > 0.f ? 127.f / amax : 0.f;
     scale[r] = amax / 127.f;
     for (int64_t c = 0; c < k; ++c) {
-      const int32_t q = std::clamp(static_cast<int32_t>(std::nearbyint(xr[c] * inv)), -127, 127);
+      const int32_t q =
+          std::clamp(static_cast<int32_t>(std::nearbyint(Widen(xr[c]) * inv)), -127, 127);
       d[c] = static_cast<uint8_t>(q + 128);
     }
     for (int64_t c = k; c < ld; ++c) d[c] = 128;
   }
+}
+}  // namespace
+
+void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
+  Quantize(x, ldx, m, k, xq, scale);
+}
+void QuantizeI8(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
+  Quantize(x, ldx, m, k, xq, scale);
 }
 
 void GemmI8(const I8Args& a) {

@@ -80,6 +80,8 @@ inline int64_t PackedI8Size(int64_t n, int64_t k) { return Blocks(n) * KQuads(k)
 void PackI8(const float* w, int64_t n, int64_t k, int8_t* packed, float* scale, int32_t* colsum);
 // x [m, k] -> xq [m, 4 * KQuads(k)] (q + 128 as uint8, zero padded as 128), scale[m].
 void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale);
+// The same from bf16 rows (the quantisation of their exact f32 values).
+void QuantizeI8(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale);
 
 struct I8Args {
   const uint8_t* x = nullptr;  // from QuantizeI8; row stride 4 * KQuads(k)

@@ -16,5 +16,6 @@ void RoundRowBf16(const float* x, int64_t k, int64_t ld, float* xr);
 void ConvertRowBf16(const float* x, int64_t k, int64_t ld, uint16_t* xb);
 // Returns the row's max |x|; d gets the quantised row (QuantizeI8's bits).
 float QuantizeRowI8(const float* x, int64_t k, int64_t ld, uint8_t* d);
+float QuantizeRowI8(const uint16_t* x, int64_t k, int64_t ld, uint8_t* d);  // bf16 rows
 }  // namespace avx512
 }  // namespace sluice::cpu::x86

@@ -334,15 +334,15 @@ TEST_P(CpuLinear, Bf16ActivationsAreTheF32PathRounded) {
   }
 }
 
-// The CPU backend keeps bf16 inner activations next to bf16 weights only (f32 and int8
-// models keep f32), SLUICE_CPU_ACTIVATIONS=f32 turns them off, and any other value is
-// refused when the backend is created, naming it.
+// The CPU backend keeps bf16 inner activations next to bf16 and int8 weights (f32 models keep
+// f32), SLUICE_CPU_ACTIVATIONS=f32 turns them off, and any other value is refused when the
+// backend is created, naming it.
 TEST(CpuBackend, InnerActivationDTypeFollowsWeightsAndEnvironment) {
   auto be = CreateBackend(BackendOptions{});
   ASSERT_TRUE(be.ok());
   EXPECT_EQ((*be)->InnerActivationDType(DType::kBF16), DType::kBF16);
   EXPECT_EQ((*be)->InnerActivationDType(DType::kF32), DType::kF32);
-  EXPECT_EQ((*be)->InnerActivationDType(DType::kI8), DType::kF32);
+  EXPECT_EQ((*be)->InnerActivationDType(DType::kI8), DType::kBF16);
   EXPECT_EQ((*be)->ActivationDType(DType::kBF16), DType::kF32);  // the residual stream
   EXPECT_NE((*be)->Describe().find("inner activations bf16"), std::string::npos);
   setenv("SLUICE_CPU_ACTIVATIONS", "f32", 1);
@@ -352,6 +352,7 @@ TEST(CpuBackend, InnerActivationDTypeFollowsWeightsAndEnvironment) {
   unsetenv("SLUICE_CPU_ACTIVATIONS");
   ASSERT_TRUE(f32.ok());
   EXPECT_EQ((*f32)->InnerActivationDType(DType::kBF16), DType::kF32);
+  EXPECT_EQ((*f32)->InnerActivationDType(DType::kI8), DType::kF32);
   EXPECT_NE((*f32)->Describe().find("inner activations f32"), std::string::npos);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("SLUICE_CPU_ACTIVATIONS=bf16"), std::string::npos)
