@@ -169,9 +169,36 @@ HWY_NOINLINE void WeightedSumGroup(const float* p, int64_t ldp, int64_t n, const
   }
 }
 
-// Runs one task. kt: dim * (nkp + 64) floats, vc: nkp * dim floats, s: kSubBlock * nkp
-// floats (per-thread scratch), nkp >= the task's key range rounded up to a whole vector.
-void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, float* vc, float* s) {
+HWY_INLINE float ToF32(float v) { return v; }
+HWY_INLINE float ToF32(uint16_t v) { return BF16ToF32(v); }
+
+// dst[0..n) = src[0..n) as f32.
+HWY_INLINE void RowToF32(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+HWY_INLINE void RowToF32(const uint16_t* src, float* dst, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += nl) {
+    const int64_t k = std::min(nl, n - i);
+    const auto v = LoadBf16(d, src + i, k);
+    if (k == nl) {
+      hn::StoreU(v, d, dst + i);
+    } else {
+      StoreTail(v, d, dst + i, k);
+    }
+  }
+}
+
+// Runs one task on activations of type E (float, or uint16_t: bf16 q/k/v/out, widened into
+// the f32 scratch as they are read: K into kt, V into vc, a sub-block's queries into qs; the
+// output rows computed into os and rounded once). kt: dim * (nkp + 64) floats, vc: nkp * dim
+// floats, s: kSubBlock * nkp floats, qs: kSubBlock * dim, os: kRows * dim (per-thread
+// scratch), nkp >= the task's key range rounded up to a whole vector.
+template <typename E>
+void AttnTaskRunT(const AttentionParams& p, const AttnTask& task, float* kt, float* vc, float* s,
+                  float* qs, float* os) {
+  constexpr bool kBf16 = sizeof(E) == 2;
   const hn::ScalableTag<float> d;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
   const int dim = p.head_dim;
@@ -180,10 +207,10 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, floa
   const int kvh = task.head / (p.num_heads / p.num_kv_heads);
   const int64_t ldq = p.q.row_stride(), ldk = p.k.row_stride(), ldv = p.v.row_stride();
   const int64_t ldo = p.out.row_stride();
-  const float* qb = p.q.ptr<float>() + base * ldq + static_cast<int64_t>(task.head) * dim;
-  const float* kb = p.k.ptr<float>() + static_cast<int64_t>(kvh) * dim;
-  const float* vb = p.v.ptr<float>() + static_cast<int64_t>(kvh) * dim;
-  float* ob = p.out.ptr<float>() + base * ldo + static_cast<int64_t>(task.head) * dim;
+  const E* qb = p.q.ptr<E>() + base * ldq + static_cast<int64_t>(task.head) * dim;
+  const E* kb = p.k.ptr<E>() + static_cast<int64_t>(kvh) * dim;
+  const E* vb = p.v.ptr<E>() + static_cast<int64_t>(kvh) * dim;
+  E* ob = p.out.ptr<E>() + base * ldo + static_cast<int64_t>(task.head) * dim;
   const AttnTask t = TrimRowsWithoutKeys(p, sk, task, ob, ldo);
   if (t.q1 == t.q0) return;
 
@@ -202,8 +229,8 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, floa
     for (int c0 = 0; c0 < dim; c0 += kTile) {
       const int c1 = std::min(dim, c0 + kTile);
       for (int64_t j = j0; j < j1; ++j) {
-        const float* kr = kb + sk.Row(static_cast<int>(lo + j)) * ldk;
-        for (int c = c0; c < c1; ++c) kt[c * ldt + j] = kr[c];
+        const E* kr = kb + sk.Row(static_cast<int>(lo + j)) * ldk;
+        for (int c = c0; c < c1; ++c) kt[c * ldt + j] = ToF32(kr[c]);
       }
     }
   }
@@ -212,13 +239,15 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, floa
   }
   // Contiguous copy of the task's V rows: in the fused QKV matrix they are ~1-5 KiB apart
   // and map to few L1 sets, so P V would stream them from L2 once per query group.
-  for (int64_t j = 0; j < nk; ++j) {
-    std::memcpy(vc + j * dim, vb + sk.Row(static_cast<int>(lo + j)) * ldv, dim * sizeof(float));
-  }
+  for (int64_t j = 0; j < nk; ++j)
+    RowToF32(vb + sk.Row(static_cast<int>(lo + j)) * ldv, vc + j * dim, dim);
   // Query rows in sub-blocks of kSubBlock (S holds kSubBlock rows of stride nkp).
   for (int sb = t.q0; sb < t.q1; sb += kSubBlock) {
     const int se = std::min(t.q1, sb + kSubBlock);
     const int nq = se - sb;
+    if constexpr (kBf16) {
+      for (int i = sb; i < se; ++i) RowToF32(qb + i * ldq, qs + (i - sb) * dim, dim);
+    }
     // Key range [glo, ghi] (offsets from lo) of query group g (rows sb + g .. + kRows - 1).
     auto group_range = [&](int g, int64_t* glo, int64_t* ghi) {
       int a, b, c2, e;
@@ -239,7 +268,14 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, floa
         group_range(g, &glo, &ghi);
         if (jb > ghi || jb + jn <= glo) continue;  // block outside every row's range
         const float* q[kRows];
-        for (int r = 0; r < kRows; ++r) q[r] = qb + std::min(sb + g + r, se - 1) * ldq;
+        for (int r = 0; r < kRows; ++r) {
+          const int i = std::min(sb + g + r, se - 1);
+          if constexpr (kBf16) {
+            q[r] = qs + (i - sb) * dim;
+          } else {
+            q[r] = qb + i * ldq;
+          }
+        }
         ScoresGroup(q, kt + jb, ldt, jn, dim, p.scale, s + g * nkp + jb, nkp);
       }
     }
@@ -264,11 +300,34 @@ void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, floa
         inv[r] = 1.f / SoftmaxExp(sr + a, b - a + 1);
         for (int64_t j = glo; j < a; ++j) sr[j] = 0.f;
         for (int64_t j = b + 1; j <= ghi; ++j) sr[j] = 0.f;
-        out[r] = ob + i * ldo;
+        if constexpr (kBf16) {
+          out[r] = os + r * dim;
+        } else {
+          out[r] = ob + i * ldo;
+        }
       }
       WeightedSumGroup(s + g * nkp + glo, nkp, ghi - glo + 1, vc + glo * dim, dim, dim, inv, out,
                        nrows);
+      if constexpr (kBf16) {
+        for (int r = 0; r < nrows; ++r) {
+          E* o = ob + static_cast<int64_t>(sb + g + r) * ldo;
+          for (int c = 0; c < dim; c += static_cast<int>(nl)) {
+            const int64_t k = std::min<int64_t>(nl, dim - c);
+            StoreBf16(k == nl ? hn::LoadU(d, os + r * dim + c) : LoadTail(d, os + r * dim + c, k),
+                      d, o + c, k);
+          }
+        }
+      }
     }
+  }
+}
+
+void AttnTaskRun(const AttentionParams& p, const AttnTask& task, float* kt, float* vc, float* s,
+                 float* qs, float* os) {
+  if (p.q.dtype == DType::kBF16) {
+    AttnTaskRunT<uint16_t>(p, task, kt, vc, s, qs, os);
+  } else {
+    AttnTaskRunT<float>(p, task, kt, vc, s, qs, os);
   }
 }
 
@@ -310,40 +369,6 @@ bool AmxAttentionUsable() {
 bool AmxAttentionAvailable() { return AttentionMode() != "f32" && AmxAttentionUsable(); }
 
 HWY_EXPORT(AttnTaskRun);
-
-namespace {
-// Dense f32 copy of a bf16 (possibly strided) matrix.
-Tensor Widen(const Tensor& t, Workspace& ws) {
-  float* d = ws.Get<float>(t.rows * t.cols);
-  const auto* s = t.ptr<uint16_t>();
-  const int64_t ld = t.row_stride();
-#pragma omp parallel for schedule(static) if (t.rows * t.cols >= 65536)
-  for (int64_t r = 0; r < t.rows; ++r) {
-    for (int64_t c = 0; c < t.cols; ++c) d[r * t.cols + c] = BF16ToF32(s[r * ld + c]);
-  }
-  return Tensor{d, DType::kF32, t.rows, t.cols, 0};
-}
-
-// bf16 q/k/v/out where the bf16 products do not run on AMX: the f32 kernel on widened
-// copies, the output rounded to bf16 once.
-void F32Attention(const AttentionParams& p) {
-  static thread_local Workspace ws_q, ws_k, ws_v, ws_o;
-  AttentionParams f = p;
-  f.q = Widen(p.q, ws_q);
-  f.k = Widen(p.k, ws_k);
-  f.v = Widen(p.v, ws_v);
-  f.out = Tensor{ws_o.Get<float>(p.out.rows * p.out.cols), DType::kF32, p.out.rows, p.out.cols, 0};
-  f.products = DType::kF32;
-  AttentionKernel(f);
-  auto* o = p.out.ptr<uint16_t>();
-  const int64_t ld = p.out.row_stride();
-  const float* src = f.out.ptr<float>();
-#pragma omp parallel for schedule(static) if (p.out.rows * p.out.cols >= 65536)
-  for (int64_t r = 0; r < p.out.rows; ++r) {
-    for (int64_t c = 0; c < p.out.cols; ++c) o[r * ld + c] = F32ToBF16(src[r * p.out.cols + c]);
-  }
-}
-}  // namespace
 
 void AttentionKernel(const AttentionParams& p) {
   static thread_local std::vector<AttnTask> tasks;  // reused across calls
@@ -400,21 +425,21 @@ void AttentionKernel(const AttentionParams& p) {
       return;
     }
   }
-  if (bf16_io) {  // the f32 kernel on f32 copies (bf16 widens exactly), output rounded back
-    F32Attention(p);
-    return;
-  }
   // A task's key range spans at most max_keys keys; pad to whole vectors (<= 64 lanes).
   const int64_t nkp = (static_cast<int64_t>(max_keys) + 63) / 64 * 64;
   const int64_t kt_elems = (nkp + 64) * p.head_dim, s_elems = kSubBlock * nkp;
 #pragma omp parallel
   {
-    static thread_local Workspace ws_kt, ws_v, ws_s;
+    static thread_local Workspace ws_kt, ws_v, ws_s, ws_q, ws_o;
     float* kt = ws_kt.Get<float>(kt_elems);
     float* vc = ws_v.Get<float>(nkp * p.head_dim);
     float* s = ws_s.Get<float>(s_elems);
+    float* qs = bf16_io ? ws_q.Get<float>(kSubBlock * p.head_dim) : nullptr;
+    float* os = bf16_io ? ws_o.Get<float>(kSubBlock * p.head_dim) : nullptr;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < ntasks; ++i) HWY_DYNAMIC_DISPATCH(AttnTaskRun)(p, task[i], kt, vc, s);
+    for (int64_t i = 0; i < ntasks; ++i) {
+      HWY_DYNAMIC_DISPATCH(AttnTaskRun)(p, task[i], kt, vc, s, qs, os);
+    }
   }
 }
 

@@ -18,6 +18,10 @@
 // on AMX tiles with q, k, v and the probabilities rounded to bf16 (attention_amx.cc: scores,
 // softmax and sums stay f32; batch invariant the same way) unless the KV cache is paged
 // (generation); elsewhere the f32 kernel runs.
+//
+// bf16 q/k/v/out (Backend::InnerActivationDType): the AMX driver (where it runs; any
+// `products`) or the f32 kernel read the bf16 rows as they are (widened exactly) and round
+// each output once: bit for bit the f32 result on the widened inputs, rounded.
 #pragma once
 
 #include <string>
