@@ -150,7 +150,7 @@ def main():
                          "dtype with an environment variable set (e.g. "
                          "bfloat16:SLUICE_CPU_ACTIVATIONS=f32)")
     ap.add_argument("--single-docs", type=int, default=0,
-                    help="also time one request of this many pairs (query 16 + document 120 "
+                    help="also time (MiniLM-L6) one request of this many pairs (query 16 + document 120 "
                          "token ids, `sluice bench`'s shape) as one HF batch, fp32 and bf16 "
                          "autocast: p50/p95 over --single-reps forwards (tokenisation excluded)")
     ap.add_argument("--single-reps", type=int, default=30)
@@ -190,7 +190,7 @@ def main():
             cols.append((peer, rates, bs, scores))
         inp = os.path.join(args.out, name + ".jsonl")
         write_jsonl(pairs, inp)
-        if args.single_docs > 0:
+        if args.single_docs > 0 and name == "minilm-l6":
             row["single"] = single_request(model, args.single_docs, args.single_reps)
         for variant in dtypes:
             dtype, _, env_kv = variant.partition(":")
