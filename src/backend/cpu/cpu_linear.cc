@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_x86.h"
+#include "backend/cpu/kernels.h"
 #include "backend/host_convert.h"
 #include "core/log.h"
 
@@ -292,9 +293,8 @@ const char* PathName(Path p) {
 void WidenRows(const uint16_t* src, int64_t lds, int64_t m, int64_t k, float* dst, int64_t ldd) {
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
   for (int64_t r = 0; r < m; ++r) {
-    const uint16_t* s = src + r * lds;
     float* d = dst + r * ldd;
-    for (int64_t c = 0; c < k; ++c) d[c] = BF16ToF32(s[c]);
+    WidenRowBf16(src + r * lds, d, k);
     for (int64_t c = k; c < ldd; ++c) d[c] = 0.f;
   }
 }
@@ -302,9 +302,7 @@ void WidenRows(const uint16_t* src, int64_t lds, int64_t m, int64_t k, float* ds
 // dst rows (row stride ldd) = bf16 (RNE) of f32 rows of src (row stride lds).
 void NarrowRows(const float* src, int64_t lds, int64_t m, int64_t n, uint16_t* dst, int64_t ldd) {
 #pragma omp parallel for schedule(static) if (m * n >= 65536)
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t c = 0; c < n; ++c) dst[r * ldd + c] = F32ToBF16(src[r * lds + c]);
-  }
+  for (int64_t r = 0; r < m; ++r) NarrowRowBf16(src + r * lds, dst + r * ldd, n);
 }
 
 }  // namespace
@@ -722,8 +720,7 @@ void LinearRunner::Run(const LinearParams& p) {
       if (r < m && x16) {
         std::memcpy(d, p.x.ptr<uint16_t>() + r * ldx, k * sizeof(uint16_t));
       } else if (r < m) {
-        const float* s = p.x.ptr<float>() + r * ldx;
-        for (int64_t c = 0; c < k; ++c) d[c] = F32ToBF16(s[c]);
+        NarrowRowBf16(p.x.ptr<float>() + r * ldx, d, k);
       } else {
         std::memset(d, 0, k * sizeof(uint16_t));
       }

@@ -301,6 +301,13 @@ float* RowScratch(int slot, int64_t n) {
 bool Bf16(const Tensor& t) { return t.dtype == DType::kBF16; }
 }  // namespace
 
+void WidenRowBf16(const uint16_t* src, float* dst, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(WidenRow)(src, dst, n);
+}
+void NarrowRowBf16(const float* src, uint16_t* dst, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(NarrowRow)(src, dst, n);
+}
+
 std::string SimdTargetName() {
   const int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
   return hwy::TargetName(targets & -targets);

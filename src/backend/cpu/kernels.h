@@ -32,6 +32,10 @@ void RopeKernel(const RopeParams& p);
 void EmbeddingGatherKernel(const Tensor& table, const int32_t* ids, int64_t n, const Tensor& out,
                            bool accumulate);
 void GatherRowsKernel(const Tensor& x, const int32_t* rows, int64_t n, const Tensor& out);
+// One row converted: bf16 -> f32 (exact) / f32 -> bf16 (nearest even, NaN kept: F32ToBF16's
+// bits), SIMD.
+void WidenRowBf16(const uint16_t* src, float* dst, int64_t n);
+void NarrowRowBf16(const float* src, uint16_t* dst, int64_t n);
 // Empty sequences pool to zeros. MEAN divides the f32 sum by the length.
 void PoolKernel(const PoolParams& p);
 
