@@ -51,6 +51,9 @@ class ProfilingBackend final : public Backend {
                int group) override;
   void Rope(const RopeParams& p) override;
   void QkNormRope(const RopeParams& p, const Tensor& norm_weight, float eps) override;
+  DType InnerActivationDType(DType weight_dtype) const override {
+    return inner_->InnerActivationDType(weight_dtype);
+  }
   DType ActivationDType(DType weight_dtype) const override {
     return inner_->ActivationDType(weight_dtype);
   }

@@ -577,6 +577,32 @@ TEST_P(GoldenTest, AmxAttentionWithinBounds) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CaseNames()),
                          [](const auto& p) { return p.param; });
 
+// `--profile` (a ProfilingBackend around the device backend) changes timings only: a bf16
+// encoder gives the same bits profiled or not (the wrapper forwards the backend's activation
+// dtypes; once it did not, and a profiled bf16 encoder silently ran f32 inner activations).
+TEST(Profiling, SameBitsAsUnprofiled) {
+  for (const char* name : {"bert_cross_encoder_bf16", "modernbert_classifier_bf16"}) {
+    const Case c = LoadCase(fs::path(kFixtures) / "golden" / (std::string(name) + ".json"));
+    std::vector<PooledOutput> outs[2];
+    for (int profiled = 0; profiled < 2; ++profiled) {
+      EngineOptions o;
+      o.model_dir = (fs::path(kFixtures) / "models" / c.name).string();
+      o.backend.num_threads = 2;
+      o.backend.device = TestDevice();
+      o.profile = profiled == 1;
+      auto e = Engine::Load(o);
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      auto out = (*e)->Run(c.inputs);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      outs[profiled] = std::move(*out);
+    }
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      EXPECT_EQ(outs[0][i].values, outs[1][i].values) << name << " input " << i;
+    }
+  }
+}
+
 TEST(GoldenFixtures, Present) { EXPECT_GE(CaseNames().size(), 28u); }
 
 // Key limits through the models (TokenSequence::attended, ColBERT expansion tokens that no
