@@ -176,19 +176,7 @@ HWY_INLINE float ToF32(uint16_t v) { return BF16ToF32(v); }
 HWY_INLINE void RowToF32(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, n * sizeof(float));
 }
-HWY_INLINE void RowToF32(const uint16_t* src, float* dst, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = 0; i < n; i += nl) {
-    const int64_t k = std::min(nl, n - i);
-    const auto v = LoadBf16(d, src + i, k);
-    if (k == nl) {
-      hn::StoreU(v, d, dst + i);
-    } else {
-      StoreTail(v, d, dst + i, k);
-    }
-  }
-}
+HWY_INLINE void RowToF32(const uint16_t* src, float* dst, int64_t n) { WidenBf16Row(src, dst, n); }
 
 // Runs one task on activations of type E (float, or uint16_t: bf16 q/k/v/out, widened into
 // the f32 scratch as they are read: K into kt, V into vc, a sub-block's queries into qs; the
@@ -310,12 +298,7 @@ void AttnTaskRunT(const AttentionParams& p, const AttnTask& task, float* kt, flo
                        nrows);
       if constexpr (kBf16) {
         for (int r = 0; r < nrows; ++r) {
-          E* o = ob + static_cast<int64_t>(sb + g + r) * ldo;
-          for (int c = 0; c < dim; c += static_cast<int>(nl)) {
-            const int64_t k = std::min<int64_t>(nl, dim - c);
-            StoreBf16(k == nl ? hn::LoadU(d, os + r * dim + c) : LoadTail(d, os + r * dim + c, k),
-                      d, o + c, k);
-          }
+          NarrowBf16Row(os + r * dim, ob + static_cast<int64_t>(sb + g + r) * ldo, dim);
         }
       }
     }

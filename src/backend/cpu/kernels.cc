@@ -222,28 +222,8 @@ void EmbedRow(const void* row, int dtype, float* out, int64_t n, bool acc) {
   for (; i < n; ++i) out[i] = F16ToF32(u[i]) + (acc ? out[i] : 0.f);
 }
 
-// dst[0..n) = src[0..n) widened (bf16 -> f32, exact) / rounded (f32 -> bf16, nearest even).
-void WidenRow(const uint16_t* src, float* dst, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = 0; i < n; i += nl) {
-    const int64_t k = std::min(nl, n - i);
-    const auto v = LoadBf16(d, src + i, k);
-    if (k == nl) {
-      hn::StoreU(v, d, dst + i);
-    } else {
-      StoreTail(v, d, dst + i, k);
-    }
-  }
-}
-void NarrowRow(const float* src, uint16_t* dst, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = 0; i < n; i += nl) {
-    const int64_t k = std::min(nl, n - i);
-    StoreBf16(k == nl ? hn::LoadU(d, src + i) : LoadTail(d, src + i, k), d, dst + i, k);
-  }
-}
+void WidenRow(const uint16_t* src, float* dst, int64_t n) { WidenBf16Row(src, dst, n); }
+void NarrowRow(const float* src, uint16_t* dst, int64_t n) { NarrowBf16Row(src, dst, n); }
 
 // Column-vectorised reduction over `rows` rows (stride ld) for MEAN (mode 1) / MAX (3).
 void PoolRows(const float* h, int64_t ld, int64_t rows, int64_t cols, int mode, float* out) {

@@ -7,6 +7,7 @@
 #define SLUICE_BACKEND_CPU_SIMD_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 // clang-format off
@@ -76,6 +77,29 @@ HWY_INLINE void StoreBf16(hn::Vec<D> v, D d, uint16_t* p, int64_t n) {
     alignas(64) uint16_t buf[kMaxFloatLanes];
     hn::Store(h, d16, buf);
     std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(uint16_t));
+  }
+}
+
+// dst[0..n) = src[0..n) widened (bf16 -> f32, exact) / rounded (f32 -> bf16: StoreBf16).
+HWY_INLINE void WidenBf16Row(const uint16_t* src, float* dst, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += nl) {
+    const int64_t k = std::min(nl, n - i);
+    const auto v = LoadBf16(d, src + i, k);
+    if (k == nl) {
+      hn::StoreU(v, d, dst + i);
+    } else {
+      StoreTail(v, d, dst + i, k);
+    }
+  }
+}
+HWY_INLINE void NarrowBf16Row(const float* src, uint16_t* dst, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += nl) {
+    const int64_t k = std::min(nl, n - i);
+    StoreBf16(k == nl ? hn::LoadU(d, src + i) : LoadTail(d, src + i, k), d, dst + i, k);
   }
 }
 

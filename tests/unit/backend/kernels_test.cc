@@ -155,36 +155,26 @@ TEST(CpuKernels, Rope) {
 // rounded once (strided views, odd widths, GELU and SiLU).
 TEST(CpuKernels, Bf16RowsAreTheF32KernelRounded) {
   auto be = MakeCpu();
-  auto to16 = [](const std::vector<float>& v) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToBF16(v[i]);
-    return h;
-  };
-  auto widen = [](const std::vector<uint16_t>& h) {
-    std::vector<float> v(h.size());
-    for (size_t i = 0; i < h.size(); ++i) v[i] = BF16ToF32(h[i]);
-    return v;
-  };
   for (int64_t tokens : {1, 17, 130}) {
     // Rope, neox and interleaved, partial rotary dims, a strided view.
     for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
       const int heads = 3, dim = 80;
       const int64_t cols = heads * dim, ld = cols + 16;
-      auto x16 = to16(Random(tokens * ld, 51));
-      auto xf = widen(x16);
+      auto x16 = testing::ToBf16(Random(tokens * ld, 51));
+      auto xf = testing::FromBf16(x16);
       std::vector<int32_t> pos(tokens);
       for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>((t * 977) % 8192);
       RopeParams p{View(xf, tokens, cols, ld), pos.data(), heads, dim, 40, 10000.0, style};
       be->Rope(p);
       p.x = Tensor{x16.data(), DType::kBF16, tokens, cols, ld};
       be->Rope(p);
-      EXPECT_EQ(to16(xf), x16) << "rope tokens " << tokens;
+      EXPECT_EQ(testing::ToBf16(xf), x16) << "rope tokens " << tokens;
     }
     // GatedActivate: bf16 -> bf16, bf16 -> f32, f32 -> bf16.
     for (Activation act : {Activation::kGeluErf, Activation::kSilu}) {
       const int64_t n = 77;
-      auto g16 = to16(Random(tokens * 2 * n, 52, -4.f, 4.f));
-      auto gf = widen(g16);
+      auto g16 = testing::ToBf16(Random(tokens * 2 * n, 52, -4.f, 4.f));
+      auto gf = testing::FromBf16(g16);
       std::vector<float> of(tokens * n), o32(tokens * n);
       std::vector<uint16_t> o16(tokens * n), o16b(tokens * n);
       be->GatedActivate(View(gf, tokens, 2 * n), act, View(of, tokens, n));
@@ -193,9 +183,9 @@ TEST(CpuKernels, Bf16RowsAreTheF32KernelRounded) {
       be->GatedActivate(g16t, act, View(o32, tokens, n));
       be->GatedActivate(View(gf, tokens, 2 * n), act,
                         Tensor{o16b.data(), DType::kBF16, tokens, n, 0});
-      EXPECT_EQ(to16(of), o16) << "gated tokens " << tokens;
+      EXPECT_EQ(testing::ToBf16(of), o16) << "gated tokens " << tokens;
       EXPECT_EQ(of, o32) << "gated bf16 -> f32, tokens " << tokens;
-      EXPECT_EQ(to16(of), o16b) << "gated f32 -> bf16, tokens " << tokens;
+      EXPECT_EQ(testing::ToBf16(of), o16b) << "gated f32 -> bf16, tokens " << tokens;
     }
     // LayerNorm of f32 rows (with a residual) into bf16.
     const int64_t h = 100;
@@ -207,7 +197,7 @@ TEST(CpuKernels, Bf16RowsAreTheF32KernelRounded) {
     be->LayerNorm(View(x, tokens, h), &rt, View(gam, 1, h), &bt, 1e-5f, View(of, tokens, h));
     be->LayerNorm(View(x, tokens, h), &rt, View(gam, 1, h), &bt, 1e-5f,
                   Tensor{o16.data(), DType::kBF16, tokens, h, 0});
-    EXPECT_EQ(to16(of), o16) << "layernorm tokens " << tokens;
+    EXPECT_EQ(testing::ToBf16(of), o16) << "layernorm tokens " << tokens;
   }
 }
 

@@ -272,16 +272,6 @@ TEST_P(CpuLinear, ThreadCountInvariance) {
 // strided (a column view); out and residual separate and aliased.
 TEST_P(CpuLinear, Bf16ActivationsAreTheF32PathRounded) {
   auto be = MakeCpu();
-  auto to16 = [](const std::vector<float>& v) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToBF16(v[i]);
-    return h;
-  };
-  auto widen = [](const std::vector<uint16_t>& h) {
-    std::vector<float> v(h.size());
-    for (size_t i = 0; i < h.size(); ++i) v[i] = BF16ToF32(h[i]);
-    return v;
-  };
   for (DType dtype : {DType::kBF16, DType::kF32, DType::kI8}) {
     for (int64_t k : {64, 100, 384}) {
       const int64_t n = 96;
@@ -294,10 +284,10 @@ TEST_P(CpuLinear, Bf16ActivationsAreTheF32PathRounded) {
         for (bool strided : {false, true}) {
           for (int mode = 0; mode < 3; ++mode) {  // no residual, residual, residual aliased
             const int64_t ldx = strided ? k + 32 : k;
-            const auto x16 = to16(Random(m * ldx, 43));
-            auto xf = widen(x16);
-            const auto res16 = to16(Random(m * n, 44));
-            auto resf = widen(res16);
+            const auto x16 = testing::ToBf16(Random(m * ldx, 43));
+            auto xf = testing::FromBf16(x16);
+            const auto res16 = testing::ToBf16(Random(m * n, 44));
+            auto resf = testing::FromBf16(res16);
             const Activation act = mode == 0 ? Activation::kGeluErf : Activation::kNone;
             std::vector<float> of = mode == 2 ? resf : std::vector<float>(m * n, 0.f);
             Tensor rf = View(resf, m, n), oft = View(of, m, n);
@@ -318,7 +308,7 @@ TEST_P(CpuLinear, Bf16ActivationsAreTheF32PathRounded) {
                                      " k=" + std::to_string(k) +
                                      " strided=" + std::to_string(strided) +
                                      " mode=" + std::to_string(mode);
-            EXPECT_EQ(to16(of), o16) << what << ": bf16 in and out";
+            EXPECT_EQ(testing::ToBf16(of), o16) << what << ": bf16 in and out";
             if (mode != 0) continue;
             std::vector<float> o32(m * n, 0.f);  // bf16 in, f32 out: the same f32 bits
             be->Linear(LinearParams{lw->get(), xt, View(o32, m, n), act, nullptr});
@@ -326,7 +316,7 @@ TEST_P(CpuLinear, Bf16ActivationsAreTheF32PathRounded) {
             std::vector<uint16_t> o16b(m * n, 0);  // f32 in, bf16 out
             be->Linear(LinearParams{lw->get(), View(xf, m, k, ldx),
                                     Tensor{o16b.data(), DType::kBF16, m, n, 0}, act, nullptr});
-            EXPECT_EQ(to16(of), o16b) << what << ": f32 in, bf16 out";
+            EXPECT_EQ(testing::ToBf16(of), o16b) << what << ": f32 in, bf16 out";
           }
         }
       }

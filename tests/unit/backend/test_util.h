@@ -27,6 +27,18 @@ inline std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.f, float
   return v;
 }
 
+// bf16 (round to nearest even) of every value, and back (exact).
+inline std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToBF16(v[i]);
+  return h;
+}
+inline std::vector<float> FromBf16(const std::vector<uint16_t>& h) {
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = BF16ToF32(h[i]);
+  return v;
+}
+
 inline Tensor View(std::vector<float>& v, int64_t rows, int64_t cols, int64_t stride = 0) {
   return Tensor{v.data(), DType::kF32, rows, cols, stride};
 }
