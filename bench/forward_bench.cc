@@ -5,10 +5,12 @@
 //                               [--dtypes f32,bf16,int8] [--threads 2] [--seq-len 128]
 //                               [--batch-tokens 8192] [--reps 3]
 //                               [--dir /tmp/sluice-bench-models] [--write-only]
+//                               [--amx-tune CHUNK:GROUP:L2KB]
 //
 // int8: the f32 directory loaded with --dtype int8 (int8 linear layers); its GEMM peak
 // counts int8 multiply-adds as 2 ops. --write-only writes the f32 directories of --models,
-// prints their paths and exits (for bench/cpu_dtype_score.py).
+// prints their paths and exits (for bench/cpu_dtype_score.py). --amx-tune sets the AMX
+// GEMM's blocking (gemm_x86.h AmxTuning; the same bits, only the speed changes).
 //
 // Prints a markdown table: tokens/s (median of reps, min-max), achieved GFLOP/s and the
 // fraction of the measured GEMM peak. FLOPs count the linear layers (2 per parameter per
@@ -20,6 +22,7 @@
 #include <random>
 #include <sstream>
 
+#include "backend/cpu/gemm_x86.h"
 #include "engine/engine.h"
 #include "synthetic_model.h"
 
@@ -103,7 +106,14 @@ int main(int argc, char** argv) {
       reps = std::stoi(v);
     else if (k == "--dir")
       dir = v;
-    else {
+    else if (k == "--amx-tune") {
+      cpu::x86::AmxTuning t;
+      if (!cpu::x86::ParseAmxTuning(v.c_str(), &t) || !t.epilogue) {
+        std::fprintf(stderr, "--amx-tune: bad value %s (CHUNK:GROUP:L2KB)\n", v.c_str());
+        return 2;
+      }
+      cpu::x86::SetAmxTuningForTesting(t);
+    } else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
     }

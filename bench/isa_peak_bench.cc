@@ -1,7 +1,8 @@
 // Peak multiply-add throughput of this CPU's matrix instructions, measured with
 // micro-kernels of our own (register-resident operands, independent accumulators), per
 // thread count: f32 FMA (AVX2 ymm, AVX-512 zmm), AVX512-BF16 vdpbf16ps, AVX512-VNNI
-// vpdpbusd, and AMX tdpbf16ps / tdpbssd (tiles loaded once, 16x16x32 per instruction).
+// vpdpbusd, and AMX tdpbf16ps / tdpbssd (tiles loaded once, 16x16x32 per instruction; and
+// with the operand tiles loaded from L1 every step as the GEMM's 1x4 and 2x2 schedules do).
 // Rows are skipped (n/a) where the CPU, the OS or the ISA cap lacks the feature. This is
 // the hardware limit that docs/benchmarks.md compares GEMMs against (issue 19 item 1).
 //
@@ -98,6 +99,10 @@ __attribute__((noinline)) double Vnni(int64_t iters) {
 
 double AmxBf16(int64_t iters) { return sluice::cpu::amx::PeakLoopBf16(iters); }
 double AmxInt8(int64_t iters) { return sluice::cpu::amx::PeakLoopInt8(iters); }
+double AmxBf16L1x4(int64_t iters) { return sluice::cpu::amx::LoadLoopBf16(iters, false); }
+double AmxBf16L2x2(int64_t iters) { return sluice::cpu::amx::LoadLoopBf16(iters, true); }
+double AmxInt8L1x4(int64_t iters) { return sluice::cpu::amx::LoadLoopInt8(iters, false); }
+double AmxInt8L2x2(int64_t iters) { return sluice::cpu::amx::LoadLoopInt8(iters, true); }
 
 struct Row {
   const char* name;
@@ -150,7 +155,11 @@ int main(int argc, char** argv) {
                       {"bf16 vdpbf16ps (zmm)", &Dpbf16, f.avx512_bf16, 200000},
                       {"int8 vpdpbusd (zmm)", &Vnni, f.avx512_vnni, 200000},
                       {"bf16 AMX tdpbf16ps", &AmxBf16, amx && f.amx_bf16, 100000},
-                      {"int8 AMX tdpbssd", &AmxInt8, amx && f.amx_int8, 100000}};
+                      {"int8 AMX tdpbssd", &AmxInt8, amx && f.amx_int8, 100000},
+                      {"bf16 AMX, 1x4 tile loads from L1", &AmxBf16L1x4, amx && f.amx_bf16, 50000},
+                      {"bf16 AMX, 2x2 tile loads from L1", &AmxBf16L2x2, amx && f.amx_bf16, 50000},
+                      {"int8 AMX, 1x4 tile loads from L1", &AmxInt8L1x4, amx && f.amx_int8, 50000},
+                      {"int8 AMX, 2x2 tile loads from L1", &AmxInt8L2x2, amx && f.amx_int8, 50000}};
   std::printf("features: %s; AMX usable: %s\n\n| instruction |",
               sluice::cpu::FeatureSummary().c_str(), amx ? "yes" : "no");
   for (int t : threads) std::printf(" %d thread%s |", t, t == 1 ? "" : "s");

@@ -15,6 +15,9 @@
 //                                    amx-bf16,amx-int8,amx-bf16-2x2,amx-int8-2x2,amx-bf16-2x2pf,
 //                                    amx-int8-2x2pf]
 //                           [--cpu-time] [--only SHAPE-NAME-PART] [--act gelu|none]
+//                           [--amx-tunes CHUNK:GROUP:L2KB[:noepi],...]
+// --amx-tunes runs every amx-* path once per blocking (gemm_x86.h AmxTuning; columns
+// "PATH@TUNE"); ":noepi" skips the epilogue (the tile loop alone; output not written).
 // The epilogue is bias + GELU (erf) unless --act none (bias only).
 // Prints a markdown table: median GFLOP/s over R repetitions (after 2 warm-ups), spread
 // (min..max), and for M <= 4 the weight bytes streamed per second (GB/s) next to the
@@ -109,6 +112,8 @@ struct PathSpec {
   double weight_bytes;
   const char* cap = "";  // SLUICE_CPU_MAX_ISA while the weight is prepared ("": none)
   cpu::x86::AmxKernel amx = cpu::x86::AmxKernel::k1x4;  // the AMX paths' tile schedule
+  std::string tune;                                     // AmxTuning ("" = the defaults)
+  std::string label() const { return tune.empty() ? name : std::string(name) + "@" + tune; }
 };
 
 }  // namespace
@@ -117,7 +122,7 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 7;
   std::string only;                       // --only: shapes whose name contains this
   Activation act = Activation::kGeluErf;  // --act gelu|none: the fused epilogue
-  std::string ms_arg = "1,2,3,4,16,64,256,1024,4096", set = "encoder";
+  std::string ms_arg = "1,2,3,4,16,64,256,1024,4096", set = "encoder", tunes_arg;
   std::string paths_arg =
       "onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,amx-bf16,amx-int8";
   for (int i = 1; i < argc; ++i) {
@@ -143,6 +148,8 @@ int main(int argc, char** argv) {
       act = a == "gelu" ? Activation::kGeluErf : Activation::kNone;
     } else if (!std::strcmp(argv[i], "--paths") && has_value) {
       paths_arg = argv[++i];
+    } else if (!std::strcmp(argv[i], "--amx-tunes") && has_value) {
+      tunes_arg = argv[++i];
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -184,9 +191,26 @@ int main(int argc, char** argv) {
       {"amx-bf16-2x2pf", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2Prefetch},
       {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2Prefetch}};
   std::vector<PathSpec> paths;
+  const std::vector<std::string> tunes = Split(tunes_arg);
+  for (const auto& t : tunes) {
+    cpu::x86::AmxTuning parsed;
+    if (!cpu::x86::ParseAmxTuning(t.c_str(), &parsed)) {
+      std::fprintf(stderr, "--amx-tunes: bad entry %s (CHUNK:GROUP:L2KB[:noepi])\n", t.c_str());
+      return 2;
+    }
+  }
   for (auto& p : Split(paths_arg)) {
     for (auto& a : all) {
-      if (p == a.name) paths.push_back(a);
+      if (p != a.name) continue;
+      if (tunes.empty() || std::strncmp(a.name, "amx", 3) != 0) {
+        paths.push_back(a);
+        continue;
+      }
+      for (const auto& t : tunes) {
+        PathSpec v = a;
+        v.tune = t;
+        paths.push_back(v);
+      }
     }
   }
   const bool cpu_time = g_cpu_time;
@@ -197,7 +221,7 @@ int main(int argc, char** argv) {
       "threads %d, features %s, oneDNN ISA %s, read bandwidth %.1f GB/s; median of %d "
       "(min..max) GFLOP/s, [GB/s of weights for M <= 4]\n\n| shape | K | N | M |",
       threads, cpu::FeatureSummary().c_str(), cpu::LinearRunner::IsaName().c_str(), bw, reps);
-  for (auto& p : paths) std::printf(" %s |", p.name);
+  for (auto& p : paths) std::printf(" %s |", p.label().c_str());
   std::printf("\n|---|---|---|---|");
   for (size_t i = 0; i < paths.size(); ++i) std::printf("---|");
   std::printf("\n");
@@ -228,7 +252,11 @@ int main(int argc, char** argv) {
         LinearParams lp{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
                         Tensor{out.data(), DType::kF32, m, s.n, 0}, act};
         cpu::x86::SetAmxKernelForTesting(p.amx);
+        cpu::x86::AmxTuning tune;
+        if (!p.tune.empty()) cpu::x86::ParseAmxTuning(p.tune.c_str(), &tune);
+        cpu::x86::SetAmxTuningForTesting(tune);
         Stats st = Time(reps, [&] { be->Linear(lp); });
+        cpu::x86::ResetAmxTuningForTesting();
         cpu::x86::ResetAmxKernelForTesting();
         const double f = 2.0 * m * s.n * s.k / 1e9;
         char buf[96];

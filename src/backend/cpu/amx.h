@@ -20,5 +20,9 @@ void ConfigureSquareTiles();
 // Call only when Available() (and amx_bf16 / amx_int8).
 double PeakLoopBf16(int64_t iters);
 double PeakLoopInt8(int64_t iters);
+// The same work with the operand tiles loaded from L1 every step, as the GEMM's schedules
+// do: 1x4 (1 A + 4 B tile loads per 4 multiply-adds) or 2x2 (2 A + 2 B).
+double LoadLoopBf16(int64_t iters, bool two_by_two);
+double LoadLoopInt8(int64_t iters, bool two_by_two);
 
 }  // namespace sluice::cpu::amx

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -46,6 +47,61 @@ void SetAmxKernelForTesting(AmxKernel k) {
   g_amx_kernel.store(static_cast<int>(k), std::memory_order_relaxed);
 }
 void ResetAmxKernelForTesting() { g_amx_kernel.store(-1, std::memory_order_relaxed); }
+namespace {
+// The tuning's fields, each atomic (the defaults unless a benchmark or test set them).
+std::atomic<int64_t> g_chunk{AmxTuning{}.chunk};
+std::atomic<int64_t> g_tile_group{AmxTuning{}.tile_group};
+std::atomic<int64_t> g_l2_bytes{AmxTuning{}.l2_bytes};
+std::atomic<bool> g_epilogue{true};
+
+bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* v) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *v = std::stoll(s);
+  return *v >= lo && *v <= hi;
+}
+}  // namespace
+
+AmxTuning CurrentAmxTuning() {
+  AmxTuning t;
+  t.chunk = g_chunk.load(std::memory_order_relaxed);
+  t.tile_group = g_tile_group.load(std::memory_order_relaxed);
+  t.l2_bytes = g_l2_bytes.load(std::memory_order_relaxed);
+  t.epilogue = g_epilogue.load(std::memory_order_relaxed);
+  return t;
+}
+
+bool ParseAmxTuning(const char* s, AmxTuning* t) {
+  std::vector<std::string> f(1);
+  for (const char* c = s; *c; ++c) {
+    if (*c == ':') {
+      f.emplace_back();
+    } else {
+      f.back() += *c;
+    }
+  }
+  if (f.size() != 3 && !(f.size() == 4 && f[3] == "noepi")) return false;
+  AmxTuning r;
+  int64_t kb = 0;
+  if (!ParseInt(f[0], 16, 1 << 20, &r.chunk) || r.chunk % 16 != 0 ||
+      !ParseInt(f[1], 1, 8, &r.tile_group) || !ParseInt(f[2], 1, 1 << 20, &kb)) {
+    return false;
+  }
+  r.l2_bytes = kb << 10;
+  r.epilogue = f.size() == 3;
+  *t = r;
+  return true;
+}
+
+void SetAmxTuningForTesting(const AmxTuning& t) {
+  g_chunk.store(t.chunk, std::memory_order_relaxed);
+  g_tile_group.store(t.tile_group, std::memory_order_relaxed);
+  g_l2_bytes.store(t.l2_bytes, std::memory_order_relaxed);
+  g_epilogue.store(t.epilogue, std::memory_order_relaxed);
+}
+void ResetAmxTuningForTesting() { SetAmxTuningForTesting(AmxTuning{}); }
+
 const char* AmxKernelName(AmxKernel k) {
   switch (k) {
     case AmxKernel::k1x4:

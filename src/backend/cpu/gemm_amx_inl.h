@@ -24,7 +24,7 @@
 // same instructions for every row: a row tile always has 16 rows (the last rows of a batch
 // are copied into a zero-padded 16-row buffer), so neither M, nor the row's position, nor
 // the thread count changes the instruction sequence a row goes through. K runs in chunks
-// (kAmxChunk) with the accumulators stored and reloaded between them: bit copies, the same
+// (AmxTuning::chunk) with the accumulators stored and reloaded between them: bit copies, the same
 // sequence. (This assumes, as for SIMD lanes, that a tile row's result does not depend on
 // the row's index in the tile or on the other rows: the hardware tests check it.)
 #pragma once
@@ -66,6 +66,7 @@ struct AmxPlan {
   int64_t ldo = 0;
   uint16_t* out16 = nullptr;
   AmxKernel kernel = AmxKernel::k1x4;
+  AmxTuning tune = CurrentAmxTuning();
 };
 
 inline AmxPlan AmxPlanBf16(const Bf16Args& a) {
@@ -165,17 +166,18 @@ inline void AmxTileEpilogue(const AmxPlan& p, int64_t t, int64_t c0, int64_t col
   PlanEpilogue(p, acc, r0, rows, c0, cols);
 }
 
-// k groups per chunk: the weight block's chunk (kAmxChunk * 256 bytes = 32 KB) stays in
-// L1 while the row tiles of a tile pass over it; accumulators are spilled between chunks.
-constexpr int64_t kAmxChunk = 128;
-constexpr int64_t kAmxTileGroup = 4;  // row tiles per scheduling tile: 64 rows
+// The blocking (AmxTuning, gemm_x86.h): K chunks of tune.chunk k groups (by default 128:
+// the weight block's chunk, 32 KB, stays in L1 while the row tiles of a tile pass over it;
+// accumulators are spilled between chunks), tune.tile_group row tiles per scheduling tile
+// (by default 4: 64 rows), at most kAmxMaxTileGroup.
+constexpr int64_t kAmxMaxTileGroup = 8;
 
-// The drivers' schedule: tiles of (kAmxTileGroup row tiles) x (pb weight blocks), and the
+// The drivers' schedule: tiles of (tune.tile_group row tiles) x (pb weight blocks), and the
 // last, partial row tile's rows in a 16-row buffer of this thread, the rest zero (bf16 0.0,
 // uint8 128 = int8 0; those padding rows are computed and dropped).
 struct AmxSchedule {
   int64_t blocks = 0, row_tiles = 0, block_bytes = 0, full_rows = 0;
-  int64_t pb = 1, tiles_m = 0, tiles_n = 0;
+  int64_t pb = 1, tiles_m = 0, tiles_n = 0, tile_group = 1;
   bool parallel = false;
   const uint8_t* tail_x = nullptr;
   // Row tile t's 16 rows of activations.
@@ -199,8 +201,10 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
     }
   }
   s.tail_x = tail.data();
-  s.tiles_m = (s.row_tiles + kAmxTileGroup - 1) / kAmxTileGroup;
-  s.pb = gemm::BlocksPerTile(s.blocks, (1 << 20) / s.block_bytes, s.tiles_m, omp_get_max_threads());
+  s.tile_group = std::clamp<int64_t>(p.tune.tile_group, 1, kAmxMaxTileGroup);
+  s.tiles_m = (s.row_tiles + s.tile_group - 1) / s.tile_group;
+  s.pb = gemm::BlocksPerTile(s.blocks, p.tune.l2_bytes / s.block_bytes, s.tiles_m,
+                             omp_get_max_threads());
   s.tiles_n = (s.blocks + s.pb - 1) / s.pb;
   s.parallel = p.m * p.n * p.groups >= (1 << 15) && s.tiles_m * s.tiles_n > 1;
   return s;
@@ -242,7 +246,7 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t gr
 
 // One weight block (w, its 64 columns) against row tiles t0 .. t_end - 1 of the plan, onto
 // their accumulators accs ([t - t0][16][64]), with p.kernel's schedule:
-//   k1x4: K in kAmxChunk chunks, every row tile over each chunk while it is in L1;
+//   k1x4: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
 //   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs, a lone last
 //   row tile as AmxMicroTile over the whole of K.
 // The same bits either way: every element is one lane over all k groups in order from zero.
@@ -251,8 +255,9 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
               int32_t* accs) {
   auto acc = [&](int64_t t) { return accs + (t - t0) * kAmxRows * kBlockN; };
   if (p.kernel == AmxKernel::k1x4) {
-    for (int64_t g0 = 0; g0 < p.groups; g0 += kAmxChunk) {
-      const int64_t g1 = std::min(p.groups, g0 + kAmxChunk);
+    const int64_t chunk = std::max<int64_t>(kAmxGroups, p.tune.chunk / kAmxGroups * kAmxGroups);
+    for (int64_t g0 = 0; g0 < p.groups; g0 += chunk) {
+      const int64_t g1 = std::min(p.groups, g0 + chunk);
       for (int64_t t = t0; t < t_end; ++t)
         AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, g0, g1, w, acc(t));
     }
@@ -287,19 +292,20 @@ void AmxDrive(const AmxPlan& p) {
 #pragma omp parallel if (sc.parallel)
   {
     Ops::Begin();
-    // Accumulators of the tile's row tiles: [kAmxTileGroup][16][64] (f32 or int32).
-    alignas(64) int32_t accs[kAmxTileGroup * kAmxRows * kBlockN];
+    // Accumulators of the tile's row tiles: [tile_group][16][64] (f32 or int32).
+    alignas(64) int32_t accs[kAmxMaxTileGroup * kAmxRows * kBlockN];
     alignas(64) float conv[kAmxRows * kBlockN];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t tn = 0; tn < sc.tiles_n; ++tn) {
       for (int64_t tm = 0; tm < sc.tiles_m; ++tm) {
         const int64_t b_end = std::min(sc.blocks, (tn + 1) * sc.pb);
-        const int64_t t0 = tm * kAmxTileGroup;
-        const int64_t t_end = std::min(sc.row_tiles, t0 + kAmxTileGroup);
+        const int64_t t0 = tm * sc.tile_group;
+        const int64_t t_end = std::min(sc.row_tiles, t0 + sc.tile_group);
         for (int64_t b = tn * sc.pb; b < b_end; ++b) {
           const int64_t c0 = b * kBlockN;
           const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
           AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs);
+          if (!p.tune.epilogue) continue;
           for (int64_t t = t0; t < t_end; ++t) {
             AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN, conv);
           }

@@ -159,4 +159,20 @@ const char* AmxKernelName(AmxKernel k);
 void SetAmxKernelForTesting(AmxKernel k);
 void ResetAmxKernelForTesting();
 
+// The AMX drivers' blocking (gemm_amx_inl.h). None of it changes a result's bits: K chunks
+// store and reload the exact accumulators, and the tiles only decide which thread computes
+// an element. Benchmarks sweep it (linear_paths_bench / forward_bench --amx-tune).
+struct AmxTuning {
+  int64_t chunk = 128;         // k groups per K chunk of the 1x4 schedule (a multiple of 16)
+  int64_t tile_group = 4;      // row tiles (16 rows each) per scheduling tile, 1..8
+  int64_t l2_bytes = 1 << 20;  // packed weight bytes per scheduling tile (at most)
+  bool epilogue = true;        // false skips the epilogue: benchmarks only (output not written)
+};
+AmxTuning CurrentAmxTuning();
+// "CHUNK:GROUP:L2KB[:noepi]" (e.g. "128:4:1024"); false on malformed or out-of-range input.
+bool ParseAmxTuning(const char* s, AmxTuning* t);
+// For benchmarks and tests: process-wide, not synchronised with running GEMMs.
+void SetAmxTuningForTesting(const AmxTuning& t);
+void ResetAmxTuningForTesting();
+
 }  // namespace sluice::cpu::x86

@@ -249,9 +249,9 @@ TEST(AmxGemm, EmuI8MatchesGemmI8BitForBit) {
   }
 }
 
-// Every tile schedule gives the 1x4 schedule's bits (bf16 and int8, with the epilogue),
-// over M with pairs of row tiles, lone last tiles and padded tails, and K over several of
-// 1x4's chunks.
+// Every tile schedule and blocking gives the default 1x4 schedule's bits (bf16 and int8,
+// with the epilogue), over M with pairs of row tiles, lone last tiles and padded tails, and
+// K over several of 1x4's chunks.
 void CheckKernelsAgree(Impl impl) {
   std::vector<std::array<int64_t, 3>> shapes = Shapes();
   for (std::array<int64_t, 3> s :
@@ -268,20 +268,52 @@ void CheckKernelsAgree(Impl impl) {
       RunBf16(impl, bc, bc.bias.data(), Activation::kGeluErf, true, &want_b);
       RunI8(impl, ic, Activation::kGeluErf, true, &want_i);
     }
-    for (auto kernel : {x86::AmxKernel::k2x2, x86::AmxKernel::k2x2Prefetch}) {
-      KernelScope scope(kernel);
-      std::vector<float> got_b = res, got_i = res;
-      RunBf16(impl, bc, bc.bias.data(), Activation::kGeluErf, true, &got_b);
-      RunI8(impl, ic, Activation::kGeluErf, true, &got_i);
-      EXPECT_EQ(0, std::memcmp(want_b.data(), got_b.data(), want_b.size() * 4))
-          << "bf16 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel);
-      EXPECT_EQ(0, std::memcmp(want_i.data(), got_i.data(), want_i.size() * 4))
-          << "int8 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel);
+    // The other schedules, and every schedule under other blockings (AmxTuning: K chunks of
+    // one tile row or of more than K, 1 to 8 row tiles per tile, weight tiles of 1 block).
+    const char* tunings[] = {"128:4:1024", "16:1:16", "48:8:64", "512:3:4096", "32:2:1"};
+    for (auto kernel : kKernels) {
+      for (const char* tune : tunings) {
+        x86::AmxTuning t;
+        ASSERT_TRUE(x86::ParseAmxTuning(tune, &t)) << tune;
+        if (kernel == x86::AmxKernel::k1x4 && tune == tunings[0]) continue;  // the reference
+        KernelScope scope(kernel);
+        x86::SetAmxTuningForTesting(t);
+        std::vector<float> got_b = res, got_i = res;
+        RunBf16(impl, bc, bc.bias.data(), Activation::kGeluErf, true, &got_b);
+        RunI8(impl, ic, Activation::kGeluErf, true, &got_i);
+        x86::ResetAmxTuningForTesting();
+        EXPECT_EQ(0, std::memcmp(want_b.data(), got_b.data(), want_b.size() * 4))
+            << "bf16 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel)
+            << " " << tune;
+        EXPECT_EQ(0, std::memcmp(want_i.data(), got_i.data(), want_i.size() * 4))
+            << "int8 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel)
+            << " " << tune;
+      }
     }
   }
 }
 
 TEST(AmxGemm, EmuKernelsGiveTheSameBits) { CheckKernelsAgree(Impl::kEmu); }
+
+TEST(AmxGemm, TuningParsesAndRefuses) {
+  x86::AmxTuning t;
+  ASSERT_TRUE(x86::ParseAmxTuning("64:8:512:noepi", &t));
+  EXPECT_EQ(64, t.chunk);
+  EXPECT_EQ(8, t.tile_group);
+  EXPECT_EQ(512 << 10, t.l2_bytes);
+  EXPECT_FALSE(t.epilogue);
+  ASSERT_TRUE(x86::ParseAmxTuning("128:4:1024", &t));
+  EXPECT_TRUE(t.epilogue);
+  for (const char* bad : {"", "128", "128:4", "8:4:1024", "100:4:1024", "128:0:1024", "128:9:1024",
+                          "128:4:0", "128:4:1024:x", "a:4:1024", "128:4:1024:"}) {
+    EXPECT_FALSE(x86::ParseAmxTuning(bad, &t)) << bad;
+  }
+  const x86::AmxTuning d = x86::CurrentAmxTuning();  // the defaults
+  EXPECT_EQ(128, d.chunk);
+  EXPECT_EQ(4, d.tile_group);
+  EXPECT_EQ(1 << 20, d.l2_bytes);
+  EXPECT_TRUE(d.epilogue);
+}
 
 // A probe row's output bits vs alone (M = 1): at positions in batches of many M, with 1
 // and 2 threads.
@@ -328,7 +360,7 @@ const std::vector<int64_t> kInvarianceMs = {2, 7, 15, 16, 17, 31, 32, 33, 64, 65
 TEST(AmxGemm, EmuRowIndependentOfMPositionAndThreads) {
   for (auto kernel : kKernels) {
     KernelScope scope(kernel);
-    for (int64_t k : {200, 1100}) {  // 1100: several K chunks (kAmxChunk) for bf16 and int8
+    for (int64_t k : {200, 1100}) {  // 1100: several K chunks (AmxTuning::chunk) for bf16 and int8
       CheckRowInvariance(Impl::kEmu, false, k, kInvarianceMs);
       CheckRowInvariance(Impl::kEmu, true, k, kInvarianceMs);
     }
