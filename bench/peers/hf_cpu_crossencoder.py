@@ -116,8 +116,10 @@ def ort_run(sess, pairs, batch):
     return scores
 
 
-def timed_best(run, pairs, reps):
-    """Sweeps batch sizes on a slice, then times the best on all pairs: (rates, bs, scores)."""
+def best_batch(run, pairs, full_warmup):
+    """Sweeps batch sizes on a slice and returns the best; full_warmup then runs all pairs once
+    untimed at that batch (with dynamic padding every new length builds new kernels in
+    PyTorch/oneDNN: without it the first timed repetition pays for them)."""
     warm = pairs[:min(len(pairs), 64)]
     best_bs, best_rate = None, 0
     for bs in (8, 32, 128):
@@ -127,12 +129,16 @@ def timed_best(run, pairs, reps):
         rate = len(warm) / (time.perf_counter() - t0)
         if rate > best_rate:
             best_bs, best_rate = bs, rate
-    rates, scores = [], None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        scores = run(pairs, best_bs)
-        rates.append(len(pairs) / (time.perf_counter() - t0))
-    return rates, best_bs, scores
+    if full_warmup:
+        run(pairs, best_bs)
+    return best_bs
+
+
+def timed_once(run, pairs, bs):
+    """(pairs/s, scores) of one timed pass."""
+    t0 = time.perf_counter()
+    scores = run(pairs, bs)
+    return len(pairs) / (time.perf_counter() - t0), scores
 
 
 def main():
@@ -154,6 +160,9 @@ def main():
                          "token ids, `sluice bench`'s shape) as one HF batch, fp32 and bf16 "
                          "autocast: p50/p95 over --single-reps forwards (tokenisation excluded)")
     ap.add_argument("--single-reps", type=int, default=30)
+    ap.add_argument("--no-full-warmup", action="store_true",
+                    help="skip the untimed pass over all pairs of each HF/ORT column before the "
+                         "timed rounds (runs before 2026-12-07 had none)")
     args = ap.parse_args()
     peers = [p for p in args.peers.split(",") if p]
     dtypes = [d for d in args.sluice_dtypes.split(",") if d]
@@ -173,11 +182,14 @@ def main():
         model.save_pretrained(mdir)
         pairs = load_pairs(args.workload, n)
         tokens = sum(len(p[0]) for p in pairs)
-        hf_rates, best_bs, hf_scores = timed_best(lambda p, b: hf_run(model, p, b), pairs,
-                                                  args.reps)
-        row = {"model": name, "pairs": len(pairs), "tokens": tokens, "hf_batch": best_bs,
-               "hf_pairs_per_s": hf_rates, "hf_median": med(hf_rates)}
-        cols = []  # (column, rates, batch, scores)
+        # Every column is prepared first (batch sweeps, warm-ups), then timed in rounds: each
+        # round times every column once, in an order rotated per round, so that a host's drift
+        # between calls (up to 2x on the GPU machine's CPU) lands on all columns alike.
+        row = {"model": name, "pairs": len(pairs), "tokens": tokens}
+        hf_run_fn = lambda p, b: hf_run(model, p, b)  # noqa: E731
+        hf_bs = best_batch(hf_run_fn, pairs, not args.no_full_warmup)
+        row["hf_batch"] = hf_bs
+        timers = [("hf-fp32", lambda: timed_once(hf_run_fn, pairs, hf_bs), hf_bs)]
         for peer in peers:
             if peer == "hf-bf16":
                 run = lambda p, b: hf_bf16_run(model, p, b)  # noqa: E731
@@ -186,8 +198,8 @@ def main():
                 run = lambda p, b, sess=sess: ort_run(sess, p, b)  # noqa: E731
             else:
                 raise SystemExit("unknown peer " + peer)
-            rates, bs, scores = timed_best(run, pairs, args.reps)
-            cols.append((peer, rates, bs, scores))
+            bs = best_batch(run, pairs, not args.no_full_warmup)
+            timers.append((peer, lambda run=run, bs=bs: timed_once(run, pairs, bs), bs))
         inp = os.path.join(args.out, name + ".jsonl")
         write_jsonl(pairs, inp)
         if args.single_docs > 0 and name == "minilm-l6":
@@ -198,20 +210,34 @@ def main():
             if env_kv:
                 k, _, v = env_kv.partition("=")
                 env[k] = v
-            sl_rates, kernel = [], ""
-            outp = os.path.join(args.out, f"{name}.{dtype}.out.jsonl")
-            for _ in range(args.reps):
+            outp = os.path.join(args.out, f"{name}.{variant.replace(':', '.')}.out.jsonl")
+
+            def sluice_once(dtype=dtype, env=env, outp=outp, variant=variant):
                 r = subprocess.run([args.sluice, "score", "--model", mdir, "--input", inp,
                                     "--output", outp, "--threads", str(args.threads),
                                     "--dtype", dtype], capture_output=True, text=True, check=True,
                                    env=env)
                 m = re.search(r"done: (\d+) sequences, (\d+) tokens in ([\d.]+) s", r.stderr)
-                sl_rates.append(int(m.group(1)) / float(m.group(3)))
                 k = re.search(r"linear layers: (.*)", r.stderr)
-                kernel = k.group(1) if k else kernel
-            sl_scores = [json.loads(line)["score"] for line in open(outp)]
-            cols.append((f"sluice-{variant}", sl_rates, None, sl_scores))
-            row[f"sluice-{variant}_kernel"] = kernel
+                if k:
+                    row[f"sluice-{variant}_kernel"] = k.group(1)
+                return (int(m.group(1)) / float(m.group(3)),
+                        [json.loads(line)["score"] for line in open(outp)])
+            timers.append((f"sluice-{variant}", sluice_once, None))
+        rates = {c: [] for c, _, _ in timers}
+        scores = {}
+        row["rounds"] = []  # per round {column: pairs/s}: paired ratios within a round
+        for rep in range(args.reps):
+            k = rep % len(timers)
+            for col, fn, _ in timers[k:] + timers[:k]:
+                rate, sc = fn()
+                rates[col].append(rate)
+                scores[col] = sc
+            row["rounds"].append({c: rates[c][-1] for c, _, _ in timers})
+        hf_scores = scores["hf-fp32"]
+        row["hf_pairs_per_s"] = rates["hf-fp32"]
+        row["hf_median"] = med(rates["hf-fp32"])
+        cols = [(c, rates[c], bs, scores[c]) for c, _, bs in timers[1:]]
         for col, rates, bs, scores in cols:
             d = [abs(a - b) for a, b in zip(hf_scores, scores)]
             row[col] = {"pairs_per_s": rates, "median": med(rates), "batch": bs,
