@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "media/exif.h"
+#include "media/jpeg_dc.h"
 
 namespace sluice::media {
 
@@ -114,6 +115,13 @@ Status DecodeJpeg(std::string_view bytes, const DecodeOptions& limits, bool head
     }
     st.cinfo.scale_num = static_cast<unsigned>(m);
     st.cinfo.scale_denom = 8;
+    // At 1/8 our own decoder, where it handles the file (same pixels); libjpeg-turbo otherwise.
+    if (m == 1 && limits.jpeg_own_eighth_decoder && !st.cinfo.progressive_mode &&
+        !st.cinfo.arith_code && st.cinfo.data_precision == 8 && (gray || cs == JCS_YCbCr) &&
+        DecodeJpegEighth(bytes, limits, out)) {
+      if (limits.exif_orientation) ApplyOrientation(out, orientation);
+      return Status::Ok();
+    }
   }
   jpeg_start_decompress(&st.cinfo);
   const int w = static_cast<int>(st.cinfo.output_width),

@@ -53,6 +53,11 @@ struct DecodeOptions {
   // orientation taken into account). Not Pillow's result: the resize that follows starts from a
   // different image.
   int jpeg_min_short_edge = 0, jpeg_min_width = 0, jpeg_min_height = 0;
+  // Where "fast" decoding picks 1/8, baseline JPEGs go through sluice's own 1/8 decoder
+  // (media/jpeg_dc.h: libjpeg-turbo's 1/8 output to the bit, much less Huffman work); the
+  // files it does not handle through libjpeg-turbo. False: libjpeg-turbo always (tests and
+  // benchmarks compare the two).
+  bool jpeg_own_eighth_decoder = true;
 };
 
 // Pillow semantics per format:
