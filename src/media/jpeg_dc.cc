@@ -126,13 +126,32 @@ struct HuffSpec {
   uint8_t values[256] = {};
 };
 
+// For skipping AC coefficients: every complete symbol (code + extra bits) within the next
+// kMultiBits bits at once. Entry: bits 0-3 the bits they take (0: none fits), bits 4-10 the
+// position advance that must still fit the block (k + it <= 64: the last coefficient at 63 at
+// most; an EOB, which ends the entry, counts 1 so that it comes before position 64), bit 11 an
+// EOB (the advance then also jumps past the block). 127 in bits 4-10 where no symbol fits.
+constexpr int kMultiBits = 13;
+// For AC coefficients with values (and DC differences): a code and its extra bits within the
+// next kLutBits2 bits. Entry: bits 0-15 the value, 16-19 the bits taken (0: not here), 20-23
+// the zero run before it (15 for ZRL, 0 for EOB), 24-31 the position advance (run + 1, 16 for
+// ZRL, 128 for EOB).
+constexpr int kValueBits = 12;
+
 struct HuffTable {
   uint32_t lut[1 << kLutBits];
+  uint16_t multi[1 << kMultiBits];  // AC tables only
+  uint32_t value[1 << kValueBits];
   int32_t maxcode[18];    // largest code of each length, -1 when none
   int32_t valoffset[18];  // symbol index = code + valoffset[length]
   uint8_t values[256];
   bool dc = false;
 };
+
+inline int Extend(uint64_t bits, int s) {
+  const int v = static_cast<int>(bits);
+  return v < (1 << (s - 1)) ? v - (1 << s) + 1 : v;
+}
 
 uint32_t MakeEntry(int code_len, int sym, bool dc) {
   const int s = dc ? sym : (sym & 15);
@@ -141,6 +160,64 @@ uint32_t MakeEntry(int code_len, int sym, bool dc) {
   if (!dc) adv = s != 0 ? static_cast<uint32_t>(r + 1) : (r == 15 ? 16u : 128u);
   return static_cast<uint32_t>(code_len + s) | (static_cast<uint32_t>(code_len) << 8) |
          (static_cast<uint32_t>(sym) << 16) | (adv << 24);
+}
+
+void BuildMultiTable(HuffTable* t) {
+  for (uint32_t i = 0; i < (1u << kMultiBits); ++i) {
+    int pos = 0, apply = 0, check = 0;
+    for (;;) {
+      // The symbol at bit pos of the window, if its code and extra bits fit.
+      int len = 0, sym = -1;
+      for (int l = 1; l <= 16 && pos + l <= kMultiBits; ++l) {
+        const int32_t code = static_cast<int32_t>((i >> (kMultiBits - pos - l)) & ((1u << l) - 1));
+        if (code <= t->maxcode[l]) {
+          len = l;
+          sym = t->values[code + t->valoffset[l]];
+          break;
+        }
+      }
+      if (sym < 0) break;
+      const int s = sym & 15, r = sym >> 4;
+      if (pos + len + s > kMultiBits) break;
+      if (s == 0 && r != 15) {  // EOB: must come before position 64
+        pos += len;
+        apply += 128;
+        check += 1;
+        break;
+      }
+      const int adv = s != 0 ? r + 1 : 16;
+      if (check + adv > 63) break;  // near the block's end: one symbol at a time
+      pos += len + s;
+      apply += adv;
+      check += adv;
+    }
+    t->multi[i] = static_cast<uint16_t>(
+        pos == 0 ? (127 << 4) : pos | (check << 4) | (apply >= 128 ? 1 << 11 : 0));
+  }
+}
+
+void BuildValueTable(HuffTable* t) {
+  for (uint32_t i = 0; i < (1u << kValueBits); ++i) {
+    uint32_t e = 0;
+    for (int l = 1; l <= 16 && l <= kValueBits; ++l) {
+      const int32_t code = static_cast<int32_t>(i >> (kValueBits - l));
+      if (code > t->maxcode[l]) continue;
+      const int sym = t->values[code + t->valoffset[l]];
+      const int s = t->dc ? sym : (sym & 15), r = t->dc ? 0 : sym >> 4;
+      if (l + s > kValueBits) break;
+      int v = 0;
+      if (s > 0) v = Extend((i >> (kValueBits - l - s)) & ((1u << s) - 1), s);
+      int run = r, adv = r + 1;
+      if (!t->dc && s == 0) {
+        run = r == 15 ? 15 : 0;
+        adv = r == 15 ? 16 : 128;
+      }
+      e = static_cast<uint32_t>(static_cast<uint16_t>(v)) | (static_cast<uint32_t>(l + s) << 16) |
+          (static_cast<uint32_t>(run) << 20) | (static_cast<uint32_t>(adv) << 24);
+      break;
+    }
+    t->value[i] = e;
+  }
 }
 
 // Builds the decoding table, refusing what jpeg_make_d_derived_tbl refuses (a code space
@@ -169,6 +246,8 @@ bool BuildHuffTable(const HuffSpec& spec, bool dc, HuffTable* t) {
   }
   t->maxcode[17] = 0x7FFFFFFF;
   t->valoffset[17] = 0;
+  if (!dc) BuildMultiTable(t);
+  BuildValueTable(t);
   return true;
 }
 
@@ -189,11 +268,6 @@ inline uint64_t LoadBE64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return __builtin_bswap64(v);
-}
-
-inline int Extend(uint64_t bits, int s) {
-  const int v = static_cast<int>(bits);
-  return v < (1 << (s - 1)) ? v - (1 << s) + 1 : v;
 }
 
 // MSB-first bit reader over unstuffed data followed by zero padding. After Refill() at least
@@ -220,59 +294,141 @@ struct BitReader {
   int64_t Consumed() const { return static_cast<int64_t>(p - begin) * 8 - bits; }
 };
 
-inline bool DecodeDc(BitReader& br, const HuffTable& t, int* diff) {
-  br.Refill();
-  uint32_t e = t.lut[br.buf >> (64 - kLutBits)];
-  if (e == 0 && (e = SlowEntry(t, br.buf)) == 0) return false;
+// The block decoders keep the reader's state in locals (registers) and write it back.
+#define SLUICE_REFILL()         \
+  do {                          \
+    buf |= LoadBE64(p) >> bits; \
+    p += (63 - bits) >> 3;      \
+    bits |= 56;                 \
+  } while (0)
+#define SLUICE_DROP(n) \
+  do {                 \
+    buf <<= (n);       \
+    bits -= (n);       \
+  } while (0)
+
+inline bool DecodeDcLocal(uint64_t& buf, int& bits, const uint8_t*& p, const HuffTable& t,
+                          int* diff) {
+  SLUICE_REFILL();
+  const uint32_t f = t.value[buf >> (64 - kValueBits)];
+  if (f != 0) {
+    SLUICE_DROP(static_cast<int>((f >> 16) & 15));
+    *diff = static_cast<int16_t>(f & 0xFFFF);
+    return true;
+  }
+  uint32_t e = t.lut[buf >> (64 - kLutBits)];
+  if (e == 0 && (e = SlowEntry(t, buf)) == 0) return false;
   const int cl = (e >> 8) & 0xFF, s = (e >> 16) & 0xFF;
-  br.Drop(cl);
+  SLUICE_DROP(cl);
   if (s == 0) {
     *diff = 0;
   } else {
-    *diff = Extend(br.buf >> (64 - s), s);
-    br.Drop(s);
+    *diff = Extend(buf >> (64 - s), s);
+    SLUICE_DROP(s);
   }
   return true;
 }
 
-// The AC coefficients of a block whose output needs only its DC: parsed, not computed.
-inline bool SkipAc(BitReader& br, const HuffTable& t) {
+// A block whose output needs only its DC: the DC difference, then the AC coefficients parsed
+// (several short symbols per look-up, three look-ups per refill), not computed.
+__attribute__((noinline)) bool SkipBlock(BitReader& br, const HuffTable& dct, const HuffTable& act,
+                                         int* diff) {
+  uint64_t buf = br.buf;
+  int bits = br.bits;
+  const uint8_t* p = br.p;
+  if (!DecodeDcLocal(buf, bits, p, dct, diff)) return false;
   int k = 1;
-  uint32_t e;
-  do {
-    br.Refill();
-    e = t.lut[br.buf >> (64 - kLutBits)];
-    if (e == 0 && (e = SlowEntry(t, br.buf)) == 0) return false;
-    br.Drop(static_cast<int>(e & 0xFF));
+  for (;;) {
+    SLUICE_REFILL();  // >= 56 bits: three look-ups of at most 12
+#define SLUICE_MULTI_STEP()                                 \
+  {                                                         \
+    const uint32_t m = act.multi[buf >> (64 - kMultiBits)]; \
+    const int chk = static_cast<int>((m >> 4) & 127);       \
+    if (k + chk > 64) goto single;                          \
+    SLUICE_DROP(static_cast<int>(m & 15));                  \
+    k += chk + static_cast<int>((m >> 11) & 1) * 127;       \
+    if (k >= 64) goto done;                                 \
+  }
+    SLUICE_MULTI_STEP()
+    SLUICE_MULTI_STEP()
+    SLUICE_MULTI_STEP()
+#undef SLUICE_MULTI_STEP
+    continue;
+  single : {
+    SLUICE_REFILL();
+    uint32_t e = act.lut[buf >> (64 - kLutBits)];
+    if (e == 0 && (e = SlowEntry(act, buf)) == 0) return false;
+    SLUICE_DROP(static_cast<int>(e & 0xFF));
     k += static_cast<int>(e >> 24);
-  } while (k < 64);
-  // A coefficient past position 63 (libjpeg would store it at 63): not handled.
-  return !(k > 64 && k < 128 && ((e >> 16) & 15) != 0);
-}
-
-// The AC coefficients with their values, into blk (natural order, zeroed by the caller).
-inline bool DecodeAc(BitReader& br, const HuffTable& t, int16_t* blk) {
-  int k = 1;
-  while (k < 64) {
-    br.Refill();
-    uint32_t e = t.lut[br.buf >> (64 - kLutBits)];
-    if (e == 0 && (e = SlowEntry(t, br.buf)) == 0) return false;
-    const int cl = (e >> 8) & 0xFF, sym = (e >> 16) & 0xFF;
-    const int s = sym & 15, r = sym >> 4;
-    br.Drop(cl);
-    if (s != 0) {
-      k += r;
-      if (k > 63) return false;
-      blk[kNatural[k]] = static_cast<int16_t>(Extend(br.buf >> (64 - s), s));
-      br.Drop(s);
-      ++k;
-    } else {
-      if (r != 15) break;
-      k += 16;
+    if (k >= 64) {
+      // A coefficient past position 63 (libjpeg would store it at 63): not handled.
+      if (k > 64 && k < 128 && ((e >> 16) & 15) != 0) return false;
+      goto done;
     }
   }
+  }
+done:
+  br.buf = buf;
+  br.bits = bits;
+  br.p = p;
   return true;
 }
+
+// Natural order with positions 64-79 (a ZRL's target past the block) sent to a spare slot.
+std::array<uint8_t, 80> MakeNaturalOrderPadded() {
+  std::array<uint8_t, 80> n{};
+  for (int i = 0; i < 80; ++i)
+    n[static_cast<size_t>(i)] = i < 64 ? kNatural[static_cast<size_t>(i)] : 64;
+  return n;
+}
+const std::array<uint8_t, 80> kNaturalPadded = MakeNaturalOrderPadded();
+
+// A block whose AC coefficients the output needs: into blk (natural order; the entries the
+// IDCT reads zeroed by the caller; [64] is scratch). A ZRL or EOB writes a zero where no
+// coefficient is yet.
+__attribute__((noinline)) bool DecodeBlock(BitReader& br, const HuffTable& dct,
+                                           const HuffTable& act, int* diff, int16_t* blk) {
+  uint64_t buf = br.buf;
+  int bits = br.bits;
+  const uint8_t* p = br.p;
+  if (!DecodeDcLocal(buf, bits, p, dct, diff)) return false;
+  int k = 1;
+  uint32_t f = 0;
+  while (k < 64) {
+    SLUICE_REFILL();
+    f = act.value[buf >> (64 - kValueBits)];
+    if (f == 0) {  // a long code or value: the general path
+      uint32_t e = act.lut[buf >> (64 - kLutBits)];
+      if (e == 0 && (e = SlowEntry(act, buf)) == 0) return false;
+      const int cl = (e >> 8) & 0xFF, sym = (e >> 16) & 0xFF;
+      const int s = sym & 15, r = sym >> 4;
+      SLUICE_DROP(cl);
+      if (s != 0) {
+        k += r;
+        if (k > 63) return false;
+        blk[kNatural[static_cast<size_t>(k)]] = static_cast<int16_t>(Extend(buf >> (64 - s), s));
+        SLUICE_DROP(s);
+        ++k;
+      } else {
+        if (r != 15) break;
+        k += 16;
+      }
+      continue;
+    }
+    SLUICE_DROP(static_cast<int>((f >> 16) & 15));
+    blk[kNaturalPadded[static_cast<size_t>(k + static_cast<int>((f >> 20) & 15))]] =
+        static_cast<int16_t>(f & 0xFFFF);
+    k += static_cast<int>(f >> 24);
+  }
+  // A coefficient past position 63: not handled.
+  if (k > 64 && k < 128 && f != 0 && (f >> 24) <= 16 && (f & 0xFFFF) != 0) return false;
+  br.buf = buf;
+  br.bits = bits;
+  br.p = p;
+  return true;
+}
+#undef SLUICE_REFILL
+#undef SLUICE_DROP
 
 // ---- Markers and the decoder proper. ----
 
@@ -331,7 +487,8 @@ class Decoder {
   std::vector<Component> comps_;
   std::vector<uint8_t> scan_;  // unstuffed entropy-coded data + padding
   std::vector<size_t> seg_end_;
-  HuffTable dc_tables_[4], ac_tables_[4];
+  std::vector<HuffTable> dc_tables_ = std::vector<HuffTable>(4);  // on the heap: 20 KB each
+  std::vector<HuffTable> ac_tables_ = std::vector<HuffTable>(4);
 };
 
 bool Decoder::ReadDqt(const uint8_t* b, size_t n) {
@@ -520,7 +677,7 @@ bool Decoder::DecodeScan(const std::vector<int>& comps, const int* dc_tbl, const
   br.Reset(base);
   int dc_pred[4] = {};
   int64_t to_go = ri;
-  alignas(32) int16_t blk[64];
+  alignas(32) int16_t blk[72];
   for (int64_t m = 0; m < total; ++m) {
     if (ri > 0) {
       if (to_go == 0) {
@@ -541,18 +698,21 @@ bool Decoder::DecodeScan(const std::vector<int>& comps, const int* dc_tbl, const
         for (int xx = 0; xx < bh; ++xx) {
           const int64_t bx = mx * bh + xx, by = my * bv + yy;
           int diff;
-          if (!DecodeDc(br, dc_tables_[i], &diff)) return false;
+          if (k.idct2) {
+            // Idct2x2 reads rows 0, 1, 3, 5 and 7 only: what lands elsewhere is never read.
+            for (int r : {0, 1, 3, 5, 7}) std::memset(blk + 8 * r, 0, 8 * sizeof(int16_t));
+            if (!DecodeBlock(br, dc_tables_[i], ac_tables_[i], &diff, blk)) return false;
+          } else if (!SkipBlock(br, dc_tables_[i], ac_tables_[i], &diff)) {
+            return false;
+          }
           dc_pred[i] += diff;
           if (dc_pred[i] > (1 << 30) || dc_pred[i] < -(1 << 30)) return false;
           const int16_t dc = static_cast<int16_t>(static_cast<uint16_t>(dc_pred[i]));
           if (k.idct2) {
-            std::memset(blk, 0, sizeof(blk));
             blk[0] = dc;
-            if (!DecodeAc(br, ac_tables_[i], blk)) return false;
             uint8_t* o = k.plane.data() + (2 * by) * k.stride + 2 * bx;
             Idct2x2(blk, q, o, o + k.stride);
           } else {
-            if (!SkipAc(br, ac_tables_[i])) return false;
             k.plane[static_cast<size_t>(by * k.stride + bx)] = Idct1x1(dc, q[0]);
           }
         }
