@@ -10,6 +10,9 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/buffer_pool.h"
 #include "backend/cpu/cpu_linear.h"
+#if defined(__x86_64__)
+#include "backend/cpu/gemm_x86.h"
+#endif
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sampling.h"
 
@@ -58,6 +61,24 @@ void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
 
 bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
+// The AMX GEMM's schedule and blocking where the environment changed them.
+std::string AmxNote() {
+#if defined(__x86_64__)
+  const cpu::x86::AmxTuning t = cpu::x86::CurrentAmxTuning(), d{};
+  std::string note;
+  if (cpu::x86::CurrentAmxKernel() != cpu::x86::AmxKernel::k1x4) {
+    note += std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel());
+  }
+  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes) {
+    note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
+            std::to_string(t.l2_bytes >> 10);
+  }
+  return note;
+#else
+  return "";
+#endif
+}
+
 // Sets the OpenMP team size for this (engine) thread: omp_set_num_threads is per thread,
 // and the engine thread is not necessarily the thread that created the backend.
 class CpuBackend final : public Backend {
@@ -72,7 +93,7 @@ class CpuBackend final : public Backend {
     return "cpu (" + std::to_string(threads_) + " threads, simd " + cpu::SimdTargetName() +
            ", linear " + cpu::LinearRunner::Describe() + ", attention " +
            (cpu::AmxAttentionAvailable() ? "f32, bf16 products on amx" : "f32") +
-           ", bf16 models' inner activations " + (inner_bf16_ ? "bf16" : "f32") + ")";
+           ", bf16 models' inner activations " + (inner_bf16_ ? "bf16" : "f32") + AmxNote() + ")";
   }
   std::string DescribeLinearWeights() const override { return linear_.DescribePrepared(); }
 
@@ -230,6 +251,34 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
   if (act_mode != "auto" && act_mode != "f32") {
     return InvalidArgument("SLUICE_CPU_ACTIVATIONS=" + act_mode + ": expected auto or f32");
   }
+#if defined(__x86_64__)
+  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf) and SLUICE_CPU_AMX_TILES (CHUNK:GROUP:L2KB):
+  // the AMX GEMM's tile schedule and blocking (gemm_x86.h; the same bits whatever they are),
+  // process-wide, for comparisons. Unset or empty: the defaults.
+  if (const char* k = std::getenv("SLUICE_CPU_AMX_KERNEL"); k != nullptr && *k != '\0') {
+    const std::string v = k;
+    const cpu::x86::AmxKernel kernels[] = {cpu::x86::AmxKernel::k1x4, cpu::x86::AmxKernel::k2x2,
+                                           cpu::x86::AmxKernel::k2x2Prefetch};
+    bool found = false;
+    for (auto kernel : kernels) {
+      if (v == cpu::x86::AmxKernelName(kernel)) {
+        cpu::x86::SetAmxKernelForTesting(kernel);
+        found = true;
+      }
+    }
+    if (!found)
+      return InvalidArgument("SLUICE_CPU_AMX_KERNEL=" + v + ": expected 1x4, 2x2 or 2x2pf");
+  }
+  if (const char* t = std::getenv("SLUICE_CPU_AMX_TILES"); t != nullptr && *t != '\0') {
+    cpu::x86::AmxTuning tune;
+    if (!cpu::x86::ParseAmxTuning(t, &tune) || !tune.epilogue) {
+      return InvalidArgument(std::string("SLUICE_CPU_AMX_TILES=") + t +
+                             ": expected CHUNK:GROUP:L2KB (e.g. 128:4:1024: K chunk in 4-byte "
+                             "groups, a multiple of 16; 1-8 row tiles; weight KiB per tile)");
+    }
+    cpu::x86::SetAmxTuningForTesting(tune);
+  }
+#endif
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   auto b = std::make_unique<CpuBackend>(threads, act_mode == "auto");
   b->SetFewRows(options.cpu_few_rows);

@@ -349,6 +349,46 @@ TEST(CpuBackend, InnerActivationDTypeFollowsWeightsAndEnvironment) {
       << refused.status().message();
 }
 
+// SLUICE_CPU_AMX_KERNEL / SLUICE_CPU_AMX_TILES set the AMX GEMM's schedule and blocking
+// (process-wide, shown on the backend line); other values are refused, naming them. (Every
+// schedule and blocking gives the same bits: AmxGemm.*KernelsGiveTheSameBits.)
+TEST(CpuBackend, AmxScheduleFromEnvironment) {
+  setenv("SLUICE_CPU_AMX_KERNEL", "2x2", 1);
+  setenv("SLUICE_CPU_AMX_TILES", "64:8:2048", 1);
+  auto be = CreateBackend(BackendOptions{});
+  const cpu::x86::AmxKernel kernel = cpu::x86::CurrentAmxKernel();
+  const cpu::x86::AmxTuning tune = cpu::x86::CurrentAmxTuning();
+  const std::string line = be.ok() ? (*be)->Describe() : "";
+  cpu::x86::ResetAmxKernelForTesting();
+  cpu::x86::ResetAmxTuningForTesting();
+  setenv("SLUICE_CPU_AMX_KERNEL", "4x4", 1);
+  auto bad_kernel = CreateBackend(BackendOptions{});
+  setenv("SLUICE_CPU_AMX_KERNEL", "", 1);
+  setenv("SLUICE_CPU_AMX_TILES", "64:9:2048", 1);
+  auto bad_tiles = CreateBackend(BackendOptions{});
+  setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:noepi", 1);
+  auto no_epilogue = CreateBackend(BackendOptions{});
+  unsetenv("SLUICE_CPU_AMX_KERNEL");
+  unsetenv("SLUICE_CPU_AMX_TILES");
+  cpu::x86::ResetAmxKernelForTesting();
+  cpu::x86::ResetAmxTuningForTesting();
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  EXPECT_EQ(kernel, cpu::x86::AmxKernel::k2x2);
+  EXPECT_EQ(tune.chunk, 64);
+  EXPECT_EQ(tune.tile_group, 8);
+  EXPECT_EQ(tune.l2_bytes, 2048 << 10);
+  EXPECT_NE(line.find("amx kernel 2x2, amx tiles 64:8:2048"), std::string::npos) << line;
+  ASSERT_FALSE(bad_kernel.ok());
+  EXPECT_NE(bad_kernel.status().message().find("SLUICE_CPU_AMX_KERNEL=4x4"), std::string::npos);
+  ASSERT_FALSE(bad_tiles.ok());
+  EXPECT_NE(bad_tiles.status().message().find("SLUICE_CPU_AMX_TILES=64:9:2048"), std::string::npos);
+  EXPECT_FALSE(no_epilogue.ok());  // benchmarks only
+  auto plain = CreateBackend(BackendOptions{});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->Describe().find("amx kernel"), std::string::npos);
+  EXPECT_EQ((*plain)->Describe().find("amx tiles"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear,
                          ::testing::Values("auto", "sluice", "avx512bf16", "avx512fma", "onednn",
                                            "amx"));
