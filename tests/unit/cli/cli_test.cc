@@ -35,9 +35,19 @@ Result RunSluice(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// A file name in this process's own temporary directory, removed with everything in it
+// when the tests exit (earlier versions left every run's files in /tmp).
 std::string TempPath(const std::string& name) {
-  return (fs::temp_directory_path() / ("sluice_cli_" + std::to_string(getpid()) + "_" + name))
-      .string();
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("sluice_cli_" + std::to_string(getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return (dir.path / name).string();
 }
 
 // Writes the fixture's inputs as JSONL and returns the expected outputs.
