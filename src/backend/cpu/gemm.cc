@@ -132,7 +132,7 @@ void EpilogueImpl(const EpilogueArgs& e) {
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r = 0; r < e.rows; ++r) {
-    const float* a = e.acc + r * e.ldacc;
+    const float* a = e.acc != nullptr ? e.acc + r * e.ldacc : nullptr;
     float* o = e.out16 ? nullptr : e.out + r * e.ldo;
     uint16_t* o16 = e.out16 ? e.out16 + r * e.ldo : nullptr;
     const V rs = hn::Set(d, e.row_scale ? e.row_scale[r] : 1.f);
@@ -142,7 +142,30 @@ void EpilogueImpl(const EpilogueArgs& e) {
       auto load = [&](const float* p) {
         return full ? hn::LoadU(d, p) : sluice::cpu::HWY_NAMESPACE::LoadTail(d, p, valid);
       };
-      V y = load(a + c);
+      V y;
+      if (e.iacc != nullptr) {
+        // The integer sums minus 128 * column sum, in uint32 (wrap-around, as the kernels),
+        // then to f32: what the int8 kernels' own conversion loops computed.
+        const hn::RebindToSigned<decltype(d)> di;
+        const hn::RebindToUnsigned<decltype(d)> du;
+        const int32_t* ia = e.iacc + r * e.ldacc + c;
+        hn::Vec<decltype(di)> s, cs;
+        if (full) {
+          s = hn::LoadU(di, ia);
+          cs = hn::LoadU(di, e.colsum + c);
+        } else {
+          alignas(64) int32_t bs[sluice::cpu::HWY_NAMESPACE::kMaxFloatLanes] = {};
+          alignas(64) int32_t bc[sluice::cpu::HWY_NAMESPACE::kMaxFloatLanes] = {};
+          std::memcpy(bs, ia, static_cast<size_t>(valid) * sizeof(int32_t));
+          std::memcpy(bc, e.colsum + c, static_cast<size_t>(valid) * sizeof(int32_t));
+          s = hn::Load(di, bs);
+          cs = hn::Load(di, bc);
+        }
+        const auto v = hn::Sub(hn::BitCast(du, s), hn::ShiftLeft<7>(hn::BitCast(du, cs)));
+        y = hn::ConvertTo(d, hn::BitCast(di, v));
+      } else {
+        y = load(a + c);
+      }
       if (e.col_scale) y = hn::Mul(y, hn::Mul(rs, load(e.col_scale + c)));
       if (e.bias) y = hn::Add(y, load(e.bias + c));
       y = sluice::cpu::HWY_NAMESPACE::Act(d, y, e.act);

@@ -62,6 +62,11 @@ int RowsPerTile();
 struct EpilogueArgs {
   const float* acc = nullptr;  // [rows, cols], row stride ldacc
   int64_t ldacc = 0;
+  // int8 instead of acc: integer sums of (q + 128) x w [rows, cols] (row stride ldacc), from
+  // which 128 * colsum[c] is subtracted (wrapping, exact for the kernels' ranges) before the
+  // conversion to f32 (round to nearest even): the value acc would hold.
+  const int32_t* iacc = nullptr;
+  const int32_t* colsum = nullptr;
   int64_t rows = 0, cols = 0;
   const float* row_scale = nullptr;  // [rows] (int8: activation scales) or null
   const float* col_scale = nullptr;  // [cols] (int8: weight scales) or null

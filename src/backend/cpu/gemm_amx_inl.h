@@ -143,27 +143,18 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const 
 }
 
 // Row tile t's accumulators ia [16][64] (f32 bits for bf16, int32 for int8) for the
-// columns c0 .. c0 + cols of block c0 / 64: the epilogue into p.out (conv: 16 x 64 floats
-// of scratch for int8).
+// columns c0 .. c0 + cols of block c0 / 64: the epilogue into p.out. int8: tdpbusd's
+// integers minus 128 * column sum (q + 128 encoding), as the VNNI kernel, converted inside
+// the epilogue's pass (gemm::EpilogueArgs::iacc).
 inline void AmxTileEpilogue(const AmxPlan& p, int64_t t, int64_t c0, int64_t cols,
-                            const int32_t* ia, float* conv) {
+                            const int32_t* ia) {
   const int64_t r0 = t * kAmxRows;
   const int64_t rows = std::min<int64_t>(kAmxRows, p.m - r0);
-  const float* acc = reinterpret_cast<const float*>(ia);  // bf16: f32 bits
   if (p.int8) {
-    // vpdpbusd's integers minus 128 * column sum (q + 128 encoding), as the VNNI
-    // kernel: exact (unsigned arithmetic: wrap-around instead of overflow UB).
-    const int32_t* cs = p.colsum + c0;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < kBlockN; ++c) {
-        const uint32_t v =
-            static_cast<uint32_t>(ia[r * kBlockN + c]) - (static_cast<uint32_t>(cs[c]) << 7);
-        conv[r * kBlockN + c] = static_cast<float>(static_cast<int32_t>(v));
-      }
-    }
-    acc = conv;
+    PlanEpilogue(p, nullptr, r0, rows, c0, cols, ia, p.colsum + c0);
+  } else {
+    PlanEpilogue(p, reinterpret_cast<const float*>(ia), r0, rows, c0, cols);  // f32 bits
   }
-  PlanEpilogue(p, acc, r0, rows, c0, cols);
 }
 
 // The blocking (AmxTuning, gemm_x86.h): K chunks of tune.chunk k groups (by default 128:
@@ -294,7 +285,6 @@ void AmxDrive(const AmxPlan& p) {
     Ops::Begin();
     // Accumulators of the tile's row tiles: [tile_group][16][64] (f32 or int32).
     alignas(64) int32_t accs[kAmxMaxTileGroup * kAmxRows * kBlockN];
-    alignas(64) float conv[kAmxRows * kBlockN];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t tn = 0; tn < sc.tiles_n; ++tn) {
       for (int64_t tm = 0; tm < sc.tiles_m; ++tm) {
@@ -307,7 +297,7 @@ void AmxDrive(const AmxPlan& p) {
           AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs);
           if (!p.tune.epilogue) continue;
           for (int64_t t = t0; t < t_end; ++t) {
-            AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN, conv);
+            AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN);
           }
         }
       }

@@ -106,11 +106,15 @@ const char* I8KernelName();
 // gemm::Epilogue for rows r0 .. r0 + rows - 1 and columns c0 .. c0 + cols - 1 of a plan's
 // output (acc: [rows][kBlockN] f32), for the drivers' plans (gemm_x86.cc's Plan and
 // gemm_amx_inl.h's AmxPlan: x_scale, w_scale, bias, act, sum, out, ldo).
+// int8 plans may pass the integer sums instead (iacc [rows][kBlockN], with the columns' sums
+// colsum: gemm::EpilogueArgs::iacc), and acc null.
 template <class P>
-void PlanEpilogue(const P& p, const float* acc, int64_t r0, int64_t rows, int64_t c0,
-                  int64_t cols) {
+void PlanEpilogue(const P& p, const float* acc, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                  const int32_t* iacc = nullptr, const int32_t* colsum = nullptr) {
   gemm::EpilogueArgs e;
   e.acc = acc;
+  e.iacc = iacc;
+  e.colsum = colsum;
   e.ldacc = kBlockN;
   e.rows = rows;
   e.cols = cols;
