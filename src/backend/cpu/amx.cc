@@ -39,6 +39,17 @@ void ConfigureSquareTiles() {
 
 namespace {
 
+// tdpbusd (int8) or tdpbf16ps (bf16) on tiles C += A x B; the intrinsics take literal tile
+// numbers, hence a macro (used inside templates on kInt8 only).
+#define SLUICE_AMX_DP(C, A, B) \
+  do {                         \
+    if constexpr (kInt8) {     \
+      _tile_dpbusd(C, A, B);   \
+    } else {                   \
+      _tile_dpbf16ps(C, A, B); \
+    }                          \
+  } while (0)
+
 template <bool kInt8>
 double PeakLoop(int64_t iters) {
   alignas(64) uint8_t buf[16 * 64];
@@ -54,17 +65,10 @@ double PeakLoop(int64_t iters) {
   _tile_loadd(6, buf, 64);
   _tile_loadd(7, buf, 64);
   for (int64_t i = 0; i < iters; ++i) {
-    if constexpr (kInt8) {
-      _tile_dpbusd(0, 4, 6);
-      _tile_dpbusd(1, 4, 7);
-      _tile_dpbusd(2, 5, 6);
-      _tile_dpbusd(3, 5, 7);
-    } else {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
+    SLUICE_AMX_DP(0, 4, 6);
+    SLUICE_AMX_DP(1, 4, 7);
+    SLUICE_AMX_DP(2, 5, 6);
+    SLUICE_AMX_DP(3, 5, 7);
   }
   _tile_stored(0, out, 64);
   _tile_release();
@@ -93,43 +97,20 @@ double LoadLoop(int64_t iters) {
       _tile_loadd(6, b, 256);
       _tile_loadd(7, b + 64, 256);
       _tile_loadd(5, a[1], 64);
-      if constexpr (kInt8) {
-        _tile_dpbusd(0, 4, 6);
-        _tile_dpbusd(1, 4, 7);
-        _tile_dpbusd(2, 5, 6);
-        _tile_dpbusd(3, 5, 7);
-      } else {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
+      SLUICE_AMX_DP(0, 4, 6);
+      SLUICE_AMX_DP(1, 4, 7);
+      SLUICE_AMX_DP(2, 5, 6);
+      SLUICE_AMX_DP(3, 5, 7);
     } else {
       _tile_loadd(4, a[0], 64);
       _tile_loadd(5, b, 256);
-      if constexpr (kInt8) {
-        _tile_dpbusd(0, 4, 5);
-      } else {
-        _tile_dpbf16ps(0, 4, 5);
-      }
+      SLUICE_AMX_DP(0, 4, 5);
       _tile_loadd(6, b + 64, 256);
-      if constexpr (kInt8) {
-        _tile_dpbusd(1, 4, 6);
-      } else {
-        _tile_dpbf16ps(1, 4, 6);
-      }
+      SLUICE_AMX_DP(1, 4, 6);
       _tile_loadd(7, b + 128, 256);
-      if constexpr (kInt8) {
-        _tile_dpbusd(2, 4, 7);
-      } else {
-        _tile_dpbf16ps(2, 4, 7);
-      }
+      SLUICE_AMX_DP(2, 4, 7);
       _tile_loadd(5, b + 192, 256);
-      if constexpr (kInt8) {
-        _tile_dpbusd(3, 4, 5);
-      } else {
-        _tile_dpbf16ps(3, 4, 5);
-      }
+      SLUICE_AMX_DP(3, 4, 5);
     }
   }
   _tile_stored(0, out, 64);
@@ -137,6 +118,7 @@ double LoadLoop(int64_t iters) {
   __asm__ volatile("" ::"r"(out[0]) : "memory");
   return 4.0 * 16 * 16 * (kInt8 ? 64 : 32) * 2 * iters;
 }
+#undef SLUICE_AMX_DP
 
 }  // namespace
 

@@ -54,24 +54,42 @@ std::vector<uint8_t> MakePixels(const EncodeSpec& s) {
   return px;
 }
 
-std::string Encode(const EncodeSpec& s) {
+// A compressor writing to memory: created, sized, its defaults set and the luma sampling
+// factors (h, v) applied; Finish returns the file and frees everything.
+struct Compressor {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
   unsigned char* mem = nullptr;
   unsigned long size = 0;
-  jpeg_mem_dest(&c, &mem, &size);
-  c.image_width = static_cast<JDIMENSION>(s.width);
-  c.image_height = static_cast<JDIMENSION>(s.height);
-  c.input_components = s.components;
-  c.in_color_space = s.components == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, s.quality, TRUE);
-  if (s.components == 3) {
-    c.comp_info[0].h_samp_factor = s.h;
-    c.comp_info[0].v_samp_factor = s.v;
+  Compressor(int width, int height, int components, J_COLOR_SPACE in, int h, int v, bool quiet) {
+    c.err = jpeg_std_error(&err);
+    if (quiet) err.emit_message = [](j_common_ptr, int) {};
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &mem, &size);
+    c.image_width = static_cast<JDIMENSION>(width);
+    c.image_height = static_cast<JDIMENSION>(height);
+    c.input_components = components;
+    c.in_color_space = in;
+    jpeg_set_defaults(&c);
+    if (components == 3) {
+      c.comp_info[0].h_samp_factor = h;
+      c.comp_info[0].v_samp_factor = v;
+    }
   }
+  std::string Finish() {
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    std::string out(reinterpret_cast<const char*>(mem), size);
+    std::free(mem);
+    return out;
+  }
+};
+
+std::string Encode(const EncodeSpec& s) {
+  Compressor z(s.width, s.height, s.components, s.components == 1 ? JCS_GRAYSCALE : JCS_RGB, s.h,
+               s.v, /*quiet=*/false);
+  jpeg_compress_struct& c = z.c;
+  jpeg_set_quality(&c, s.quality, TRUE);
   c.restart_interval = static_cast<unsigned>(s.restart_interval);
   c.restart_in_rows = s.restart_in_rows;
   c.optimize_coding = s.optimize ? TRUE : FALSE;
@@ -96,11 +114,7 @@ std::string Encode(const EncodeSpec& s) {
                    static_cast<size_t>(c.next_scanline) * s.width * s.components;
     jpeg_write_scanlines(&c, &row, 1);
   }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::string out(reinterpret_cast<const char*>(mem), size);
-  std::free(mem);
-  return out;
+  return z.Finish();
 }
 
 // libjpeg-turbo's 1/8 decode, through DecodeImage with our decoder switched off.
@@ -219,24 +233,11 @@ struct CoefSpec {
 // fill(component, block x, block y, coefficients in natural order)
 template <typename Fill>
 std::string WriteCoefficients(const CoefSpec& s, Fill fill) {
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  err.emit_message = [](j_common_ptr, int) {};  // "tables too coarse for baseline": intended
-  jpeg_create_compress(&c);
-  unsigned char* mem = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &mem, &size);
-  c.image_width = static_cast<JDIMENSION>(s.width);
-  c.image_height = static_cast<JDIMENSION>(s.height);
-  c.input_components = s.components;
-  c.in_color_space = s.components == 1 ? JCS_GRAYSCALE : JCS_YCbCr;
-  jpeg_set_defaults(&c);
+  // quiet: "tables too coarse for baseline" is intended
+  Compressor z(s.width, s.height, s.components, s.components == 1 ? JCS_GRAYSCALE : JCS_YCbCr, s.h,
+               s.v, /*quiet=*/true);
+  jpeg_compress_struct& c = z.c;
   c.optimize_coding = TRUE;  // large coefficients need their own Huffman tables
-  if (s.components == 3) {
-    c.comp_info[0].h_samp_factor = s.h;
-    c.comp_info[0].v_samp_factor = s.v;
-  }
   for (int t = 0; t < 2; ++t) {
     if (c.quant_tbl_ptrs[t] == nullptr)
       c.quant_tbl_ptrs[t] = jpeg_alloc_quant_table(reinterpret_cast<j_common_ptr>(&c));
@@ -268,11 +269,7 @@ std::string WriteCoefficients(const CoefSpec& s, Fill fill) {
       }
     }
   }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::string out(reinterpret_cast<const char*>(mem), size);
-  std::free(mem);
-  return out;
+  return z.Finish();
 }
 
 TEST(JpegDc, EveryChromaPairThroughTheColourConversion) {
