@@ -85,6 +85,9 @@ def main():
                    help="same: each switch call names the version already the default (the "
                    "control path without a change of version, to tell its cost from the "
                    "version change's)")
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="an extra `sluice serve` argument (repeatable), e.g. "
+                   "--server-arg=--switch-placement-ms=0")
     a = p.parse_args()
     a.client = a.client or a.sluice
     harness.ARGS = argparse.Namespace(sluice=a.sluice, fixtures=os.path.join(ROOT, "tests",
@@ -101,7 +104,7 @@ def main():
             with open(os.path.join(repo, "rr", "model.json"), "w") as f:
                 json.dump({"version_policy": vp}, f)
             with harness.Server(None, "--model-repository", repo, "--model-control", "explicit",
-                                "--load-model", "rr", "--grpc-port", "0") as s:
+                                "--load-model", "rr", "--grpc-port", "0", *a.server_arg) as s:
                 gport = next(int(l.rsplit(":", 1)[1]) for l in s.log if "gRPC (KServe v2)" in l)
                 bench(a.client, s.port, 2, a.concurrency, ["--endpoint", "/v1/rerank"])  # warm
                 for rep in range(a.reps):

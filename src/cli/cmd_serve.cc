@@ -44,6 +44,7 @@ struct ServeFlags {
   std::string model_control = "none";
   std::vector<std::string> load_models;     // --load-model NAME (explicit control; * = all)
   int64_t memory_budget = 0;                // --model-memory-budget BYTES (0 = none)
+  int switch_placement_ms = 150;            // --switch-placement-ms (0 = off)
   std::string model_cache;                  // --model-cache DIR: --model entries naming a source
   bool allow_pulled_model_plugins = false;  // pulled models' sluice.json "plugins" load
   int64_t cache_max_bytes = 0;              // --cache-max-bytes (0 = no limit)
@@ -364,6 +365,9 @@ int RunServe(const ServeFlags& f) {
   if (f.memory_budget < 0) {
     return ReportError(InvalidArgument("--model-memory-budget must be >= 0 (0 = no budget)"));
   }
+  if (f.switch_placement_ms < 0 || f.switch_placement_ms > 10000) {
+    return ReportError(InvalidArgument("--switch-placement-ms must be 0 (off) to 10000"));
+  }
   if (Status s = CheckImageFlags(f.image); !s.ok()) return ReportError(s);
   if (f.models.empty() && f.repository.empty()) {
     return ReportError(
@@ -429,6 +433,7 @@ int RunServe(const ServeFlags& f) {
   server::RegistryOptions rego;
   rego.drain_timeout_s = f.shutdown_timeout_s;
   rego.memory_budget_bytes = f.memory_budget;
+  rego.switch_placement_ms = f.switch_placement_ms;
   rego.estimate = [&f](const server::LoadSpec& spec) { return EstimateMemory(f, spec); };
   if (!f.model_cache.empty()) {  // model.json "sources" are pulled as their versions load
     rego.pull = [&f](const std::string& source) -> StatusOr<serving::PullResult> {
@@ -570,6 +575,11 @@ Registrar serve_cmd(Command{
                       "bytes all loaded model versions may take together (weights in their "
                       "serving dtype plus KV caches, estimated before a load; 0 = no budget): "
                       "a load that does not fit is refused with the numbers")
+          ->capture_default_str();
+      sub->add_option("--switch-placement-ms", f->switch_placement_ms,
+                      "for this long after a default version switch, the new default's "
+                      "scheduler and engine threads run on the CPUs the old default's ran on "
+                      "(docs/model-ops.md); 0 = leave them to the kernel")
           ->capture_default_str();
       sub->add_option("--model-cache", f->model_cache,
                       "cache directory for --model entries that name a source (a .tar/.tar.gz "

@@ -1,5 +1,8 @@
 #include "engine/engine_loop.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 
 #include "core/log.h"
@@ -14,6 +17,8 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions options
   use_types_ = engine_->model().config().type_vocab_size > 1;
   pipelined_ = engine_->pipelined();
   max_in_flight_ = pipelined_ ? Engine::kMaxInFlight : 1;
+  // The threads below inherit this thread's affinity: what a hold returns them to.
+  have_free_cpus_ = pthread_getaffinity_np(pthread_self(), sizeof(free_cpus_), &free_cpus_) == 0;
   sched_thread_ = std::thread([this] { SchedulerThread(); });
   engine_thread_ = std::thread([this] { EngineThread(); });
 }
@@ -133,6 +138,7 @@ void EngineLoop::SchedulerThread() {
     Prepared& p = buffers_[slot];
     if (p.items.empty()) continue;
     // Host-side preparation, outside the lock: overlaps the forwards in flight.
+    sched_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
     p.batch.Clear();
     for (const BatchItem& it : p.items) {
       const TokenSequence& in = it.request->inputs[it.seq];
@@ -238,7 +244,16 @@ void EngineLoop::EngineThread() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      engine_cv_.wait(lock, [&] { return ready_ >= 0 || sched_done_ || !in_flight_.empty(); });
+      auto work = [&] { return ready_ >= 0 || sched_done_ || !in_flight_.empty(); };
+      while (!work()) {
+        if (held_.scheduler_cpu < 0 && held_.engine_cpu < 0) {
+          engine_cv_.wait(lock);
+        } else if (engine_cv_.wait_until(lock, hold_until_) == std::cv_status::timeout ||
+                   SteadyClock::now() >= hold_until_) {
+          held_ = LoopPlacement{};  // an idle loop's hold runs out as well
+          ApplyPlacementLocked();
+        }
+      }
       if (ready_ < 0 && sched_done_ && in_flight_.empty()) return;  // nothing left to run
     }
     // Submit first: a ready batch queues behind the one in flight, so the device moves on
@@ -273,7 +288,64 @@ void EngineLoop::EngineThread() {
       if (const int b = TakeReady(); b >= 0) SubmitBuffer(b);
     }
     Deliver(oldest);
+    engine_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    if ((held_.scheduler_cpu >= 0 || held_.engine_cpu >= 0) && SteadyClock::now() >= hold_until_) {
+      held_ = LoopPlacement{};
+      ApplyPlacementLocked();
+    }
   }
+}
+
+LoopPlacement EngineLoop::placement() const {
+  return {sched_cpu_.load(std::memory_order_relaxed), engine_cpu_.load(std::memory_order_relaxed)};
+}
+
+void EngineLoop::HoldPlacement(const LoopPlacement& p, std::chrono::milliseconds duration) {
+  if (!have_free_cpus_) return;
+  auto usable = [&](int cpu) {
+    return cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &free_cpus_) ? cpu : -1;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    held_ = LoopPlacement{usable(p.scheduler_cpu), usable(p.engine_cpu)};
+    // Both on one CPU is what a hold is to avoid: then the scheduler thread stays free.
+    if (held_.scheduler_cpu == held_.engine_cpu) held_.scheduler_cpu = -1;
+    hold_until_ = SteadyClock::now() + duration;
+    ApplyPlacementLocked();
+  }
+  engine_cv_.notify_one();  // an idle engine thread waits for the hold's end from now on
+}
+
+void EngineLoop::ApplyPlacementLocked() {
+  auto apply = [&](std::thread& t, int cpu) {
+    if (!t.joinable()) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    if (cpu >= 0) CPU_SET(cpu, &one);
+    // Best effort: a CPU taken away since (cpuset change) only leaves the thread where it is.
+    (void)pthread_setaffinity_np(t.native_handle(), sizeof(cpu_set_t),
+                                 cpu >= 0 ? &one : &free_cpus_);
+  };
+  apply(sched_thread_, held_.scheduler_cpu);
+  apply(engine_thread_, held_.engine_cpu);
+}
+
+LoopPlacement EngineLoop::HeldForTesting() const {
+  auto held = [&](const std::thread& t) {
+    cpu_set_t s;
+    if (pthread_getaffinity_np(const_cast<std::thread&>(t).native_handle(), sizeof(s), &s) != 0 ||
+        CPU_COUNT(&s) != 1 || CPU_EQUAL(&s, &free_cpus_)) {
+      return -1;
+    }
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &s)) return c;
+    }
+    return -1;
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  return {held(sched_thread_), held(engine_thread_)};
 }
 
 void EngineLoop::Shutdown() {

@@ -16,8 +16,19 @@
 // the loop's threads (engine thread for completed work, scheduler thread for dropped
 // work), never under the loop's lock. engine() is const after construction and safe to
 // read concurrently (info, head, model config); only the loop's thread runs forwards.
+//
+// Placement: the CPUs the two threads last ran batches on (placement()), and a time-bounded
+// hold of the threads on given CPUs (HoldPlacement). A default switch between loaded
+// versions hands the old default's placement to the new one: a loop whose threads idled has
+// no load history left with the kernel, which then runs its scheduler and engine threads on
+// one CPU for ~60 ms of traffic (the engine thread preempted 3-5 times a batch, ~1 ms per
+// request; docs/benchmarks.md, issue 16), while the old default's CPUs fall idle.
 #pragma once
 
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -46,6 +57,13 @@ struct BatchStats {
   int64_t prefix_groups = 0;        // shared-prefix reuse: groups sharing a prefix
   int64_t prefix_tokens_saved = 0;  // shared-prefix reuse: prefix tokens not recomputed
   bool ok = true;
+};
+
+// CPU numbers as sched_getcpu() reports them; -1: unknown (no batch yet, or not a CPU the
+// process may use).
+struct LoopPlacement {
+  int scheduler_cpu = -1;
+  int engine_cpu = -1;
 };
 
 struct EngineLoopOptions {
@@ -94,6 +112,18 @@ class EngineLoop {
   // already prepared, joins the threads. Idempotent.
   void Shutdown();
 
+  // Where the scheduler and engine threads last prepared and delivered a batch.
+  LoopPlacement placement() const;
+  // Runs each thread on the CPU `p` names (a -1 leaves it free) for `duration`, then on every
+  // CPU the process could use when the loop was built again. The engine thread lifts the hold
+  // when it runs out, busy or idle; a new hold replaces the one in force. CPUs outside that
+  // set are ignored; a placement naming one CPU for both holds only the engine thread. Threads an
+  // engine starts while held (an OpenMP team's first forward) would inherit the CPU: a loop has run
+  // its warm-up before anything holds it.
+  void HoldPlacement(const LoopPlacement& p, std::chrono::milliseconds duration);
+  // The CPU each thread is held on now (-1: free to run anywhere): tests.
+  LoopPlacement HeldForTesting() const;
+
  private:
   // A batch buffer: free -> preparing (scheduler) -> ready -> in flight (engine) -> free.
   enum class BufferState { kFree, kPreparing, kReady, kInFlight };
@@ -121,6 +151,8 @@ class EngineLoop {
   // Engine thread: delivers buffer `b`'s outputs (or failure) to its requests, frees it.
   void Deliver(int b);
   void Finish(const std::vector<std::shared_ptr<EngineRequest>>& done);
+  // Under mu_: pins the threads per `held_` or frees them (held_ all -1).
+  void ApplyPlacementLocked();
 
   std::unique_ptr<Engine> engine_;
   EngineLoopOptions options_;
@@ -142,6 +174,11 @@ class EngineLoop {
   bool paused_ = false;
   bool sched_done_ = false;
   std::thread sched_thread_, engine_thread_;
+  std::atomic<int> sched_cpu_{-1}, engine_cpu_{-1};  // placement()
+  cpu_set_t free_cpus_{};                            // the threads' affinity at construction
+  bool have_free_cpus_ = false;
+  LoopPlacement held_;                    // under mu_: the CPUs held on, -1 free
+  SteadyClock::time_point hold_until_{};  // under mu_: when the hold ends (held_ set)
 };
 
 }  // namespace sluice

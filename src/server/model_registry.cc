@@ -344,6 +344,11 @@ Status ModelRegistry::Sync(const std::string& name, const serving::ModelConfig& 
     }
   }
   const int64_t old_default = st.default_version;
+  const auto old_slot = st.loaded.find(old_default);
+  const bool hand_over =
+      old_slot != st.loaded.end() && old_default != def && options_.switch_placement_ms > 0;
+  const LoopPlacement old_placement =
+      hand_over ? old_slot->second->model->placement() : LoopPlacement{};
   st.loaded = std::move(next);
   st.default_version = def;
   st.config = config;
@@ -355,6 +360,12 @@ Status ModelRegistry::Sync(const std::string& name, const serving::ModelConfig& 
       SLUICE_LOG_WARN("model \"{}\" version {}: warm-up before the switch failed: {}", name, def,
                       w.message());
     }
+  }
+  if (hand_over) {
+    // The old default's CPUs fall idle as traffic moves: its successor's threads run there
+    // while the kernel learns their load (engine/engine_loop.h, placement).
+    st.loaded.at(def)->model->HoldPlacement(
+        old_placement, std::chrono::milliseconds(options_.switch_placement_ms));
   }
   Publish();  // the switch: one step for every router thread
   if (old_default != def && old_default != 0) {

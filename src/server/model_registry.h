@@ -62,6 +62,9 @@ struct RegistryOptions {
   // Materialises a model.json "sources" entry (serving/model_cache.h) into a directory; unset
   // without --model-cache (such a version then fails to load, naming the flag).
   std::function<StatusOr<serving::PullResult>(const std::string& source)> pull;
+  // A default switch runs the new default's loop threads on the CPUs the old default's ran
+  // on for this long (EngineLoop::HoldPlacement); 0: leave placement to the kernel.
+  int switch_placement_ms = 150;
 };
 
 class ModelRegistry {

@@ -45,6 +45,14 @@ class ServedModel {
   }
   virtual std::string PluginIoProcessorNames() const { return "none"; }
   virtual std::string BuiltinIoProcessorNames() const { return ""; }
+  // Where its serving loop's threads run, and a hold on given CPUs (EngineLoop::placement,
+  // HoldPlacement): a default switch hands the old default's placement to the new one.
+  // Generation models: none (their loop is one thread).
+  virtual LoopPlacement placement() const { return {}; }
+  virtual void HoldPlacement(const LoopPlacement& p, std::chrono::milliseconds duration) {
+    (void)p;
+    (void)duration;
+  }
 };
 
 // `model="NAME",version="V"` (escaped for the exposition format).
@@ -68,6 +76,10 @@ class ScoringModel : public ServedModel {
   std::string task() const override { return ctx_.task; }
   bool generation() const override { return false; }
   int64_t max_model_len() const override { return ctx_.model_max_tokens; }
+  LoopPlacement placement() const override { return loop_->placement(); }
+  void HoldPlacement(const LoopPlacement& p, std::chrono::milliseconds duration) override {
+    loop_->HoldPlacement(p, duration);
+  }
   bool ServesRoute(const std::string& path) const override;
   Status WarmUp() override;
   void SetReady() override { service_->SetReady(true); }

@@ -4,8 +4,11 @@
 #include "engine/engine_loop.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <simdjson.h>
 
+#include <chrono>
 #include <future>
 #include <thread>
 
@@ -160,6 +163,66 @@ TEST(EngineLoop, OnCpuResultsAreDeliveredBeforeTheNextBatchRuns) {
   for (size_t i = 0; i + 1 < reqs.size(); ++i) {
     EXPECT_LE(reqs[i]->finished, reqs[i + 1]->started) << "request " << i;
   }
+}
+
+TEST(EngineLoop, HoldPlacementPinsTheThreadsAndLiftsItself) {
+  cpu_set_t mine;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU: a hold cannot be told from none";
+  const int a = cpus.front(), b = cpus.back();
+  EngineLoop loop(Load(), Opts(8192, 256));
+  EXPECT_EQ(loop.placement().engine_cpu, -1);  // no batch yet
+  ASSERT_TRUE(Submit(loop, GoldenInputs()).get().status.ok());
+  const LoopPlacement seen = loop.placement();
+  EXPECT_TRUE(CPU_ISSET(seen.scheduler_cpu, &mine)) << seen.scheduler_cpu;
+  EXPECT_TRUE(CPU_ISSET(seen.engine_cpu, &mine)) << seen.engine_cpu;
+  EXPECT_EQ(loop.HeldForTesting().engine_cpu, -1);
+
+  // One CPU named for both holds only the engine thread.
+  loop.HoldPlacement({a, a}, std::chrono::milliseconds(400));
+  LoopPlacement held = loop.HeldForTesting();
+  EXPECT_EQ(held.engine_cpu, a);
+  EXPECT_EQ(held.scheduler_cpu, -1);
+  // Held: each thread on its CPU, and the batches run there.
+  loop.HoldPlacement({b, a}, std::chrono::milliseconds(400));
+  held = loop.HeldForTesting();
+  EXPECT_EQ(held.engine_cpu, a);
+  EXPECT_EQ(held.scheduler_cpu, b);
+  ASSERT_TRUE(Submit(loop, GoldenInputs()).get().status.ok());
+  EXPECT_EQ(loop.placement().engine_cpu, a);
+  EXPECT_EQ(loop.placement().scheduler_cpu, b);
+  // The hold lifts by itself while the loop idles.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (loop.HeldForTesting().engine_cpu != -1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  held = loop.HeldForTesting();
+  EXPECT_EQ(held.engine_cpu, -1);
+  EXPECT_EQ(held.scheduler_cpu, -1);
+
+  // CPUs outside the process's set and unknown placements hold nothing.
+  int outside = -1;
+  for (int c = 0; c < CPU_SETSIZE && outside < 0; ++c) {
+    if (!CPU_ISSET(c, &mine)) outside = c;
+  }
+  loop.HoldPlacement({outside, -1}, std::chrono::milliseconds(400));
+  held = loop.HeldForTesting();
+  EXPECT_EQ(held.engine_cpu, -1);
+  EXPECT_EQ(held.scheduler_cpu, -1);
+  // A new hold replaces the one in force; work still completes under it and after it.
+  loop.HoldPlacement({-1, b}, std::chrono::milliseconds(100));
+  loop.HoldPlacement({-1, a}, std::chrono::milliseconds(100));
+  EXPECT_EQ(loop.HeldForTesting().engine_cpu, a);
+  ASSERT_TRUE(Submit(loop, GoldenInputs()).get().status.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ASSERT_TRUE(Submit(loop, GoldenInputs()).get().status.ok());
+  EXPECT_EQ(loop.HeldForTesting().engine_cpu, -1);
+  loop.Shutdown();
+  loop.HoldPlacement({a, a}, std::chrono::milliseconds(100));  // after shutdown: nothing
 }
 
 TEST(EngineLoop, QueueFullIsResourceExhausted) {

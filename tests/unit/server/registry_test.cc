@@ -25,6 +25,8 @@ struct Log {
   int loads = 0;
   std::set<int64_t> fail_load, fail_warmup;
   std::map<std::string, int> warmups;  // "name:version" -> WarmUp calls
+  // "name:version" -> the placements it was held on and for how long (ms), in order.
+  std::map<std::string, std::vector<std::pair<LoopPlacement, int64_t>>> holds;
 };
 
 class FakeModel : public ServedModel {
@@ -50,6 +52,15 @@ class FakeModel : public ServedModel {
     return fail_warmup_ ? Internal("warm-up forward failed") : Status::Ok();
   }
   void SetReady() override {}
+  // Version V's threads "run" on CPUs 10 * V and 10 * V + 1.
+  LoopPlacement placement() const override {
+    const int v = std::stoi(id_.substr(id_.find(':') + 1));
+    return {10 * v, 10 * v + 1};
+  }
+  void HoldPlacement(const LoopPlacement& p, std::chrono::milliseconds duration) override {
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->holds[id_].push_back({p, duration.count()});
+  }
   void Handle(HttpRequest&&, std::shared_ptr<Exchange> ex) override { ex->Respond({}); }
   std::string RenderMetrics() const override { return ""; }
   void Shutdown() override {}
@@ -256,6 +267,54 @@ TEST_F(RegistryTest, SwitchWarmsTheNewDefaultFirst) {
   ASSERT_TRUE(registry_->SetDefault("m", 2).ok());
   EXPECT_EQ(warmups("m:2"), 2);
   EXPECT_EQ(warmups("m:1"), 2);
+}
+
+TEST_F(RegistryTest, SwitchHandsTheOldDefaultsPlacementToTheNewOne) {
+  AddVersion("m", 2);
+  WriteConfig("m", R"({"version_policy": {"all": {}}})");
+  ASSERT_TRUE(registry_->Load("m").ok());  // default 2; nothing served before: no hold
+  auto holds = [&](const std::string& id) {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    return log_.holds[id];
+  };
+  EXPECT_TRUE(holds("m:1").empty());
+  EXPECT_TRUE(holds("m:2").empty());
+  ASSERT_TRUE(registry_->SetDefault("m", 1).ok());
+  ASSERT_EQ(holds("m:1").size(), 1u);
+  EXPECT_EQ(holds("m:1")[0].first.scheduler_cpu, 20);  // version 2's threads' CPUs
+  EXPECT_EQ(holds("m:1")[0].first.engine_cpu, 21);
+  EXPECT_EQ(holds("m:1")[0].second, 150);  // RegistryOptions::switch_placement_ms
+  EXPECT_TRUE(holds("m:2").empty());
+  ASSERT_TRUE(registry_->SetDefault("m", 1).ok());  // no change of version: no hold
+  EXPECT_EQ(holds("m:1").size(), 1u);
+  // A red-black load: the fresh version takes the old default's CPUs as well.
+  WriteConfig("m", R"({"version_policy": {"latest": {"num_versions": 1}}})");
+  AddVersion("m", 3);
+  ASSERT_TRUE(registry_->Load("m").ok());
+  EXPECT_EQ(DefaultOf("m"), 3);
+  ASSERT_EQ(holds("m:3").size(), 1u);
+  EXPECT_EQ(holds("m:3")[0].first.scheduler_cpu, 10);
+  EXPECT_EQ(holds("m:3")[0].first.engine_cpu, 11);
+
+  // --switch-placement-ms 0: no hold.
+  RegistryOptions o;
+  o.switch_placement_ms = 0;
+  ModelRegistry off(
+      repo_.get(),
+      [this](const LoadSpec& spec) -> StatusOr<std::unique_ptr<ServedModel>> {
+        return std::unique_ptr<ServedModel>(std::make_unique<FakeModel>(
+            &log_, "off-" + spec.name + ":" + std::to_string(spec.version), false));
+      },
+      o);
+  WriteConfig("m", R"({"version_policy": {"all": {}}})");
+  ASSERT_TRUE(off.Load("m").ok());
+  ASSERT_TRUE(off.SetDefault("m", 1).ok());
+  ASSERT_TRUE(off.SetDefault("m", 3).ok());
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    for (const auto& [id, h] : log_.holds) EXPECT_NE(id.rfind("off-", 0), 0u) << id;
+  }
+  ASSERT_TRUE(off.Unload("m").ok());
 }
 
 TEST_F(RegistryTest, MemoryBudgetRefusesWhatDoesNotFit) {
