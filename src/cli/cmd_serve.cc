@@ -503,9 +503,11 @@ int RunServe(const ServeFlags& f) {
           ? ""
           : (f.metrics_require_key ? ", API key required (metrics too)" : ", API key required"));
   SLUICE_LOG_INFO(
-      "model repository: {}; model control {}; {} model(s) to load at start; memory budget {}",
+      "model repository: {}; model control {}; {} model(s) to load at start; memory budget {}; "
+      "switch placement hold {}",
       f.repository.empty() ? "none" : repo->root(), f.model_control, startup.size(),
-      f.memory_budget > 0 ? std::to_string(f.memory_budget) + " bytes" : "none");
+      f.memory_budget > 0 ? std::to_string(f.memory_budget) + " bytes" : "none",
+      f.switch_placement_ms > 0 ? std::to_string(f.switch_placement_ms) + " ms" : "off");
   const double t0 = NowSeconds();
   for (const std::string& name : startup) {
     if (Status s = registry.Load(name); !s.ok()) {

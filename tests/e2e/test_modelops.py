@@ -157,6 +157,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
     with Server(None, "--model-repository", repo, "--model-control", "explicit",
                 "--load-model", "rr", "--load-model", "chat", "--load-model", "pair") as s:
+        c.check(any("switch placement hold 150 ms" in l for l in s.log),
+                "start-up logs the switch placement hold (--switch-placement-ms default)")
         # --- listing and metadata ---
         st, _, r = s.get("/v1/models")
         ids = {m["id"]: m for m in r.get("data", [])}
@@ -442,7 +444,11 @@ with tempfile.TemporaryDirectory() as tmp:
                        (["--model-repository", os.path.join(tmp, "none")], "not a directory"),
                        (["--model-repository", repo, "--load-model", "rr"], "explicit"),
                        (["--model-repository", repo, "--model-control", "explicit",
-                         "--load-model", "zzz"], "zzz")]:
+                         "--load-model", "zzz"], "zzz"),
+                       (["--model", RERANKER, "--switch-placement-ms", "-1"],
+                        "--switch-placement-ms"),
+                       (["--model", RERANKER, "--switch-placement-ms", "10001"],
+                        "--switch-placement-ms")]:
         import subprocess
         p = subprocess.run([harness.ARGS.sluice, "serve", "--port", "0"] + args,
                            capture_output=True, text=True, timeout=60)
