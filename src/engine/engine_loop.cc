@@ -246,12 +246,11 @@ void EngineLoop::EngineThread() {
       std::unique_lock<std::mutex> lock(mu_);
       auto work = [&] { return ready_ >= 0 || sched_done_ || !in_flight_.empty(); };
       while (!work()) {
-        if (held_.scheduler_cpu < 0 && held_.engine_cpu < 0) {
+        if (!holding_.load(std::memory_order_relaxed)) {
           engine_cv_.wait(lock);
-        } else if (engine_cv_.wait_until(lock, hold_until_) == std::cv_status::timeout ||
-                   SteadyClock::now() >= hold_until_) {
-          held_ = LoopPlacement{};  // an idle loop's hold runs out as well
-          ApplyPlacementLocked();
+        } else {
+          engine_cv_.wait_until(lock, hold_until_);
+          ReleaseHoldIfDueLocked();  // an idle loop's hold runs out as well
         }
       }
       if (ready_ < 0 && sched_done_ && in_flight_.empty()) return;  // nothing left to run
@@ -289,12 +288,18 @@ void EngineLoop::EngineThread() {
     }
     Deliver(oldest);
     engine_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
-    if ((held_.scheduler_cpu >= 0 || held_.engine_cpu >= 0) && SteadyClock::now() >= hold_until_) {
-      held_ = LoopPlacement{};
-      ApplyPlacementLocked();
+    if (holding_.load(std::memory_order_relaxed)) {  // no lock per batch otherwise
+      std::lock_guard<std::mutex> lock(mu_);
+      ReleaseHoldIfDueLocked();
     }
   }
+}
+
+void EngineLoop::ReleaseHoldIfDueLocked() {
+  if (!holding_.load(std::memory_order_relaxed) || SteadyClock::now() < hold_until_) return;
+  held_ = LoopPlacement{};
+  holding_.store(false, std::memory_order_relaxed);
+  ApplyPlacementLocked();
 }
 
 LoopPlacement EngineLoop::placement() const {
@@ -313,6 +318,7 @@ void EngineLoop::HoldPlacement(const LoopPlacement& p, std::chrono::milliseconds
     // Both on one CPU is what a hold is to avoid: then the scheduler thread stays free.
     if (held_.scheduler_cpu == held_.engine_cpu) held_.scheduler_cpu = -1;
     hold_until_ = SteadyClock::now() + duration;
+    holding_.store(held_.scheduler_cpu >= 0 || held_.engine_cpu >= 0, std::memory_order_relaxed);
     ApplyPlacementLocked();
   }
   engine_cv_.notify_one();  // an idle engine thread waits for the hold's end from now on

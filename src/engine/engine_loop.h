@@ -153,6 +153,8 @@ class EngineLoop {
   void Finish(const std::vector<std::shared_ptr<EngineRequest>>& done);
   // Under mu_: pins the threads per `held_` or frees them (held_ all -1).
   void ApplyPlacementLocked();
+  // Under mu_: ends a hold whose time is up (held_ cleared, threads freed).
+  void ReleaseHoldIfDueLocked();
 
   std::unique_ptr<Engine> engine_;
   EngineLoopOptions options_;
@@ -178,6 +180,7 @@ class EngineLoop {
   cpu_set_t free_cpus_{};                            // the threads' affinity at construction
   bool have_free_cpus_ = false;
   LoopPlacement held_;                    // under mu_: the CPUs held on, -1 free
+  std::atomic<bool> holding_{false};      // written under mu_: held_ names a CPU
   SteadyClock::time_point hold_until_{};  // under mu_: when the hold ends (held_ set)
 };
 
