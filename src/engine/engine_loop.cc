@@ -286,12 +286,13 @@ void EngineLoop::EngineThread() {
     if (pipelined_) {
       if (const int b = TakeReady(); b >= 0) SubmitBuffer(b);
     }
-    Deliver(oldest);
+    // Recorded before delivery: a caller whose results arrived sees where its batch ran.
     engine_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
     if (holding_.load(std::memory_order_relaxed)) {  // no lock per batch otherwise
       std::lock_guard<std::mutex> lock(mu_);
       ReleaseHoldIfDueLocked();
     }
+    Deliver(oldest);
   }
 }
 
