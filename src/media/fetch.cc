@@ -149,6 +149,9 @@ struct Transfer {
   const std::vector<std::string>* allowed = nullptr;
   bool over_limit = false, over_call_limit = false, refused = false;
   std::string refused_address;
+  // Where a body of an announced size comes from (MediaFetcher's recycled bodies).
+  std::string (*take_body)(void* pool, size_t bytes) = nullptr;
+  void* pool = nullptr;
 };
 
 size_t WriteCb(char* data, size_t size, size_t n, void* user) {
@@ -163,6 +166,15 @@ size_t WriteCb(char* data, size_t size, size_t n, void* user) {
     return 0;
   }
   *t->call_bytes += static_cast<int64_t>(bytes);
+  if (t->body.empty()) {
+    // The announced size, where it is within the limit, as one allocation: growing a 4 MB
+    // body by doubling copied it twice into fresh pages (a page fault per 4 KiB each time).
+    curl_off_t announced = -1;
+    if (curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK &&
+        announced > 0 && announced <= t->max_bytes) {
+      t->body = t->take_body(t->pool, static_cast<size_t>(announced));
+    }
+  }
   t->body.append(data, bytes);
   return bytes;
 }
@@ -234,6 +246,45 @@ struct MediaFetcher::Shared {
   std::mutex locks[CURL_LOCK_DATA_LAST];
   std::mutex pool_mu;
   std::vector<CURLM*> idle;  // multi handles no call is using, with their open connections
+  // Recycled bodies (MediaFetcher::Recycle), their capacity kRecycleBytes at most in all.
+  std::mutex bodies_mu;
+  std::vector<std::string> bodies;
+  size_t body_bytes = 0;
+  // A kept body of at least `bytes` capacity (the smallest), else a new one reserved.
+  std::string TakeBody(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> l(bodies_mu);
+      size_t best = bodies.size();
+      for (size_t i = 0; i < bodies.size(); ++i) {
+        if (bodies[i].capacity() >= bytes &&
+            (best == bodies.size() || bodies[i].capacity() < bodies[best].capacity())) {
+          best = i;
+        }
+      }
+      if (best < bodies.size()) {
+        std::string b = std::move(bodies[best]);
+        bodies[best] = std::move(bodies.back());
+        bodies.pop_back();
+        body_bytes -= b.capacity();
+        b.clear();
+        return b;
+      }
+    }
+    // Rounded up to whole MiB, so that it fits a later body of a similar size once kept.
+    std::string b;
+    b.reserve((bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1));
+    return b;
+  }
+  static std::string Take(void* self, size_t bytes) {
+    return static_cast<Shared*>(self)->TakeBody(bytes);
+  }
+  void KeepBody(std::string&& b) {
+    if (b.capacity() < (size_t{1} << 20)) return;  // small ones: malloc's arenas do well
+    std::lock_guard<std::mutex> l(bodies_mu);
+    if (body_bytes + b.capacity() > MediaFetcher::kRecycleBytes) return;  // freed on return
+    body_bytes += b.capacity();
+    bodies.push_back(std::move(b));
+  }
   static constexpr size_t kMaxIdle = 64;
   static void Lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
     static_cast<Shared*>(user)->locks[data].lock();
@@ -345,6 +396,13 @@ MediaFetcher::~MediaFetcher() {
   if (shared_->share != nullptr) curl_share_cleanup(shared_->share);
 }
 
+void MediaFetcher::Recycle(std::string&& body) { shared_->KeepBody(std::move(body)); }
+
+size_t MediaFetcher::RecycledBytesForTesting() const {
+  std::lock_guard<std::mutex> l(shared_->bodies_mu);
+  return shared_->body_bytes;
+}
+
 std::vector<StatusOr<std::string>> MediaFetcher::FetchAll(const std::vector<std::string>& sources) {
   std::vector<StatusOr<std::string>> out(sources.size(), Internal("not fetched"));
   std::vector<Transfer> transfers;
@@ -371,6 +429,8 @@ std::vector<StatusOr<std::string>> MediaFetcher::FetchAll(const std::vector<std:
   auto start = [&](Transfer& t) {
     CURL* e = curl_easy_init();
     t.easy = e;
+    t.take_body = &Shared::Take;
+    t.pool = shared_.get();
     t.max_bytes = options_.max_bytes;
     t.call_bytes = &call_bytes;
     t.call_limit = options_.max_request_bytes;

@@ -163,19 +163,35 @@ Image ResizeAndCrop(const Image& in, const ImageProcessorConfig& c) {
   return cur == &in ? in : img;
 }
 
-void Preprocess(const Image& in, const ImageProcessorConfig& c, std::vector<float>* out) {
-  const Image img = ResizeAndCrop(in, c);
-  const size_t plane = static_cast<size_t>(img.width) * img.height;
-  out->resize(plane * 3);
-  for (size_t i = 0; i < plane; ++i) {
-    for (int ch = 0; ch < 3; ++ch) {
-      float v = img.rgb[i * 3 + ch];
-      if (c.do_rescale)
-        v = static_cast<float>(static_cast<double>(img.rgb[i * 3 + ch]) * c.rescale_factor);
+void Normalize(const Image& img, const ImageProcessorConfig& c, float* out) {
+  // A value depends only on the byte and the channel: one table of 256 per channel, computed
+  // with the per-pixel arithmetic (float64 rescale rounded to float32, then float32 (x - mean)
+  // / std), so the output is the same to the bit at a table look-up per value.
+  float table[3][256];
+  for (int ch = 0; ch < 3; ++ch) {
+    for (int b = 0; b < 256; ++b) {
+      float v = static_cast<float>(b);
+      if (c.do_rescale) v = static_cast<float>(static_cast<double>(b) * c.rescale_factor);
       if (c.do_normalize) v = (v - c.mean[ch]) / c.std[ch];
-      (*out)[ch * plane + i] = v;
+      table[ch][b] = v;
     }
   }
+  const size_t plane = static_cast<size_t>(img.width) * img.height;
+  const uint8_t* px = img.rgb.data();
+  float* r = out;
+  float* g = out + plane;
+  float* b = out + 2 * plane;
+  for (size_t i = 0; i < plane; ++i, px += 3) {
+    r[i] = table[0][px[0]];
+    g[i] = table[1][px[1]];
+    b[i] = table[2][px[2]];
+  }
+}
+
+void Preprocess(const Image& in, const ImageProcessorConfig& c, std::vector<float>* out) {
+  const Image img = ResizeAndCrop(in, c);
+  out->resize(static_cast<size_t>(img.width) * img.height * 3);
+  Normalize(img, c, out->data());
 }
 
 void SetFastDecodeBounds(const ImageProcessorConfig& c, DecodeOptions* options) {

@@ -45,6 +45,9 @@ StatusOr<ImageProcessorConfig> ParseImageProcessorConfig(std::string_view json);
 Image ResizeAndCrop(const Image& in, const ImageProcessorConfig& c);
 // Pixel values [3, out_height, out_width], channels first, into `out` (resized as needed).
 void Preprocess(const Image& in, const ImageProcessorConfig& c, std::vector<float>* out);
+// The rescale and normalise steps of Preprocess on an image ResizeAndCrop made: its pixel
+// values [3, height, width], channels first, into out[0, 3 * width * height).
+void Normalize(const Image& img, const ImageProcessorConfig& c, float* out);
 
 // "fast" mode: lets the JPEG decoder shrink in the DCT domain as far as this processor's
 // resize allows without upsampling (DecodeOptions::jpeg_min_*), leaving the rest of the

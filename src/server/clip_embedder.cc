@@ -387,8 +387,11 @@ Status ClipEmbedder::EmbedImages(const std::vector<ClipItem>& items,
   std::vector<std::string> decode_error(n);
   for (size_t b = 0; b < own.size(); b += static_cast<size_t>(max_batch_)) {
     const size_t e = std::min(own.size(), b + static_cast<size_t>(max_batch_));
-    std::vector<std::vector<float>> px(e - b);
-    std::vector<bool> ok(e - b, false);
+    // Each image's pixel values go straight to its row of the job (one allocation per run:
+    // appending per-image vectors grew it by doubling, into fresh pages each time).
+    auto job = std::make_shared<Job>();
+    job->pixels.resize((e - b) * static_cast<size_t>(per));
+    std::vector<char> ok(e - b, 0);  // one byte each: the decode threads write them at once
     decode_pool_->RunAll(e - b, [&](size_t i) {
       const size_t j = own[b + i];
       auto img = media::DecodeImage(*bytes[j], decode_);
@@ -396,25 +399,31 @@ Status ClipEmbedder::EmbedImages(const std::vector<ClipItem>& items,
         decode_error[j] = img.status().message();
         return;
       }
-      media::Preprocess(*img, processor_, &px[i]);
-      if (static_cast<int64_t>(px[i].size()) != per) {
-        decode_error[j] = "the image processor's output size (" + std::to_string(px[i].size()) +
+      const media::Image sized = media::ResizeAndCrop(*img, processor_);
+      const int64_t values = 3 * static_cast<int64_t>(sized.width) * sized.height;
+      if (values != per) {
+        decode_error[j] = "the image processor's output size (" + std::to_string(values) +
                           " values) does not match the vision tower's input (" +
                           std::to_string(per) + ")";
         return;
       }
-      ok[i] = true;
+      media::Normalize(sized, processor_, job->pixels.data() + i * static_cast<size_t>(per));
+      ok[i] = 1;
     });
-    auto job = std::make_shared<Job>();
     std::vector<size_t> srcs;
     for (size_t i = 0; i < e - b; ++i) {
       const size_t j = own[b + i];
-      std::string().swap(*bytes[j]);  // the bytes are no longer needed
+      fetcher_.Recycle(std::move(*bytes[j]));  // the bytes are no longer needed
+      std::string().swap(*bytes[j]);
       if (!ok[i]) continue;
-      job->pixels.insert(job->pixels.end(), px[i].begin(), px[i].end());
-      std::vector<float>().swap(px[i]);
+      const size_t row = srcs.size();  // failed images leave no row
+      if (row != i) {
+        std::copy_n(job->pixels.begin() + i * static_cast<size_t>(per), per,
+                    job->pixels.begin() + row * static_cast<size_t>(per));
+      }
       srcs.push_back(j);
     }
+    job->pixels.resize(srcs.size() * static_cast<size_t>(per));
     job->n = static_cast<int64_t>(srcs.size());
     if (job->n == 0) continue;
     job->out.assign(static_cast<size_t>(job->n * P), 0.f);

@@ -132,6 +132,8 @@ class TestServer {
     } else if (path == "/big") {
       Send(c, "HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n");
       Send(c, std::string(5000000, 'x'));
+    } else if (path.rfind("/mb", 0) == 0) {
+      ok(std::string(1500000, path.back()));  // 1.5 MB of the path's last character
     } else if (path == "/big-chunked") {
       Send(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
       const std::string chunk(65536, 'y');
@@ -260,6 +262,43 @@ TEST(Fetch, ConcurrentCallsFromManyThreads) {
   // Keep-alive across calls: far fewer connections than transfers (each pooled multi handle
   // holds at most `concurrency` connections to this host).
   EXPECT_LE(server.connections(), kThreads * o.concurrency * 2);
+}
+
+// A body given back with Recycle is the memory of the next download of an announced size
+// that fits it (its pages already mapped); small bodies are not kept, and what is kept stays
+// under kRecycleBytes.
+TEST(Fetch, RecycledBodiesAreReusedAndBounded) {
+  TestServer server;
+  FetchOptions o = Loopback();
+  o.max_bytes = 4 << 20;
+  MediaFetcher fetcher(o);
+  auto first = fetcher.FetchAll({server.url("/mba")});
+  ASSERT_TRUE(first[0].ok()) << Message(first[0]);
+  ASSERT_EQ(first[0]->size(), 1500000u);
+  const char* memory = first[0]->data();
+  EXPECT_EQ(fetcher.RecycledBytesForTesting(), 0u);
+  fetcher.Recycle(std::move(*first[0]));
+  EXPECT_GE(fetcher.RecycledBytesForTesting(), 1500000u);
+  auto second = fetcher.FetchAll({server.url("/mbb")});
+  ASSERT_TRUE(second[0].ok()) << Message(second[0]);
+  EXPECT_EQ(second[0]->data(), memory);  // the recycled body, refilled
+  EXPECT_EQ(*second[0], std::string(1500000, 'b'));
+  EXPECT_EQ(fetcher.RecycledBytesForTesting(), 0u);
+  // Small bodies are left to malloc; the pool never holds more than kRecycleBytes.
+  fetcher.Recycle(std::string(1000, 'x'));
+  EXPECT_EQ(fetcher.RecycledBytesForTesting(), 0u);
+  for (int i = 0; i < 100; ++i) {
+    std::string b;
+    b.reserve(2 << 20);
+    fetcher.Recycle(std::move(b));
+    EXPECT_LE(fetcher.RecycledBytesForTesting(), MediaFetcher::kRecycleBytes);
+  }
+  EXPECT_GT(fetcher.RecycledBytesForTesting(), MediaFetcher::kRecycleBytes / 2);
+  // A chunked body (no announced size) is not taken from the pool.
+  const size_t kept = fetcher.RecycledBytesForTesting();
+  auto chunked = fetcher.FetchAll({server.url("/big-chunked")});
+  ASSERT_TRUE(chunked[0].ok()) << Message(chunked[0]);
+  EXPECT_EQ(fetcher.RecycledBytesForTesting(), kept);
 }
 
 TEST(Fetch, FailuresNameTheSourceAndTheReason) {

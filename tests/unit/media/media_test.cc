@@ -9,6 +9,7 @@
 #include <simdjson.h>
 #include <zlib.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -237,6 +238,39 @@ TEST(Media, PreprocessAsTheSlowClipProcessor) {
     ++n;
   }
   EXPECT_EQ(n, 10);
+}
+
+// Normalize reads each value from a per-channel table: the same bits as the per-pixel
+// arithmetic (float64 rescale rounded to float32, then (x - mean) / std in float32) for every
+// byte value, channel and combination of the two steps.
+TEST(Media, NormalizeEqualsThePerPixelArithmetic) {
+  Image img;
+  img.width = 256;
+  img.height = 2;
+  img.rgb.resize(256 * 2 * 3);
+  for (int i = 0; i < 512; ++i) {
+    for (int ch = 0; ch < 3; ++ch)
+      img.rgb[i * 3 + ch] = static_cast<uint8_t>((i * 7 + ch * 85) & 255);
+  }
+  for (int mode = 0; mode < 4; ++mode) {
+    ImageProcessorConfig c;
+    c.do_rescale = (mode & 1) != 0;
+    c.do_normalize = (mode & 2) != 0;
+    c.rescale_factor = 1.0 / 255.0;
+    std::vector<float> got(512 * 3, -1.f);
+    Normalize(img, c, got.data());
+    for (int i = 0; i < 512; ++i) {
+      for (int ch = 0; ch < 3; ++ch) {
+        const uint8_t b = img.rgb[i * 3 + ch];
+        float want = b;
+        if (c.do_rescale) want = static_cast<float>(static_cast<double>(b) * c.rescale_factor);
+        if (c.do_normalize) want = (want - c.mean[ch]) / c.std[ch];
+        const float v = got[ch * 512 + i];
+        ASSERT_EQ(std::memcmp(&v, &want, sizeof(float)), 0)
+            << "mode " << mode << " pixel " << i << " channel " << ch;
+      }
+    }
+  }
 }
 
 TEST(Media, ProcessorConfigSpellingsAndRefusals) {

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace sluice::server {
@@ -160,6 +162,115 @@ TEST(ClipEmbedder, ErrorsNameTheInput) {
   // The embedder keeps serving after a failed call.
   s = e->Embed(Images({kFiles[0]}), &out, &t);
   EXPECT_TRUE(s.ok()) << s.message();
+}
+
+// A JPEG fixture's bytes with a comment segment naming `i` after SOI: a distinct image to the
+// content hash (no deduplication), the same pixels to the decoder.
+std::string DistinctJpeg(int i) {
+  std::ifstream f(kImages + "/" + kFiles[0], std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string jpg = ss.str();
+  const std::string text = "copy " + std::to_string(i);
+  std::string seg = "\xFF\xFE";
+  seg += static_cast<char>((text.size() + 2) >> 8);
+  seg += static_cast<char>((text.size() + 2) & 255);
+  seg += text;
+  return jpg.substr(0, 2) + seg + jpg.substr(2);
+}
+
+std::string DataUri(const std::string& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out = "data:image/jpeg;base64,";
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) |
+                       (static_cast<uint8_t>(bytes[i + 1]) << 8) |
+                       static_cast<uint8_t>(bytes[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
+  }
+  if (i < bytes.size()) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+ClipItem Source(const std::string& src, size_t i) {
+  ClipItem it;
+  it.image = true;
+  it.text = src;
+  it.path = "input[" + std::to_string(i) + "]";
+  return it;
+}
+
+// Many distinct images of one call on 8 decode threads at once, repeatedly: every image gets
+// its row (the decode threads mark their images done side by side), all equal to the one
+// image alone.
+TEST(ClipEmbedder, ManyImagesOnManyDecodeThreadsAllArrive) {
+  ClipEmbedderOptions o;
+  o.dir = kModel;
+  o.fetch.local_root = kImages;
+  o.cache_bytes = 0;
+  o.decode_threads = 8;
+  o.max_image_batch = 64;
+  auto made = ClipEmbedder::Load(o);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  auto& e = *made;
+  std::vector<float> alone;
+  int64_t t = 0;
+  ASSERT_TRUE(e->Embed({Source(DataUri(DistinctJpeg(0)), 0)}, &alone, &t).ok());
+  const size_t P = alone.size();
+  constexpr int kImages = 48;
+  for (int round = 0; round < 10; ++round) {
+    std::vector<ClipItem> items;
+    for (int i = 0; i < kImages; ++i) {
+      items.push_back(Source(DataUri(DistinctJpeg(1 + round * kImages + i)), i));
+    }
+    std::vector<float> out;
+    const Status s = e->Embed(items, &out, &t);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(out.size(), kImages * P);
+    for (int i = 0; i < kImages; ++i) {
+      ASSERT_TRUE(std::equal(alone.begin(), alone.end(), out.begin() + i * P))
+          << "round " << round << " image " << i;
+    }
+  }
+}
+
+// An image that fails to decode among others leaves no row in the forward: the others' rows
+// stay theirs (each is cached under its own hash and served later as computed alone).
+TEST(ClipEmbedder, AFailedImageLeavesTheOthersRowsInPlace) {
+  auto e = Make(64, 0, 1 << 20);
+  ASSERT_TRUE(e);
+  std::vector<std::vector<float>> alone(3);
+  {
+    auto ref = Make(64, 0);
+    ASSERT_TRUE(ref);
+    int64_t t = 0;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(ref->Embed(Images({kFiles[2 + i]}), &alone[i], &t).ok());
+    }
+  }
+  std::vector<float> out;
+  int64_t t = 0;
+  std::vector<ClipItem> items = Images({kFiles[2], kFiles[3], kFiles[4]});
+  items.insert(items.begin() + 1, Source(DataUri("not an image at all"), 1));
+  const Status s = e->Embed(items, &out, &t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("input[1].image"), std::string::npos) << s.message();
+  EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 3u);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> got;
+    ASSERT_TRUE(e->Embed(Images({kFiles[2 + i]}), &got, &t).ok());
+    ASSERT_EQ(got.size(), alone[i].size());
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], alone[i][k], 1e-5) << i;
+  }
+  EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 3u);  // all three from the cache
 }
 
 }  // namespace
