@@ -252,6 +252,11 @@ struct MediaFetcher::Shared {
   size_t body_bytes = 0;
   // A kept body of at least `bytes` capacity (the smallest), else a new one reserved.
   std::string TakeBody(size_t bytes) {
+    if (bytes < (size_t{1} << 20)) {  // small (an error page, a thumbnail): malloc's arenas
+      std::string b;
+      b.reserve(bytes);
+      return b;
+    }
     {
       std::lock_guard<std::mutex> l(bodies_mu);
       size_t best = bodies.size();

@@ -294,8 +294,11 @@ TEST(Fetch, RecycledBodiesAreReusedAndBounded) {
     EXPECT_LE(fetcher.RecycledBytesForTesting(), MediaFetcher::kRecycleBytes);
   }
   EXPECT_GT(fetcher.RecycledBytesForTesting(), MediaFetcher::kRecycleBytes / 2);
-  // A chunked body (no announced size) is not taken from the pool.
+  // Neither a chunked body (no announced size) nor a small one is taken from the pool.
   const size_t kept = fetcher.RecycledBytesForTesting();
+  auto small = fetcher.FetchAll({server.url("/fast-small")});
+  ASSERT_TRUE(small[0].ok()) << Message(small[0]);
+  EXPECT_EQ(fetcher.RecycledBytesForTesting(), kept);
   auto chunked = fetcher.FetchAll({server.url("/big-chunked")});
   ASSERT_TRUE(chunked[0].ok()) << Message(chunked[0]);
   EXPECT_EQ(fetcher.RecycledBytesForTesting(), kept);
