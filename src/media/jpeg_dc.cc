@@ -29,9 +29,16 @@ struct Component {
 
 class Decoder {
  public:
-  Decoder(const uint8_t* data, size_t size, std::vector<uint8_t>* scan)
-      : d_(data), end_(data + size), scan_(*scan) {}
+  Decoder(const uint8_t* data, size_t size, std::vector<uint8_t>* scan,
+          std::vector<std::vector<uint8_t>>* planes)
+      : d_(data), end_(data + size), scan_(*scan), planes_(*planes) {}
   bool Run(const DecodeOptions& limits, Image* out);
+  // The components' planes back to the thread's spares (ReadSof takes them from there).
+  void ReturnPlanes() {
+    for (Component& k : comps_) {
+      if (k.plane.capacity() > 0) planes_.push_back(std::move(k.plane));
+    }
+  }
 
  private:
   bool ReadU16(const uint8_t*& p, int* v) const {
@@ -69,6 +76,7 @@ class Decoder {
   int mcus_per_row_ = 0, mcu_rows_ = 0;
   std::vector<Component> comps_;
   std::vector<uint8_t>& scan_;  // unstuffed entropy-coded data + padding (the thread's)
+  std::vector<std::vector<uint8_t>>& planes_;  // the thread's spare component planes
   std::vector<size_t> seg_end_;
   std::vector<HuffTable> dc_tables_ = std::vector<HuffTable>(4);  // on the heap: 20 KB each
   std::vector<HuffTable> ac_tables_ = std::vector<HuffTable>(4);
@@ -155,6 +163,10 @@ bool Decoder::ReadSof(const uint8_t* b, size_t n, const DecodeOptions& limits) {
         static_cast<int>((static_cast<int64_t>(height_) * k.v + 8 * max_v_ - 1) / (8 * max_v_));
     const int ss = k.idct2 ? 2 : 1;
     k.stride = mcus_per_row_ * k.h * ss;
+    if (!planes_.empty()) {
+      k.plane = std::move(planes_.back());
+      planes_.pop_back();
+    }
     k.plane.assign(static_cast<size_t>(k.stride) * mcu_rows_ * k.v * ss, 0);
   }
   return true;
@@ -416,9 +428,16 @@ bool DecodeJpegEighth(std::string_view bytes, const DecodeOptions& limits, Image
   // the decode. Buffers above kKeepBytes are not kept.
   constexpr size_t kKeepBytes = 16 << 20;
   thread_local std::vector<uint8_t> scan;
-  Decoder d(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &scan);
+  thread_local std::vector<std::vector<uint8_t>> planes;  // likewise the planes (~0.6 MB)
+  Decoder d(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &scan, &planes);
   const bool ok = d.Run(limits, out);
+  d.ReturnPlanes();
   if (scan.capacity() > kKeepBytes) std::vector<uint8_t>().swap(scan);
+  size_t kept = 0;
+  for (auto& p : planes) {
+    kept += p.capacity();
+    if (kept > kKeepBytes) std::vector<uint8_t>().swap(p);
+  }
   return ok;
 }
 
