@@ -377,9 +377,15 @@ Status ClipEmbedder::EmbedImages(const std::vector<ClipItem>& items,
       return io::FieldError(items[rows[j]].path + ".image", bytes[j].status().message());
     }
   }
+  // The hashes (~2 ms per 4 MB photo) on the decode pool, side by side: in series they were
+  // ~20 ms of a 10-photo request's latency before any decode could start.
+  if (n > 1) {
+    decode_pool_->RunAll(n, [&](size_t j) { digests[j] = media::Sha256(*bytes[j]); });
+  } else if (n == 1) {
+    digests[0] = media::Sha256(*bytes[0]);
+  }
   for (size_t j = 0; j < n; ++j) {
     fetched_++;
-    digests[j] = media::Sha256(*bytes[j]);
     bool dup = false;
     for (size_t k = 0; k < j && !dup; ++k) {
       if (digests[k] == digests[j] && (hit[k] || flight[k])) {
