@@ -348,11 +348,31 @@ def sluice_served(args, model, dtype, urls, out):
         write_bodies(bodies, urls, len(urls) // 10 * 10)  # every photo, then cycled
         run_bench(args.sluice, port, bodies, 4, 8, endpoint="/v1/rerank")  # warm-up
         for c, n in ((1, args.requests_c1), (16, args.requests_c16)):
+            before = {"server": proc_times(srv.pid),
+                      "host": sum_times([proc_times(p.pid) for p in args.host_procs])}
+            t0 = time.time()
             r = run_bench(args.sluice, port, bodies, c, n, endpoint="/v1/rerank")
+            wall = time.time() - t0
+            after = {"server": proc_times(srv.pid),
+                     "host": sum_times([proc_times(p.pid) for p in args.host_procs])}
             res[f"c{c}"] = {"img_per_s": r["docs_per_s"], "p50_ms": r["p50_ms"],
                             "p95_ms": r["p95_ms"], "errors_none": r["errors_none"]}
+            # Where the CPU went: cores kept busy by the server and by the image host, and the
+            # server's CPU and page faults per image (is the run CPU-bound, and on what).
+            imgs = n * 10
+            for who in ("server", "host"):
+                du, ds, df = (after[who][k] - before[who][k] for k in range(3))
+                res[f"c{c}"][f"{who}_cores"] = (du + ds) / wall
+                res[f"c{c}"][f"{who}_cpu_ms_per_img"] = 1e3 * (du + ds) / imgs
+                res[f"c{c}"][f"{who}_system_ms_per_img"] = 1e3 * ds / imgs
+                res[f"c{c}"][f"{who}_faults_per_img"] = df / imgs
             log(f"sluice serve {dtype} c={c}: {r['docs_per_s']:.1f} img/s, p50 {r['p50_ms']:.1f} "
-                f"ms, p95 {r['p95_ms']:.1f} ms, errors none: {r['errors_none']}")
+                f"ms, p95 {r['p95_ms']:.1f} ms, errors none: {r['errors_none']}; server "
+                f"{res[f'c{c}']['server_cores']:.1f} cores busy, "
+                f"{res[f'c{c}']['server_cpu_ms_per_img']:.1f} ms CPU "
+                f"({res[f'c{c}']['server_system_ms_per_img']:.1f} system) and "
+                f"{res[f'c{c}']['server_faults_per_img']:.0f} page faults per image; image host "
+                f"{res[f'c{c}']['host_cores']:.1f} cores")
         with urllib_open(f"http://127.0.0.1:{port}/metrics") as m:
             txt = m.read().decode()
         for k in ("sluice_image_forwards_total", "sluice_images_embedded_total",
@@ -364,6 +384,20 @@ def sluice_served(args, model, dtype, urls, out):
         srv.send_signal(signal.SIGTERM)
         srv.wait(timeout=120)
     return res
+
+
+def proc_times(pid):
+    """(user s, system s, minor page faults) of a process and its threads, from /proc."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return (0.0, 0.0, 0)
+    tck = os.sysconf("SC_CLK_TCK")
+    return (int(f[11]) / tck, int(f[12]) / tck, int(f[7]))
+
+
+def sum_times(ts):
+    return tuple(sum(t[k] for t in ts) for k in range(3))
 
 
 def urllib_open(url):
@@ -543,6 +577,7 @@ def main():
     photo_dir, names, sizes = make_photos(args.out, args.photos, args.tiny)
     results["photo_mb"] = [min(sizes) / 2**20, max(sizes) / 2**20]
     port, host_procs = start_image_host(photo_dir, 4)
+    args.host_procs = host_procs
     urls = [f"http://127.0.0.1:{port}/{x}" for x in names]
     try:
         for dtype in args.dtypes.split(","):
