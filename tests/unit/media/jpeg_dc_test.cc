@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <jpeglib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -219,6 +220,32 @@ TEST(JpegDc, RestartIntervalsAndSeparateScans) {
     sep.separate_scans = true;
     if (sep.components == 3) ExpectSame(Encode(sep), Describe(sep));
   }
+}
+
+// Each thread keeps built Huffman tables by their specification (12 slots). Photos with
+// tables of their own (optimised coding: 20 distinct sets, more than the slots hold), in
+// between photos with the standard tables, each twice in a shuffled order: every decode still
+// matches libjpeg-turbo, whether its tables were cached, evicted or rebuilt.
+TEST(JpegDc, CachedHuffmanTablesAcrossManyEncoders) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 20; ++i) {
+    EncodeSpec s;
+    s.width = 80 + 8 * (i % 5);
+    s.height = 56;
+    s.components = i % 4 == 3 ? 1 : 3;
+    s.h = 1 + i % 2;
+    s.v = 1 + (i / 2) % 2;
+    s.quality = 60 + 2 * i;
+    s.optimize = i % 3 != 0;  // a third with the standard tables
+    s.noise = 20 + 7 * i;
+    s.seed = 500 + static_cast<uint32_t>(i);
+    files.emplace_back(Encode(s), Describe(s));
+  }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < files.size(); ++i) order.insert(order.end(), {i, i});
+  std::mt19937 rng(7);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order) ExpectSame(files[i].first, files[i].second);
 }
 
 // ---- Coefficient files: jpeg_write_coefficients with coefficients and tables we choose. ----
