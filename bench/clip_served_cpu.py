@@ -44,12 +44,6 @@ def photos(out, bench_bin, n, distinct=20):
     return d
 
 
-def proc_cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    tck = os.sysconf("SC_CLK_TCK")
-    return int(f[11]) / tck, int(f[12]) / tck, int(f[7])  # user s, system s, minor faults
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", default="build/release/sluice")
@@ -83,12 +77,12 @@ def main():
             try:
                 H.wait_ready(srv, sport, logp, timeout_s=60)
                 H.run_bench(a.sluice, sport, bodies, 2, 4, endpoint="/v1/rerank")  # warm-up
-                u0, s0, f0 = proc_cpu(srv.pid)
+                u0, s0, f0 = H.proc_times(srv.pid)
                 t0 = time.time()
                 r = H.run_bench(a.sluice, sport, bodies, a.concurrency, a.requests,
                                 endpoint="/v1/rerank")
                 wall = time.time() - t0
-                u1, s1, f1 = proc_cpu(srv.pid)
+                u1, s1, f1 = H.proc_times(srv.pid)
                 n = a.requests * 10
                 print(f"{os.path.basename(a.sluice)}: c={a.concurrency} {r['docs_per_s']:.1f} img/s, "
                       f"p50 {r['p50_ms']:.0f} ms, errors none {r['errors_none']}; per photo: CPU "

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <mutex>
 
+#include "core/recycle_pool.h"
+
 namespace sluice::media {
 
 namespace {
@@ -247,48 +249,22 @@ struct MediaFetcher::Shared {
   std::mutex pool_mu;
   std::vector<CURLM*> idle;  // multi handles no call is using, with their open connections
   // Recycled bodies (MediaFetcher::Recycle), their capacity kRecycleBytes at most in all.
-  std::mutex bodies_mu;
-  std::vector<std::string> bodies;
-  size_t body_bytes = 0;
+  RecyclePool<std::string> bodies{MediaFetcher::kRecycleBytes, size_t{1} << 20};
   // A kept body of at least `bytes` capacity (the smallest), else a new one reserved.
   std::string TakeBody(size_t bytes) {
-    if (bytes < (size_t{1} << 20)) {  // small (an error page, a thumbnail): malloc's arenas
-      std::string b;
-      b.reserve(bytes);
-      return b;
-    }
-    {
-      std::lock_guard<std::mutex> l(bodies_mu);
-      size_t best = bodies.size();
-      for (size_t i = 0; i < bodies.size(); ++i) {
-        if (bodies[i].capacity() >= bytes &&
-            (best == bodies.size() || bodies[i].capacity() < bodies[best].capacity())) {
-          best = i;
-        }
-      }
-      if (best < bodies.size()) {
-        std::string b = std::move(bodies[best]);
-        bodies[best] = std::move(bodies.back());
-        bodies.pop_back();
-        body_bytes -= b.capacity();
-        b.clear();
-        return b;
-      }
-    }
-    // Rounded up to whole MiB, so that it fits a later body of a similar size once kept.
     std::string b;
-    b.reserve((bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1));
+    if (bytes < (size_t{1} << 20)) {  // small (an error page, a thumbnail): malloc's arenas
+      b.reserve(bytes);
+    } else if (bodies.Take(bytes, &b)) {
+      b.clear();
+    } else {
+      // Rounded up to whole MiB, so that it fits a later body of a similar size once kept.
+      b.reserve((bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1));
+    }
     return b;
   }
   static std::string Take(void* self, size_t bytes) {
     return static_cast<Shared*>(self)->TakeBody(bytes);
-  }
-  void KeepBody(std::string&& b) {
-    if (b.capacity() < (size_t{1} << 20)) return;  // small ones: malloc's arenas do well
-    std::lock_guard<std::mutex> l(bodies_mu);
-    if (body_bytes + b.capacity() > MediaFetcher::kRecycleBytes) return;  // freed on return
-    body_bytes += b.capacity();
-    bodies.push_back(std::move(b));
   }
   static constexpr size_t kMaxIdle = 64;
   static void Lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
@@ -401,12 +377,9 @@ MediaFetcher::~MediaFetcher() {
   if (shared_->share != nullptr) curl_share_cleanup(shared_->share);
 }
 
-void MediaFetcher::Recycle(std::string&& body) { shared_->KeepBody(std::move(body)); }
+void MediaFetcher::Recycle(std::string&& body) { shared_->bodies.Keep(std::move(body)); }
 
-size_t MediaFetcher::RecycledBytesForTesting() const {
-  std::lock_guard<std::mutex> l(shared_->bodies_mu);
-  return shared_->body_bytes;
-}
+size_t MediaFetcher::RecycledBytesForTesting() const { return shared_->bodies.bytes(); }
 
 std::vector<StatusOr<std::string>> MediaFetcher::FetchAll(const std::vector<std::string>& sources) {
   std::vector<StatusOr<std::string>> out(sources.size(), Internal("not fetched"));

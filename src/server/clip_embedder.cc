@@ -261,7 +261,7 @@ void ClipEmbedder::EngineLoop() {
       j.finished += p.count;
       if (j.finished == j.n) {
         j.done = true;
-        KeepPixels(std::move(j.pixels));
+        kept_pixels_.Keep(std::move(j.pixels));
         std::vector<float>().swap(j.pixels);
       }
     }
@@ -271,31 +271,9 @@ void ClipEmbedder::EngineLoop() {
 
 std::vector<float> ClipEmbedder::TakePixels(size_t n) {
   std::vector<float> v;
-  {
-    std::lock_guard<std::mutex> lock(pixels_mu_);
-    size_t best = kept_pixels_.size();
-    for (size_t i = 0; i < kept_pixels_.size(); ++i) {
-      const size_t c = kept_pixels_[i].capacity();
-      if (c >= n && (best == kept_pixels_.size() || c < kept_pixels_[best].capacity())) best = i;
-    }
-    if (best < kept_pixels_.size()) {
-      v = std::move(kept_pixels_[best]);
-      kept_pixels_[best] = std::move(kept_pixels_.back());
-      kept_pixels_.pop_back();
-      kept_pixel_bytes_ -= v.capacity() * sizeof(float);
-    }
-  }
+  kept_pixels_.Take(n * sizeof(float), &v);
   v.assign(n, 0.f);
   return v;
-}
-
-void ClipEmbedder::KeepPixels(std::vector<float>&& pixels) {
-  const size_t bytes = pixels.capacity() * sizeof(float);
-  if (bytes < (size_t{1} << 20)) return;  // small: malloc's arenas do well
-  std::lock_guard<std::mutex> lock(pixels_mu_);
-  if (kept_pixel_bytes_ + bytes > kKeptPixelBytes) return;
-  kept_pixel_bytes_ += bytes;
-  kept_pixels_.push_back(std::move(pixels));
 }
 
 int ClipEmbedder::max_text_tokens() const {

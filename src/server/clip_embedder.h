@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/recycle_pool.h"
 #include "media/feature_cache.h"
 #include "media/fetch.h"
 #include "media/image.h"
@@ -104,11 +105,9 @@ class ClipEmbedder {
   void Submit(const std::shared_ptr<Job>& job);
   void Wait(const std::shared_ptr<Job>& job);
   void EngineLoop();
-  // A job's pixel buffer of n values: a finished job's (pages already mapped) where one fits,
-  // else a new one. KeepPixels takes a finished job's buffer back, up to kKeptPixelBytes.
+  // A job's pixel buffer of n values: a finished job's (pages already mapped, kept_pixels_)
+  // where one fits, else a new one.
   std::vector<float> TakePixels(size_t n);
-  void KeepPixels(std::vector<float>&& pixels);
-  static constexpr size_t kKeptPixelBytes = size_t{64} << 20;
 
   const ClipEmbedderOptions o_;
   std::unique_ptr<Backend> backend_;
@@ -126,9 +125,8 @@ class ClipEmbedder {
   std::map<media::Digest, std::shared_ptr<Flight>> flights_;
   std::condition_variable flights_cv_;
 
-  std::mutex pixels_mu_;
-  std::vector<std::vector<float>> kept_pixels_;
-  size_t kept_pixel_bytes_ = 0;
+  // Finished jobs' pixel buffers, 64 MiB at most.
+  RecyclePool<std::vector<float>> kept_pixels_{size_t{64} << 20, size_t{1} << 20};
 
   // The engine thread's queue.
   std::mutex mu_;
