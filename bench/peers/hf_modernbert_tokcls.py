@@ -4,9 +4,9 @@ Hugging Face transformers vs sluice on the same model directory and the same pai
 
 Model: a ModernBERT-large-shaped ModernBertForTokenClassification (hidden 1024, 28 layers,
 16 heads, intermediate 2624, local_attention 128, every 3rd layer global, vocab 50,368),
-5 labels (O, B-POS, I-POS, B-NEG, I-NEG), seeded random weights, fp32 on both sides
-(HF: torch.float32, TF32 off, sdpa attention; sluice: --dtype float32, its fp32 GEMMs
-without TF32), saved as a normal model directory with a byte-level BPE tokenizer
+5 labels (O, B-POS, I-POS, B-NEG, I-NEG), seeded random weights, fp32 on both sides by
+default (HF: torch.float32, TF32 off, sdpa attention; sluice: --dtype float32, its fp32 GEMMs
+without TF32; --dtype bfloat16 runs both sides in bf16), saved as a normal model directory with a byte-level BPE tokenizer
 (tests/fixtures/tokenizers/modernbert) and sluice.json {"absa": ...}.
 Workload: (aspect, review) pairs from a synthetic review corpus, [CLS] aspect [SEP]
 review [SEP] of 40-250 tokens.
@@ -202,7 +202,7 @@ def serve_hf(absa, port):
 
 def sluice_offline(args, model_dir, texts_path, max_num_seqs):
     r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
-                        "--dtype", "float32", "--task", "token-classify", "--input", texts_path,
+                        "--dtype", args.dtype, "--task", "token-classify", "--input", texts_path,
                         "--output", "/dev/null", "--max-num-seqs", str(max_num_seqs)],
                        capture_output=True, text=True)
     txt = r.stdout + r.stderr
@@ -221,6 +221,9 @@ def main():
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--absa-requests", type=int, default=400)
     ap.add_argument("--port", type=int, default=8391)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="both sides: HF's torch dtype and sluice's --dtype (the issue's bars "
+                    "are fp32; bfloat16 shows the tensor-core figures next to them)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -229,11 +232,11 @@ def main():
     tok = PreTrainedTokenizerFast.from_pretrained(model_dir)
     tok.model_input_names = ["input_ids", "attention_mask"]  # ModernBERT has no token types
     model = ModernBertForTokenClassification.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="sdpa").cuda().eval()
+        model_dir, dtype=getattr(torch, args.dtype), attn_implementation="sdpa").cuda().eval()
     pairs = workload(tok, args.pairs, 7)
     lens = [len(tok(a, r)["input_ids"]) for a, r in pairs]
     log(f"workload: {len(pairs)} pairs, {min(lens)}..{max(lens)} tokens, mean {statistics.mean(lens):.1f}")
-    res = {"pairs": len(pairs), "tokens_mean": statistics.mean(lens)}
+    res = {"pairs": len(pairs), "tokens_mean": statistics.mean(lens), "dtype": args.dtype}
 
     texts = os.path.join(args.out, "texts.jsonl")
     with open(texts, "w") as f:
@@ -263,7 +266,7 @@ def main():
     log_path = os.path.join(args.out, "serve.log")
     with open(log_path, "w") as lf:
         srv = subprocess.Popen([args.sluice, "serve", "--model", model_dir, "--device", "cuda",
-                                "--dtype", "float32", "--port", str(args.port)], stdout=lf,
+                                "--dtype", args.dtype, "--port", str(args.port)], stdout=lf,
                                stderr=subprocess.STDOUT)
     try:
         wait_ready(srv, args.port, log_path, 600)
