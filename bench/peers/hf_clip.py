@@ -348,6 +348,7 @@ def sluice_served(args, model, dtype, urls, out):
         write_bodies(bodies, urls, len(urls) // 10 * 10)  # every photo, then cycled
         run_bench(args.sluice, port, bodies, 4, 8, endpoint="/v1/rerank")  # warm-up
         for c, n in ((1, args.requests_c1), (16, args.requests_c16)):
+            busy0 = server_metric(port, "sluice_image_forward_seconds_total")
             before = {"server": proc_times(srv.pid),
                       "host": sum_times([proc_times(p.pid) for p in args.host_procs])}
             t0 = time.time()
@@ -357,6 +358,10 @@ def sluice_served(args, model, dtype, urls, out):
                      "host": sum_times([proc_times(p.pid) for p in args.host_procs])}
             res[f"c{c}"] = {"img_per_s": r["docs_per_s"], "p50_ms": r["p50_ms"],
                             "p95_ms": r["p95_ms"], "errors_none": r["errors_none"]}
+            # The vision engine's busy fraction (1 = the model is the bound).
+            busy1 = server_metric(port, "sluice_image_forward_seconds_total")
+            if busy0 is not None and busy1 is not None:
+                res[f"c{c}"]["engine_busy"] = (busy1 - busy0) / wall
             # Where the CPU went: cores kept busy by the server and by the image host, and the
             # server's CPU and page faults per image (is the run CPU-bound, and on what).
             imgs = n * 10
@@ -372,7 +377,8 @@ def sluice_served(args, model, dtype, urls, out):
                 f"{res[f'c{c}']['server_cpu_ms_per_img']:.1f} ms CPU "
                 f"({res[f'c{c}']['server_system_ms_per_img']:.1f} system) and "
                 f"{res[f'c{c}']['server_faults_per_img']:.0f} page faults per image; image host "
-                f"{res[f'c{c}']['host_cores']:.1f} cores")
+                f"{res[f'c{c}']['host_cores']:.1f} cores; vision engine busy "
+                f"{100 * res[f'c{c}'].get('engine_busy', float('nan')):.0f}%")
         with urllib_open(f"http://127.0.0.1:{port}/metrics") as m:
             txt = m.read().decode()
         for k in ("sluice_image_forwards_total", "sluice_images_embedded_total",
@@ -384,6 +390,17 @@ def sluice_served(args, model, dtype, urls, out):
         srv.send_signal(signal.SIGTERM)
         srv.wait(timeout=120)
     return res
+
+
+def server_metric(port, name):
+    """A counter of sluice's /metrics (summed over its label sets), or None."""
+    try:
+        with urllib_open(f"http://127.0.0.1:{port}/metrics") as m:
+            txt = m.read().decode()
+    except OSError:
+        return None
+    vals = [float(x) for x in re.findall(r"^" + name + r"(?:\{[^}]*\})? ([\d.e+-]+)$", txt, re.M)]
+    return sum(vals) if vals else None
 
 
 def proc_times(pid):

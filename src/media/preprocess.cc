@@ -163,11 +163,12 @@ Image ResizeAndCrop(const Image& in, const ImageProcessorConfig& c) {
   return cur == &in ? in : img;
 }
 
-void Normalize(const Image& img, const ImageProcessorConfig& c, float* out) {
-  // A value depends only on the byte and the channel: one table of 256 per channel, computed
-  // with the per-pixel arithmetic (float64 rescale rounded to float32, then float32 (x - mean)
-  // / std), so the output is the same to the bit at a table look-up per value.
-  float table[3][256];
+namespace {
+
+// A value depends only on the byte and the channel: one table of 256 per channel, computed
+// with the per-pixel arithmetic (float64 rescale rounded to float32, then float32 (x - mean)
+// / std), so the output is the same to the bit at a table look-up per value.
+void NormalizeTables(const ImageProcessorConfig& c, float (*table)[256]) {
   for (int ch = 0; ch < 3; ++ch) {
     for (int b = 0; b < 256; ++b) {
       float v = static_cast<float>(b);
@@ -176,6 +177,13 @@ void Normalize(const Image& img, const ImageProcessorConfig& c, float* out) {
       table[ch][b] = v;
     }
   }
+}
+
+}  // namespace
+
+void Normalize(const Image& img, const ImageProcessorConfig& c, float* out) {
+  float table[3][256];
+  NormalizeTables(c, table);
   const size_t plane = static_cast<size_t>(img.width) * img.height;
   const uint8_t* px = img.rgb.data();
   float* r = out;
@@ -185,6 +193,29 @@ void Normalize(const Image& img, const ImageProcessorConfig& c, float* out) {
     r[i] = table[0][px[0]];
     g[i] = table[1][px[1]];
     b[i] = table[2][px[2]];
+  }
+}
+
+void NormalizePatches(const Image& img, const ImageProcessorConfig& c, int patch, float* out) {
+  float table[3][256];
+  NormalizeTables(c, table);
+  const size_t p = static_cast<size_t>(patch), pp = p * p, K = 3 * pp;
+  const size_t grid_x = static_cast<size_t>(img.width) / p;
+  std::fill_n(out, K, 0.f);  // the class token's row
+  for (size_t y = 0; y < static_cast<size_t>(img.height); ++y) {
+    const uint8_t* px = img.rgb.data() + y * static_cast<size_t>(img.width) * 3;
+    // Row y of every patch in this band of patches: at (y % p) * p within each channel.
+    float* band = out + (1 + (y / p) * grid_x) * K + (y % p) * p;
+    for (size_t gx = 0; gx < grid_x; ++gx, px += 3 * p) {
+      float* r = band + gx * K;
+      float* g = r + pp;
+      float* b = g + pp;
+      for (size_t x = 0; x < p; ++x) {
+        r[x] = table[0][px[3 * x]];
+        g[x] = table[1][px[3 * x + 1]];
+        b[x] = table[2][px[3 * x + 2]];
+      }
+    }
   }
 }
 

@@ -48,6 +48,11 @@ void Preprocess(const Image& in, const ImageProcessorConfig& c, std::vector<floa
 // The rescale and normalise steps of Preprocess on an image ResizeAndCrop made: its pixel
 // values [3, height, width], channels first, into out[0, 3 * width * height).
 void Normalize(const Image& img, const ImageProcessorConfig& c, float* out);
+// Normalize's values in the layout a ViT's patch embedding reads (im2col): a zero row (the
+// class token's), then one row per patch of `patch` x `patch` pixels in raster order, each
+// row (channel, row, column) — 1 + (width / patch) * (height / patch) rows of
+// 3 * patch * patch values into `out`. Width and height must be multiples of `patch`.
+void NormalizePatches(const Image& img, const ImageProcessorConfig& c, int patch, float* out);
 
 // "fast" mode: lets the JPEG decoder shrink in the DCT domain as far as this processor's
 // resize allows without upsampling (DecodeOptions::jpeg_min_*), leaving the rest of the

@@ -356,20 +356,22 @@ StatusOr<std::vector<float>> ClipModel::EmbedTexts(const std::vector<std::vector
   return out;
 }
 
+int64_t ClipModel::patch_values_per_image() const {
+  const int64_t C = vision_.num_channels, p = vision_.patch_size, grid = vision_.image_size / p;
+  return (grid * grid + 1) * C * p * p;
+}
+
 StatusOr<std::vector<float>> ClipModel::EmbedImages(const float* pixels, int64_t n) {
   if (!has_vision_) return FailedPrecondition("this CLIP model has no vision tower");
-  std::vector<float> out;
-  if (n <= 0) return out;
+  if (n <= 0) return std::vector<float>();
   const ClipTowerConfig& c = vision_;
   const int64_t C = c.num_channels, S = c.image_size, p = c.patch_size, grid = S / p;
-  const int64_t P = grid * grid + 1, K = C * p * p, T = n * P;
+  const int64_t P = grid * grid + 1, K = C * p * p;
   // im2col: row 0 of each image (the class token) zero, then its patches in raster order,
   // each as (channel, row, column) like the conv weight.
-  std::vector<float> patches(static_cast<size_t>(T * K), 0.f);
-  std::vector<int32_t> positions(T), cu{0}, pooled;
+  std::vector<float> patches(static_cast<size_t>(n * P * K), 0.f);
   for (int64_t i = 0; i < n; ++i) {
     const float* img = pixels + i * C * S * S;
-    for (int64_t t = 0; t < P; ++t) positions[i * P + t] = static_cast<int32_t>(t);
     for (int64_t gy = 0; gy < grid; ++gy) {
       for (int64_t gx = 0; gx < grid; ++gx) {
         float* row = patches.data() + (i * P + 1 + gy * grid + gx) * K;
@@ -381,11 +383,32 @@ StatusOr<std::vector<float>> ClipModel::EmbedImages(const float* pixels, int64_t
         }
       }
     }
+  }
+  return EmbedPatches({{patches.data(), n}});
+}
+
+StatusOr<std::vector<float>> ClipModel::EmbedPatches(const std::vector<PatchSpan>& spans) {
+  if (!has_vision_) return FailedPrecondition("this CLIP model has no vision tower");
+  std::vector<float> out;
+  int64_t n = 0;
+  for (const PatchSpan& s : spans) n += s.count;
+  if (n <= 0) return out;
+  const ClipTowerConfig& c = vision_;
+  const int64_t C = c.num_channels, p = c.patch_size, grid = c.image_size / p;
+  const int64_t P = grid * grid + 1, K = C * p * p, T = n * P;
+  std::vector<int32_t> positions(T), cu{0}, pooled;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t t = 0; t < P; ++t) positions[i * P + t] = static_cast<int32_t>(t);
     pooled.push_back(static_cast<int32_t>(i * P));
     cu.push_back(static_cast<int32_t>((i + 1) * P));
   }
   Tensor dp = ws_.Get(kPatches, DType::kF32, T, K);
-  backend_->CopyFromHost(patches.data(), dp);
+  int64_t at = 0;
+  for (const PatchSpan& s : spans) {
+    if (s.count <= 0) continue;
+    backend_->CopyFromHost(s.values, dp.RowSlice(at * P, s.count * P));
+    at += s.count;
+  }
   Tensor dpos = ws_.Get(kPositions, DType::kI32, 1, T);
   backend_->CopyFromHost(positions.data(), dpos);
   Tensor emb = ws_.Get(kEmb, DType::kF32, T, c.hidden_size);

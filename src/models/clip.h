@@ -68,6 +68,19 @@ class ClipModel {
   // (n * pixels_per_image() floats, channels first, as media::Preprocess writes them).
   StatusOr<std::vector<float>> EmbedImages(const float* pixels, int64_t n);
 
+  // Values per image in the patch layout: 1 + (image_size / patch_size)^2 rows of
+  // num_channels * patch_size^2 values, a zero row (the class token's) and then the patches
+  // in raster order, each (channel, row, column): what media::NormalizePatches writes.
+  int64_t patch_values_per_image() const;
+  // `count` images in the patch layout at `values`.
+  struct PatchSpan {
+    const float* values;
+    int64_t count;
+  };
+  // EmbedImages of images already in the patch layout, given as spans (the images of several
+  // requests, uploaded where they lie: no host copy, no im2col), embeddings in span order.
+  StatusOr<std::vector<float>> EmbedPatches(const std::vector<PatchSpan>& spans);
+
  private:
   struct Tower;
   ClipModel(Backend* backend, DType dtype);

@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,7 @@ std::string Shorten(const std::string& s) { return s.size() <= 80 ? s : s.substr
 struct ClipEmbedder::Job {
   bool text = false;
   std::vector<std::vector<int32_t>> ids;  // text
-  std::vector<float> pixels;              // images: n x pixels_per_image
+  std::vector<float> pixels;              // images: n x patch_values_per_image
   int64_t n = 0;                          // images (or texts)
   int64_t taken = 0;                      // images handed to a forward so far
   int64_t finished = 0;                   // images whose features are in `out`
@@ -187,8 +188,7 @@ void ClipEmbedder::Wait(const std::shared_ptr<Job>& job) {
 
 void ClipEmbedder::EngineLoop() {
   const int P = model_->projection_dim();
-  const int64_t per = model_->has_vision() ? model_->pixels_per_image() : 0;
-  std::vector<float> batch;  // pixels of a forward gathered from several jobs
+  const int64_t per = model_->has_vision() ? model_->patch_values_per_image() : 0;
   struct Piece {
     std::shared_ptr<Job> job;
     int64_t begin, count;
@@ -230,19 +230,15 @@ void ClipEmbedder::EngineLoop() {
       done_cv_.notify_all();
       continue;
     }
-    const float* px;
-    if (pieces.size() == 1) {
-      px = pieces[0].job->pixels.data() + pieces[0].begin * per;
-    } else {
-      batch.resize(static_cast<size_t>(total * per));
-      int64_t at = 0;
-      for (const Piece& p : pieces) {
-        std::copy_n(p.job->pixels.data() + p.begin * per, p.count * per, batch.data() + at * per);
-        at += p.count;
-      }
-      px = batch.data();
-    }
-    StatusOr<std::vector<float>> emb = model_->EmbedImages(px, total);
+    // The jobs' patch rows are uploaded where they lie (the decode threads wrote them in the
+    // patch embedding's layout): between two forwards this thread copies nothing on the host.
+    std::vector<ClipModel::PatchSpan> spans;
+    for (const Piece& p : pieces) spans.push_back({p.job->pixels.data() + p.begin * per, p.count});
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<std::vector<float>> emb = model_->EmbedPatches(spans);
+    forward_ns_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
     forwards_++;
     embedded_ += static_cast<uint64_t>(total);
     bool several = false;
@@ -338,7 +334,10 @@ Status ClipEmbedder::Embed(const std::vector<ClipItem>& items, std::vector<float
 Status ClipEmbedder::EmbedImages(const std::vector<ClipItem>& items,
                                  const std::vector<size_t>& rows, std::vector<float>* out) {
   const int P = model_->projection_dim();
-  const int64_t per = model_->pixels_per_image();
+  // Each image's values in the patch embedding's layout (ClipModel::patch_values_per_image).
+  const int64_t per = model_->patch_values_per_image();
+  const int side = model_->vision_config().image_size;
+  const int patch = model_->vision_config().patch_size;
   std::vector<std::string> sources;
   for (size_t r : rows) sources.push_back(items[r].text);
   std::vector<StatusOr<std::string>> bytes = fetcher_.FetchAll(sources);
@@ -414,14 +413,15 @@ Status ClipEmbedder::EmbedImages(const std::vector<ClipItem>& items,
         return;
       }
       const media::Image sized = media::ResizeAndCrop(*img, processor_);
-      const int64_t values = 3 * static_cast<int64_t>(sized.width) * sized.height;
-      if (values != per) {
-        decode_error[j] = "the image processor's output size (" + std::to_string(values) +
-                          " values) does not match the vision tower's input (" +
-                          std::to_string(per) + ")";
+      if (sized.width != side || sized.height != side) {
+        decode_error[j] = "the image processor's output size (" + std::to_string(sized.width) +
+                          "x" + std::to_string(sized.height) +
+                          ") does not match the vision tower's input (" + std::to_string(side) +
+                          "x" + std::to_string(side) + ")";
         return;
       }
-      media::Normalize(sized, processor_, job->pixels.data() + i * static_cast<size_t>(per));
+      media::NormalizePatches(sized, processor_, patch,
+                              job->pixels.data() + i * static_cast<size_t>(per));
       ok[i] = 1;
     });
     std::vector<size_t> srcs;
@@ -494,13 +494,14 @@ Status ClipEmbedder::WarmUp() {
   if (model_->has_vision()) {
     auto job = std::make_shared<Job>();
     job->n = 1;
-    job->pixels.assign(static_cast<size_t>(model_->pixels_per_image()), 0.f);
+    job->pixels.assign(static_cast<size_t>(model_->patch_values_per_image()), 0.f);
     job->out.assign(static_cast<size_t>(model_->projection_dim()), 0.f);
     Submit(job);
     Wait(job);
     RETURN_IF_ERROR(job->status);
     forwards_ = 0;
     embedded_ = 0;
+    forward_ns_ = 0;
   }
   if (model_->has_text()) {
     auto job = std::make_shared<Job>();
@@ -532,6 +533,12 @@ std::string ClipEmbedder::RenderMetrics(const std::string& l) const {
   counter("sluice_image_forwards_total", "Forward passes of the vision tower.", forwards_.load());
   counter("sluice_image_forwards_coalesced_total",
           "Vision forwards that held the images of more than one request.", coalesced_.load());
+  // Busy time of the vision engine: over a wall-clock interval, its increase divided by the
+  // interval is the fraction of time a vision forward ran (1 = the model is the bound).
+  s += "# HELP sluice_image_forward_seconds_total Time the engine spent in vision forwards "
+       "(upload, forward, results).\n# TYPE sluice_image_forward_seconds_total counter\n"
+       "sluice_image_forward_seconds_total{" +
+       l + "} " + std::to_string(static_cast<double>(forward_ns_.load()) * 1e-9) + "\n";
   s += "# HELP sluice_image_cache_entries Image features held by the cache.\n"
        "# TYPE sluice_image_cache_entries gauge\nsluice_image_cache_entries{" +
        l + "} " + std::to_string(cache_.size()) + "\n";

@@ -138,6 +138,7 @@ class ClipEmbedder {
   std::thread engine_;
 
   std::atomic<uint64_t> fetched_{0}, fetch_failures_{0}, embedded_{0}, forwards_{0}, coalesced_{0};
+  std::atomic<uint64_t> forward_ns_{0};  // engine thread inside the vision forwards
 };
 
 }  // namespace sluice::server

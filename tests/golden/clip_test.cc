@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -148,6 +149,44 @@ class ClipGolden : public ::testing::TestWithParam<std::string> {
       ++i;
     }
     image_embeds_ = *batch;
+    CheckPatchSpans(m, px, *batch);
+  }
+
+  // The same images in the patch layout (media::NormalizePatches' output is checked against
+  // Normalize in media_test), given to EmbedPatches as several spans of one forward — how the
+  // server uploads the images of several requests — give EmbedImages' embeddings.
+  void CheckPatchSpans(ClipModel& m, const std::vector<float>& px,
+                       const std::vector<float>& batch) {
+    const ClipTowerConfig& c = m.vision_config();
+    const int64_t per = m.pixels_per_image(), n = static_cast<int64_t>(px.size()) / per;
+    const int64_t S = c.image_size, p = c.patch_size, grid = S / p, K = c.num_channels * p * p;
+    const int64_t pv = m.patch_values_per_image();
+    ASSERT_EQ(pv, (grid * grid + 1) * K);
+    std::vector<float> patches(static_cast<size_t>(n * pv), 0.f);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t ch = 0; ch < c.num_channels; ++ch) {
+        for (int64_t y = 0; y < S; ++y) {
+          for (int64_t x = 0; x < S; ++x) {
+            patches[i * pv + (1 + (y / p) * grid + x / p) * K + (ch * p + y % p) * p + x % p] =
+                px[i * per + (ch * S + y) * S + x];
+          }
+        }
+      }
+    }
+    std::vector<ClipModel::PatchSpan> spans;
+    for (int64_t i = 0; i < n; i += 2) {
+      spans.push_back({patches.data() + i * pv, std::min<int64_t>(2, n - i)});
+    }
+    spans.insert(spans.begin() + 1, ClipModel::PatchSpan{patches.data(), 0});  // empty: skipped
+    auto got = m.EmbedPatches(spans);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), batch.size());
+    const double d = MaxDiff(got->data(), batch.data(), got->size());
+    if (exact_) {
+      EXPECT_EQ(d, 0.0) << "EmbedPatches (spans) vs EmbedImages";
+    } else {
+      EXPECT_LE(d, tol_) << "EmbedPatches (spans) vs EmbedImages";
+    }
   }
 
   void CheckTexts(ClipModel& m) {

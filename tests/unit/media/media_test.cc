@@ -273,6 +273,43 @@ TEST(Media, NormalizeEqualsThePerPixelArithmetic) {
   }
 }
 
+// The patch layout (what a ViT's patch embedding reads) holds Normalize's values, moved:
+// row 0 zero, then patch (gy, gx) at row 1 + gy * grid_x + gx as (channel, row, column).
+// A non-square image and a patch size that is not a power of two catch swapped axes.
+TEST(Media, NormalizePatchesIsNormalizeInPatchOrder) {
+  const int p = 7, W = 5 * p, H = 3 * p;
+  Image img;
+  img.width = W;
+  img.height = H;
+  img.rgb.resize(static_cast<size_t>(W) * H * 3);
+  for (size_t i = 0; i < img.rgb.size(); ++i)
+    img.rgb[i] = static_cast<uint8_t>((i * 37 + 11) & 255);
+  ImageProcessorConfig c;
+  c.do_rescale = c.do_normalize = true;
+  c.rescale_factor = 1.0 / 255.0;
+  std::vector<float> chw(static_cast<size_t>(3) * W * H);
+  Normalize(img, c, chw.data());
+  const int K = 3 * p * p, rows = 1 + (W / p) * (H / p);
+  std::vector<float> got(static_cast<size_t>(rows) * K, -7.f);
+  NormalizePatches(img, c, p, got.data());
+  for (int k = 0; k < K; ++k) ASSERT_EQ(got[k], 0.f) << "class row, value " << k;
+  for (int gy = 0; gy < H / p; ++gy) {
+    for (int gx = 0; gx < W / p; ++gx) {
+      for (int ch = 0; ch < 3; ++ch) {
+        for (int y = 0; y < p; ++y) {
+          for (int x = 0; x < p; ++x) {
+            const float want = chw[(static_cast<size_t>(ch) * H + gy * p + y) * W + gx * p + x];
+            const float v = got[(1 + static_cast<size_t>(gy) * (W / p) + gx) * K +
+                                (static_cast<size_t>(ch) * p + y) * p + x];
+            ASSERT_EQ(std::memcmp(&v, &want, sizeof(float)), 0)
+                << "patch " << gy << "," << gx << " channel " << ch << " at " << y << "," << x;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Media, ProcessorConfigSpellingsAndRefusals) {
   auto old = ParseImageProcessorConfig(R"({"size": 224, "crop_size": 224, "resample": 3})");
   ASSERT_TRUE(old.ok()) << old.status().ToString();

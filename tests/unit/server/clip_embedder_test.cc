@@ -88,6 +88,11 @@ TEST(ClipEmbedder, ConcurrentCallersShareOneForwardAndGetTheirAloneResults) {
   EXPECT_EQ(Metric(*e, "sluice_image_forwards_total"), 1u);
   EXPECT_EQ(Metric(*e, "sluice_image_forwards_coalesced_total"), 1u);
   EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 6u);
+  // The forward's time is counted (seconds, a float: present and positive).
+  const std::string m = e->RenderMetrics("");
+  const size_t at = m.find("\nsluice_image_forward_seconds_total{} ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(m.substr(at + 38)), 0.0);
 }
 
 TEST(ClipEmbedder, BatchesAreCappedAndTheQueueIsBounded) {
