@@ -1,12 +1,12 @@
 #!/bin/bash
 # Issue 19: AMX bf16 / int8 against HF bf16 autocast and ORT int8 dynamic, interleaved rounds;
-# then forward_bench old / new and its op profile. bench/device/README.md says how to prepare it.
+# then forward_bench's op profile. bench/device/README.md says how to prepare it.
 source scripts/device-unpack
 R=$OUT/cpu_peers; mkdir -p $R
 { lscpu | grep -iE "model name|^cpu\(s\)|flags" | sed 's/flags.*\(amx[a-z0-9_ ]*\).*/amx: \1/'; nproc; date -u; } > $R/host.txt
 cat $R/host.txt
-timeout 420 taskset -c 0,1 python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
-  --workload .carry/rerank_1200.jsonl --out /tmp/cpu_peers --pairs bert-base=64,minilm-l6=256 --reps 3 \
+timeout 480 taskset -c 0,1 python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
+  --workload .carry/rerank_1200.jsonl --out /tmp/cpu_peers --pairs bert-base=64,minilm-l6=256 --reps 5 \
   --peers hf-bf16,ort-int8 --sluice-dtypes bfloat16,bfloat16:SLUICE_CPU_LINEAR=amx,int8,int8:SLUICE_CPU_AMX_KERNEL=2x2 > $R/peers.log 2>&1
 echo peers rc $?
 cp /tmp/cpu_peers/results.json $R/ 2>/dev/null
@@ -22,10 +22,6 @@ for r in rows:
   print(r["model"],"hf-fp32 %.1f"%r["hf_median"])
 PY
 tail -5 $R/peers.log
-for i in 1 2; do for b in forward_bench_old forward_bench; do echo "== $b round $i" >> $R/fwd.log
-  timeout 70 taskset -c 0,1 $b --models minilm-l6,bert-base --dtypes int8,bf16 --threads 2 --reps 2 >> $R/fwd.log 2>&1
-done; done
-grep -E "==|^\| (minilm|bert)" $R/fwd.log | head -60
 echo "== profile int8 default" >> $R/prof.log
 timeout 60 taskset -c 0,1 forward_bench --models minilm-l6,bert-base --dtypes int8,bf16 --threads 2 --reps 1 --profile >> $R/prof.log 2>&1
 tail -150 $R/prof.log

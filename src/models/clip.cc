@@ -3,9 +3,11 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "backend/host_convert.h"
 #include "models/layers.h"
@@ -302,6 +304,14 @@ Status ClipModel::Run(Tower& tower, const std::vector<int32_t>& cu_seqlens, int 
   backend_->LayerNorm(r, nullptr, tower.final_w.t(), &tower.final_b.t(), eps, rn);
   Tensor p = ws_.Get(kProj, DType::kF32, S, projection_dim_);
   backend_->Linear({tower.projection.get(), rn, p});
+  if (backend_->asynchronous()) {
+    // Wait for the forward (milliseconds on a GPU) without spinning on a core: the image
+    // decoders of the same process need every core, and a synchronous copy would spin the
+    // engine thread for the whole forward. Polled every 50 us.
+    if (!done_) done_ = backend_->CreateFence();
+    done_->Record();
+    while (!done_->Done()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   out->resize(static_cast<size_t>(S) * projection_dim_);
   backend_->CopyToHostF32(p, out->data());
   backend_->Synchronize();

@@ -95,6 +95,7 @@ class ClipModel {
   ClipTowerConfig text_, vision_;
   std::unique_ptr<Tower> text_tower_, vision_tower_;
   Workspace ws_;
+  std::unique_ptr<Fence> done_;  // the end of a forward on an asynchronous backend
 };
 
 }  // namespace sluice

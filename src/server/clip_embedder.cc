@@ -195,15 +195,26 @@ void ClipEmbedder::EngineLoop() {
   };
   for (;;) {
     std::vector<Piece> pieces;
-    std::shared_ptr<Job> text;
+    std::vector<std::shared_ptr<Job>> texts;
     int64_t total = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return (stop_ || !queue_.empty()) && !hold_; });
       if (queue_.empty()) return;
       if (queue_.front()->text) {
-        text = queue_.front();
-        queue_.pop_front();
+        // Every queued text job (the queries of several requests) in one forward of the text
+        // tower, ahead of the images queued between them: texts are short, and a forward of
+        // a few tokens costs mostly its launches.
+        int64_t n = 0;
+        for (auto it = queue_.begin(); it != queue_.end() && n < kMaxTextsPerForward;) {
+          if ((*it)->text) {
+            n += (*it)->n;
+            texts.push_back(*it);
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
+        }
       } else {
         // Images of consecutive image jobs (several requests), up to max_batch_.
         while (!queue_.empty() && !queue_.front()->text && total < max_batch_) {
@@ -218,16 +229,8 @@ void ClipEmbedder::EngineLoop() {
       }
     }
     space_cv_.notify_all();
-    if (text) {
-      StatusOr<std::vector<float>> emb = model_->EmbedTexts(text->ids);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (emb.ok()) {
-        text->out = std::move(emb).value();
-      } else {
-        text->status = emb.status();
-      }
-      text->done = true;
-      done_cv_.notify_all();
+    if (!texts.empty()) {
+      RunTexts(texts);
       continue;
     }
     // The jobs' patch rows are uploaded where they lie (the decode threads wrote them in the
@@ -263,6 +266,33 @@ void ClipEmbedder::EngineLoop() {
     }
     done_cv_.notify_all();
   }
+}
+
+void ClipEmbedder::RunTexts(const std::vector<std::shared_ptr<Job>>& texts) {
+  const int P = model_->projection_dim();
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& t : texts) ids.insert(ids.end(), t->ids.begin(), t->ids.end());
+  StatusOr<std::vector<float>> emb = model_->EmbedTexts(ids);
+  text_forwards_++;
+  if (!emb.ok() && texts.size() > 1) {
+    // One request's texts failed the forward (a token id outside the vocabulary): each job
+    // alone, so that the error reaches that request only and names its own text.
+    for (const auto& t : texts) RunTexts({t});
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t at = 0;
+  for (const auto& t : texts) {
+    if (emb.ok()) {
+      t->out.assign(emb->begin() + static_cast<int64_t>(at) * P,
+                    emb->begin() + static_cast<int64_t>(at + t->ids.size()) * P);
+    } else {
+      t->status = emb.status();
+    }
+    at += t->ids.size();
+    t->done = true;
+  }
+  done_cv_.notify_all();
 }
 
 std::vector<float> ClipEmbedder::TakePixels(size_t n) {
@@ -511,6 +541,7 @@ Status ClipEmbedder::WarmUp() {
     Submit(job);
     Wait(job);
     RETURN_IF_ERROR(job->status);
+    text_forwards_ = 0;
   }
   return Status::Ok();
 }
@@ -531,6 +562,9 @@ std::string ClipEmbedder::RenderMetrics(const std::string& l) const {
           fetch_failures_.load());
   counter("sluice_images_embedded_total", "Images run through the vision tower.", embedded_.load());
   counter("sluice_image_forwards_total", "Forward passes of the vision tower.", forwards_.load());
+  counter("sluice_clip_text_forwards_total",
+          "Forward passes of the CLIP text tower (the queued texts of several requests each).",
+          text_forwards_.load());
   counter("sluice_image_forwards_coalesced_total",
           "Vision forwards that held the images of more than one request.", coalesced_.load());
   // Busy time of the vision engine: over a wall-clock interval, its increase divided by the
@@ -556,9 +590,13 @@ void ClipEmbedder::HoldForTest(bool hold) {
   cv_.notify_all();
 }
 
-void ClipEmbedder::WaitForTest(int64_t queued_images, int blocked) {
+void ClipEmbedder::WaitForTest(int64_t queued_images, int blocked, int queued_texts) {
   std::unique_lock<std::mutex> lock(mu_);
-  test_cv_.wait(lock, [&] { return queued_images_ >= queued_images && blocked_ >= blocked; });
+  test_cv_.wait(lock, [&] {
+    const auto texts = std::count_if(queue_.begin(), queue_.end(),
+                                     [](const std::shared_ptr<Job>& j) { return j->text; });
+    return queued_images_ >= queued_images && blocked_ >= blocked && texts >= queued_texts;
+  });
 }
 
 StatusOr<std::unique_ptr<ClipEmbedder>> ClipEmbedder::Load(const ClipEmbedderOptions& o) {

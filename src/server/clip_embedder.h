@@ -88,9 +88,10 @@ class ClipEmbedder {
   static void Normalize(float* v, int n);
 
   // Tests: hold the engine thread (work queues up but does not run), and wait until at
-  // least `queued_images` images are queued and `blocked` callers wait for queue space.
+  // least `queued_images` images are queued, `blocked` callers wait for queue space and
+  // `queued_texts` text jobs (one per caller with texts) are queued.
   void HoldForTest(bool hold);
-  void WaitForTest(int64_t queued_images, int blocked);
+  void WaitForTest(int64_t queued_images, int blocked, int queued_texts = 0);
 
  private:
   struct Job;
@@ -108,6 +109,9 @@ class ClipEmbedder {
   // A job's pixel buffer of n values: a finished job's (pages already mapped, kept_pixels_)
   // where one fits, else a new one.
   std::vector<float> TakePixels(size_t n);
+  // One forward of the text tower for these text jobs (their texts in order).
+  void RunTexts(const std::vector<std::shared_ptr<Job>>& texts);
+  static constexpr int64_t kMaxTextsPerForward = 256;
 
   const ClipEmbedderOptions o_;
   std::unique_ptr<Backend> backend_;
@@ -139,6 +143,7 @@ class ClipEmbedder {
 
   std::atomic<uint64_t> fetched_{0}, fetch_failures_{0}, embedded_{0}, forwards_{0}, coalesced_{0};
   std::atomic<uint64_t> forward_ns_{0};  // engine thread inside the vision forwards
+  std::atomic<uint64_t> text_forwards_{0};
 };
 
 }  // namespace sluice::server

@@ -95,6 +95,70 @@ TEST(ClipEmbedder, ConcurrentCallersShareOneForwardAndGetTheirAloneResults) {
   EXPECT_GT(std::stod(m.substr(at + 38)), 0.0);
 }
 
+std::vector<ClipItem> Texts(const std::vector<std::vector<int32_t>>& ids) {
+  std::vector<ClipItem> items;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ClipItem it;
+    it.has_ids = true;
+    it.ids = ids[i];
+    it.path = "input[" + std::to_string(i) + "]";
+    items.push_back(it);
+  }
+  return items;
+}
+
+// The texts of concurrent callers (queued between their images) run as one forward of the
+// text tower, each caller getting what it gets alone; a caller whose token id is outside the
+// vocabulary fails alone, naming its own text, while the others' texts still run.
+TEST(ClipEmbedder, ConcurrentTextsShareOneForwardAndABadOneFailsAlone) {
+  const std::vector<std::vector<std::vector<int32_t>>> calls = {
+      {{1, 120, 2}},  // the fixture: vocabulary 300, eos 2
+      {{1, 125, 239, 2}, {1, 2}},
+      {{1, 7, 8, 9, 2}}};
+  auto ref = Make(64, 0);
+  ASSERT_TRUE(ref);
+  std::vector<std::vector<float>> alone(calls.size());
+  for (size_t c = 0; c < calls.size(); ++c) {
+    int64_t tokens = 0;
+    ASSERT_TRUE(ref->Embed(Texts(calls[c]), &alone[c], &tokens).ok());
+  }
+  for (int bad = -1; bad < 1; ++bad) {  // -1: every text valid; 0: caller 0 out of vocabulary
+    auto e = Make(64, 0);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(e->WarmUp().ok());
+    e->HoldForTest(true);
+    std::vector<std::vector<float>> got(calls.size());
+    std::vector<Status> st(calls.size());
+    std::vector<std::thread> threads;
+    for (size_t c = 0; c < calls.size(); ++c) {
+      threads.emplace_back([&, c] {
+        int64_t tokens = 0;
+        auto items = Texts(calls[c]);
+        if (static_cast<int>(c) == bad) items[0].ids[1] = 1 << 30;
+        st[c] = e->Embed(items, &got[c], &tokens);
+      });
+    }
+    e->WaitForTest(0, 0, static_cast<int>(calls.size()));
+    e->HoldForTest(false);
+    for (auto& t : threads) t.join();
+    const int P = e->model().projection_dim();
+    for (size_t c = 0; c < calls.size(); ++c) {
+      if (static_cast<int>(c) == bad) {
+        ASSERT_FALSE(st[c].ok());
+        EXPECT_NE(st[c].message().find("outside the vocabulary"), std::string::npos)
+            << st[c].message();
+        EXPECT_NE(st[c].message().find("text 0"), std::string::npos) << st[c].message();
+        continue;
+      }
+      ASSERT_TRUE(st[c].ok()) << st[c].message();
+      ASSERT_EQ(got[c].size(), calls[c].size() * P);
+      for (size_t i = 0; i < got[c].size(); ++i) EXPECT_NEAR(got[c][i], alone[c][i], 1e-5);
+    }
+    // One forward for the three callers; with a bad one, that forward plus one per caller.
+    EXPECT_EQ(Metric(*e, "sluice_clip_text_forwards_total"), bad < 0 ? 1u : 4u);
+  }
+}
+
 TEST(ClipEmbedder, BatchesAreCappedAndTheQueueIsBounded) {
   // Batches of at most 2 images, at most 3 queued: a caller of 3 images queues runs of 2 + 1;
   // a second caller waits for room.
