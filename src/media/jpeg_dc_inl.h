@@ -112,7 +112,7 @@ inline void Idct2x2Scalar(const int16_t* blk, const int16_t* q, uint8_t* out0, u
 // The same with pass 1 on all 8 columns at once (SSE2, the x86-64 baseline): the low half of
 // each 16-bit product (pmullw) is the dequantised value, and pmaddwd on (row 1, row 3) and
 // (row 5, row 7) pairs gives the odd part exactly (|z| <= 32768: no sum leaves int32); the
-// 32-bit adds wrap as WrapAdd does. Pass 2 (two rows of five values) stays scalar.
+// 32-bit adds wrap as WrapAdd does.
 inline void Idct2x2(const int16_t* blk, const int16_t* q, uint8_t* out0, uint8_t* out1) {
   auto deq = [&](int r) {
     return _mm_mullo_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8 * r)),
@@ -136,8 +136,32 @@ inline void Idct2x2(const int16_t* blk, const int16_t* q, uint8_t* out0, uint8_t
   };
   half(_mm_unpacklo_epi16(d0, d0), _mm_unpacklo_epi16(d1, d3), _mm_unpacklo_epi16(d5, d7), 0);
   half(_mm_unpackhi_epi16(d0, d0), _mm_unpackhi_epi16(d1, d3), _mm_unpackhi_epi16(d5, d7), 4);
-  Idct2x2Row(a[0], a[1], a[3], a[5], a[7], out0);
-  Idct2x2Row(b[0], b[1], b[3], b[5], b[7], out1);
+  // Pass 2 for both rows: packssdw saturates columns 1, 3, 5, 7 to 16 bits (Sat16), pmaddwd
+  // against (0, c) pairs leaves their four products, summed across lanes (exact: no sum
+  // leaves int32); column 0 is used unsaturated. The two outputs of each row, clamped to
+  // -128..127 by the two saturating packs, then + 128.
+  const __m128i va = _mm_packs_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(a)),
+                                     _mm_load_si128(reinterpret_cast<const __m128i*>(a + 4)));
+  const __m128i vb = _mm_packs_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(b)),
+                                     _mm_load_si128(reinterpret_cast<const __m128i*>(b + 4)));
+  const __m128i odd = _mm_setr_epi16(0, kF362, 0, -kF127, 0, kF085, 0, -kF072);
+  const __m128i ma = _mm_madd_epi16(va, odd), mb = _mm_madd_epi16(vb, odd);
+  // [a0+a2, a1+a3, b0+b2, b1+b3], then lanes 0 and 1 / 2 and 3 added: tmp0 of a and of b.
+  __m128i t = _mm_add_epi32(_mm_unpacklo_epi64(ma, mb), _mm_unpackhi_epi64(ma, mb));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+  // [tmp0_a, -tmp0_a, tmp0_b, -tmp0_b] added to [tmp10_a, tmp10_a, tmp10_b, tmp10_b].
+  const __m128i tmp0 =
+      _mm_sub_epi32(_mm_xor_si128(t, _mm_setr_epi32(0, -1, 0, -1)), _mm_setr_epi32(0, -1, 0, -1));
+  const __m128i tmp10 = _mm_slli_epi32(_mm_setr_epi32(a[0], a[0], b[0], b[0]), 15);
+  const __m128i v =
+      _mm_srai_epi32(_mm_add_epi32(_mm_add_epi32(tmp10, tmp0), _mm_set1_epi32(1 << 19)), 20);
+  const __m128i v8 = _mm_packs_epi16(_mm_packs_epi32(v, v), _mm_setzero_si128());
+  const uint32_t px =
+      static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_xor_si128(v8, _mm_set1_epi8(-128))));
+  out0[0] = static_cast<uint8_t>(px);
+  out0[1] = static_cast<uint8_t>(px >> 8);
+  out1[0] = static_cast<uint8_t>(px >> 16);
+  out1[1] = static_cast<uint8_t>(px >> 24);
 }
 #else
 inline void Idct2x2(const int16_t* blk, const int16_t* q, uint8_t* out0, uint8_t* out1) {
