@@ -334,7 +334,26 @@ bool Decoder::DecodeScan(const std::vector<int>& comps, const int* dc_tbl, const
   int dc_pred[4] = {};
   int64_t to_go = ri;
   alignas(32) int16_t blk[72];
-  for (int64_t m = 0; m < total; ++m) {
+  // What each block of a scan component needs, fixed for the scan.
+  struct ScanComp {
+    const HuffTable *dct, *act;
+    const int16_t* q;
+    uint8_t* plane;
+    int64_t stride;
+    int bh, bv;
+    bool idct2;
+  } sc[4];
+  for (size_t i = 0; i < ns; ++i) {
+    Component& k = comps_[static_cast<size_t>(comps[i])];
+    sc[i] = {dc_tables_[i], ac_tables_[i],     quant_[k.tq],      k.plane.data(),
+             k.stride,      ns == 1 ? 1 : k.h, ns == 1 ? 1 : k.v, k.idct2};
+  }
+  int64_t mx = 0, my = 0;  // the MCU's column and row
+  for (int64_t m = 0; m < total; ++m, ++mx) {
+    if (mx == mcus_x) {
+      mx = 0;
+      ++my;
+    }
     if (ri > 0) {
       if (to_go == 0) {
         if (!within(br)) return false;
@@ -345,14 +364,12 @@ bool Decoder::DecodeScan(const std::vector<int>& comps, const int* dc_tbl, const
       }
       --to_go;
     }
-    const int64_t mx = m % mcus_x, my = m / mcus_x;
     for (size_t i = 0; i < ns; ++i) {
-      Component& k = comps_[static_cast<size_t>(comps[i])];
-      const int bh = ns == 1 ? 1 : k.h, bv = ns == 1 ? 1 : k.v;
-      const int16_t* q = quant_[k.tq];
-      for (int yy = 0; yy < bv; ++yy) {
-        for (int xx = 0; xx < bh; ++xx) {
-          const int64_t bx = mx * bh + xx, by = my * bv + yy;
+      const ScanComp& k = sc[i];
+      for (int yy = 0; yy < k.bv; ++yy) {
+        const int64_t by = my * k.bv + yy;
+        for (int xx = 0; xx < k.bh; ++xx) {
+          const int64_t bx = mx * k.bh + xx;
           int diff;
           if (k.idct2) {
             // Idct2x2 reads rows 0, 1, 3, 5 and 7 only: what lands elsewhere is never read.
@@ -362,8 +379,8 @@ bool Decoder::DecodeScan(const std::vector<int>& comps, const int* dc_tbl, const
             std::memset(blk + 24, 0, 16);
             std::memset(blk + 40, 0, 16);
             std::memset(blk + 56, 0, 16);
-            if (!DecodeBlock(br, *dc_tables_[i], *ac_tables_[i], &diff, blk)) return false;
-          } else if (!SkipBlock(br, *dc_tables_[i], *ac_tables_[i], &diff)) {
+            if (!DecodeBlock(br, *k.dct, *k.act, &diff, blk)) return false;
+          } else if (!SkipBlock(br, *k.dct, *k.act, &diff)) {
             return false;
           }
           dc_pred[i] += diff;
@@ -371,10 +388,10 @@ bool Decoder::DecodeScan(const std::vector<int>& comps, const int* dc_tbl, const
           const int16_t dc = static_cast<int16_t>(static_cast<uint16_t>(dc_pred[i]));
           if (k.idct2) {
             blk[0] = dc;
-            uint8_t* o = k.plane.data() + (2 * by) * k.stride + 2 * bx;
-            Idct2x2(blk, q, o, o + k.stride);
+            uint8_t* o = k.plane + (2 * by) * k.stride + 2 * bx;
+            Idct2x2(blk, k.q, o, o + k.stride);
           } else {
-            k.plane[static_cast<size_t>(by * k.stride + bx)] = Idct1x1(dc, q[0]);
+            k.plane[by * k.stride + bx] = Idct1x1(dc, k.q[0]);
           }
         }
       }
