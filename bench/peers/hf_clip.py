@@ -379,13 +379,11 @@ def sluice_served(args, model, dtype, urls, out):
                 f"{res[f'c{c}']['server_faults_per_img']:.0f} page faults per image; image host "
                 f"{res[f'c{c}']['host_cores']:.1f} cores; vision engine busy "
                 f"{100 * res[f'c{c}'].get('engine_busy', float('nan')):.0f}%")
-        with urllib_open(f"http://127.0.0.1:{port}/metrics") as m:
-            txt = m.read().decode()
         for k in ("sluice_image_forwards_total", "sluice_images_embedded_total",
                   "sluice_image_forwards_coalesced_total"):
-            mm = re.search(k + r"\{[^}]*\} ([\d.e+]+)", txt)
-            if mm:
-                res[k] = float(mm.group(1))
+            v = server_metric(port, k)
+            if v is not None:
+                res[k] = v
     finally:
         srv.send_signal(signal.SIGTERM)
         srv.wait(timeout=120)

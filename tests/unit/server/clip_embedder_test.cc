@@ -44,11 +44,35 @@ std::vector<ClipItem> Images(const std::vector<std::string>& files) {
   return items;
 }
 
-uint64_t Metric(const ClipEmbedder& e, const std::string& name) {
+// A metric's value (-1 when absent).
+double MetricValue(const ClipEmbedder& e, const std::string& name) {
   const std::string m = e.RenderMetrics("");
   const size_t at = m.find("\n" + name + "{} ");
-  if (at == std::string::npos) return UINT64_MAX;
-  return std::stoull(m.substr(at + name.size() + 4));
+  if (at == std::string::npos) return -1;
+  return std::stod(m.substr(at + name.size() + 4));
+}
+uint64_t Metric(const ClipEmbedder& e, const std::string& name) {
+  const double v = MetricValue(e, name);
+  return v < 0 ? UINT64_MAX : static_cast<uint64_t>(v);
+}
+
+// Each call's Embed on a thread of its own, the engine held until `images` images and `texts`
+// text jobs are queued, so that the calls meet in the queue; each call's status and output.
+std::vector<std::pair<Status, std::vector<float>>> EmbedTogether(
+    ClipEmbedder& e, const std::vector<std::vector<ClipItem>>& calls, int64_t images, int texts) {
+  std::vector<std::pair<Status, std::vector<float>>> got(calls.size());
+  e.HoldForTest(true);
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    threads.emplace_back([&, c] {
+      int64_t tokens = 0;
+      got[c].first = e.Embed(calls[c], &got[c].second, &tokens);
+    });
+  }
+  e.WaitForTest(images, 0, texts);
+  e.HoldForTest(false);
+  for (auto& t : threads) t.join();
+  return got;
 }
 
 TEST(ClipEmbedder, ConcurrentCallersShareOneForwardAndGetTheirAloneResults) {
@@ -66,33 +90,22 @@ TEST(ClipEmbedder, ConcurrentCallersShareOneForwardAndGetTheirAloneResults) {
   auto e = Make(64, 0);
   ASSERT_TRUE(e);
   ASSERT_TRUE(e->WarmUp().ok());
-  e->HoldForTest(true);
-  std::vector<std::vector<float>> got(calls.size());
-  std::vector<Status> st(calls.size());
-  std::vector<std::thread> threads;
-  for (size_t c = 0; c < calls.size(); ++c) {
-    threads.emplace_back([&, c] {
-      int64_t tokens = 0;
-      st[c] = e->Embed(Images(calls[c]), &got[c], &tokens);
-    });
-  }
-  e->WaitForTest(6, 0);
-  e->HoldForTest(false);
-  for (auto& t : threads) t.join();
+  std::vector<std::vector<ClipItem>> items;
+  for (const auto& c : calls) items.push_back(Images(c));
+  const auto got = EmbedTogether(*e, items, 6, 0);
   const int P = e->model().projection_dim();
   for (size_t c = 0; c < calls.size(); ++c) {
-    ASSERT_TRUE(st[c].ok()) << st[c].message();
-    ASSERT_EQ(got[c].size(), calls[c].size() * P);
-    for (size_t i = 0; i < got[c].size(); ++i) EXPECT_NEAR(got[c][i], alone[c][i], 1e-5);
+    ASSERT_TRUE(got[c].first.ok()) << got[c].first.message();
+    ASSERT_EQ(got[c].second.size(), calls[c].size() * P);
+    for (size_t i = 0; i < got[c].second.size(); ++i) {
+      EXPECT_NEAR(got[c].second[i], alone[c][i], 1e-5);
+    }
   }
   EXPECT_EQ(Metric(*e, "sluice_image_forwards_total"), 1u);
   EXPECT_EQ(Metric(*e, "sluice_image_forwards_coalesced_total"), 1u);
   EXPECT_EQ(Metric(*e, "sluice_images_embedded_total"), 6u);
   // The forward's time is counted (seconds, a float: present and positive).
-  const std::string m = e->RenderMetrics("");
-  const size_t at = m.find("\nsluice_image_forward_seconds_total{} ");
-  ASSERT_NE(at, std::string::npos);
-  EXPECT_GT(std::stod(m.substr(at + 38)), 0.0);
+  EXPECT_GT(MetricValue(*e, "sluice_image_forward_seconds_total"), 0.0);
 }
 
 std::vector<ClipItem> Texts(const std::vector<std::vector<int32_t>>& ids) {
@@ -126,33 +139,24 @@ TEST(ClipEmbedder, ConcurrentTextsShareOneForwardAndABadOneFailsAlone) {
     auto e = Make(64, 0);
     ASSERT_TRUE(e);
     ASSERT_TRUE(e->WarmUp().ok());
-    e->HoldForTest(true);
-    std::vector<std::vector<float>> got(calls.size());
-    std::vector<Status> st(calls.size());
-    std::vector<std::thread> threads;
-    for (size_t c = 0; c < calls.size(); ++c) {
-      threads.emplace_back([&, c] {
-        int64_t tokens = 0;
-        auto items = Texts(calls[c]);
-        if (static_cast<int>(c) == bad) items[0].ids[1] = 1 << 30;
-        st[c] = e->Embed(items, &got[c], &tokens);
-      });
-    }
-    e->WaitForTest(0, 0, static_cast<int>(calls.size()));
-    e->HoldForTest(false);
-    for (auto& t : threads) t.join();
+    std::vector<std::vector<ClipItem>> items;
+    for (const auto& c : calls) items.push_back(Texts(c));
+    if (bad >= 0) items[static_cast<size_t>(bad)][0].ids[1] = 1 << 30;
+    const auto got = EmbedTogether(*e, items, 0, static_cast<int>(calls.size()));
     const int P = e->model().projection_dim();
     for (size_t c = 0; c < calls.size(); ++c) {
+      const Status& st = got[c].first;
       if (static_cast<int>(c) == bad) {
-        ASSERT_FALSE(st[c].ok());
-        EXPECT_NE(st[c].message().find("outside the vocabulary"), std::string::npos)
-            << st[c].message();
-        EXPECT_NE(st[c].message().find("text 0"), std::string::npos) << st[c].message();
+        ASSERT_FALSE(st.ok());
+        EXPECT_NE(st.message().find("outside the vocabulary"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("text 0"), std::string::npos) << st.message();
         continue;
       }
-      ASSERT_TRUE(st[c].ok()) << st[c].message();
-      ASSERT_EQ(got[c].size(), calls[c].size() * P);
-      for (size_t i = 0; i < got[c].size(); ++i) EXPECT_NEAR(got[c][i], alone[c][i], 1e-5);
+      ASSERT_TRUE(st.ok()) << st.message();
+      ASSERT_EQ(got[c].second.size(), calls[c].size() * P);
+      for (size_t i = 0; i < got[c].second.size(); ++i) {
+        EXPECT_NEAR(got[c].second[i], alone[c][i], 1e-5);
+      }
     }
     // One forward for the three callers; with a bad one, that forward plus one per caller.
     EXPECT_EQ(Metric(*e, "sluice_clip_text_forwards_total"), bad < 0 ? 1u : 4u);
