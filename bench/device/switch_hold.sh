@@ -8,8 +8,8 @@ R=$OUT/switch_hold; mkdir -p $R
 T0=$(date +%s)
 { nproc; lscpu | grep "Model name"; date -u; } > $R/host.txt; cat $R/host.txt
 i=0
-for E in 150 0 150; do i=$((i+1))
-  [ $(( $(date +%s) - T0 )) -gt 420 ] && break
+for E in ${SWITCH_SETTINGS:-150 0 150}; do i=$((i+1))
+  [ $(( $(date +%s) - T0 )) -gt ${SWITCH_BUDGET_S:-420} ] && break
   timeout 150 python3 bench/modelops_bench.py --sluice /tmp/sluice-dev/bin/sluice --only switch --policies all \
     --duration 50 --every 0.5 --reps 1 --concurrency 4 --window 0.05 --server-arg=--switch-placement-ms=$E > $R/mo_${E}_$i.txt 2>&1
   echo "== placement $E run $i"; grep -B2 -A4 "by start" $R/mo_${E}_$i.txt | grep -v "^all: switching runs"

@@ -21,6 +21,7 @@
 // them from a thread that may wait, never from an I/O thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -63,7 +64,9 @@ struct RegistryOptions {
   // without --model-cache (such a version then fails to load, naming the flag).
   std::function<StatusOr<serving::PullResult>(const std::string& source)> pull;
   // A default switch runs the new default's loop threads on the CPUs the old default's ran
-  // on for this long (EngineLoop::HoldPlacement); 0: leave placement to the kernel.
+  // on for this long (EngineLoop::HoldPlacement): its scheduler thread from the switch, its
+  // engine thread once the old version has answered what was routed to it (the switch call
+  // waits for that, at most this long); 0: leave placement to the kernel.
   int switch_placement_ms = 150;
 };
 
@@ -159,6 +162,10 @@ class ModelRegistry {
   // bytes loaded by the same operation.
   StatusOr<int64_t> Reserve(const LoadSpec& spec, int64_t pending);
   void Publish();
+  // After a default switch: holds `successor`'s threads on the old default's CPUs once the old
+  // default has no request left, if that happens within `hold` (which it then shortens).
+  void HoldEngineWhenIdle(Slot& old_default, ServedModel& successor,
+                          const LoopPlacement& old_placement, std::chrono::milliseconds hold);
   void Drain(const std::shared_ptr<Slot>& slot);
   void SetState(const std::string& name, int64_t version, std::string state,
                 std::string reason = "");

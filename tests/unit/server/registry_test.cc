@@ -280,21 +280,28 @@ TEST_F(RegistryTest, SwitchHandsTheOldDefaultsPlacementToTheNewOne) {
   EXPECT_TRUE(holds("m:1").empty());
   EXPECT_TRUE(holds("m:2").empty());
   ASSERT_TRUE(registry_->SetDefault("m", 1).ok());
-  ASSERT_EQ(holds("m:1").size(), 1u);
+  // The scheduler thread at the switch, then (version 2 had no request left) both threads.
+  ASSERT_EQ(holds("m:1").size(), 2u);
   EXPECT_EQ(holds("m:1")[0].first.scheduler_cpu, 20);  // version 2's threads' CPUs
-  EXPECT_EQ(holds("m:1")[0].first.engine_cpu, 21);
+  EXPECT_EQ(holds("m:1")[0].first.engine_cpu, -1);
   EXPECT_EQ(holds("m:1")[0].second, 150);  // RegistryOptions::switch_placement_ms
+  EXPECT_EQ(holds("m:1")[1].first.scheduler_cpu, 20);
+  EXPECT_EQ(holds("m:1")[1].first.engine_cpu, 21);
+  EXPECT_LE(holds("m:1")[1].second, 150);  // what is left of the hold
+  EXPECT_GE(holds("m:1")[1].second, 100);
   EXPECT_TRUE(holds("m:2").empty());
   ASSERT_TRUE(registry_->SetDefault("m", 1).ok());  // no change of version: no hold
-  EXPECT_EQ(holds("m:1").size(), 1u);
+  EXPECT_EQ(holds("m:1").size(), 2u);
   // A red-black load: the fresh version takes the old default's CPUs as well.
   WriteConfig("m", R"({"version_policy": {"latest": {"num_versions": 1}}})");
   AddVersion("m", 3);
   ASSERT_TRUE(registry_->Load("m").ok());
   EXPECT_EQ(DefaultOf("m"), 3);
-  ASSERT_EQ(holds("m:3").size(), 1u);
+  ASSERT_EQ(holds("m:3").size(), 2u);
   EXPECT_EQ(holds("m:3")[0].first.scheduler_cpu, 10);
-  EXPECT_EQ(holds("m:3")[0].first.engine_cpu, 11);
+  EXPECT_EQ(holds("m:3")[0].first.engine_cpu, -1);
+  EXPECT_EQ(holds("m:3")[1].first.scheduler_cpu, 10);
+  EXPECT_EQ(holds("m:3")[1].first.engine_cpu, 11);
 
   // --switch-placement-ms 0: no hold.
   RegistryOptions o;
@@ -315,6 +322,49 @@ TEST_F(RegistryTest, SwitchHandsTheOldDefaultsPlacementToTheNewOne) {
     for (const auto& [id, h] : log_.holds) EXPECT_NE(id.rfind("off-", 0), 0u) << id;
   }
   ASSERT_TRUE(off.Unload("m").ok());
+}
+
+TEST_F(RegistryTest, SwitchHoldsTheEngineThreadOnlyOnceTheOldDefaultIsIdle) {
+  AddVersion("m", 2);
+  WriteConfig("m", R"({"version_policy": {"all": {}}})");
+  ASSERT_TRUE(registry_->Load("m").ok());  // default 2
+  auto holds = [&](const std::string& id) {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    return log_.holds[id];
+  };
+  // A request still on version 2 when the default moves: its engine CPU is busy, so version
+  // 1's engine thread is not held there until that request has been answered.
+  auto lease = registry_->Acquire("m", std::nullopt);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->version(), 2);
+  std::thread answer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    ASSERT_EQ(holds("m:1").size(), 1u);  // the scheduler thread only, so far
+    EXPECT_EQ(holds("m:1")[0].first.scheduler_cpu, 20);
+    EXPECT_EQ(holds("m:1")[0].first.engine_cpu, -1);
+    lease->Release();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(registry_->SetDefault("m", 1).ok());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  answer.join();
+  EXPECT_GE(took, std::chrono::milliseconds(40));  // the call waited for the request
+  ASSERT_EQ(holds("m:1").size(), 2u);
+  EXPECT_EQ(holds("m:1")[1].first.engine_cpu, 21);
+  EXPECT_LE(holds("m:1")[1].second, 110);  // the hold still ends 150 ms after the switch
+
+  // A version kept busy past the hold (a client pinned to it): the engine thread is never
+  // held, and the switch call returns when the hold would have ended.
+  auto pinned = registry_->Acquire("m", 1);
+  ASSERT_TRUE(pinned.ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(registry_->SetDefault("m", 2).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(5));
+  ASSERT_EQ(holds("m:2").size(), 1u);
+  EXPECT_EQ(holds("m:2")[0].first.scheduler_cpu, 10);
+  EXPECT_EQ(holds("m:2")[0].first.engine_cpu, -1);
+  pinned->Release();
+  ASSERT_TRUE(registry_->Unload("m").ok());
 }
 
 TEST_F(RegistryTest, MemoryBudgetRefusesWhatDoesNotFit) {
