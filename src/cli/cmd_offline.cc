@@ -249,6 +249,11 @@ int RunOffline(const OfflineFlags& f, Task task) {
       return ReportError(
           InvalidArgument("--dimensions and --truncate do not apply to CLIP models"));
     }
+    if (const auto unused = ClipUnusedModelFlags(f.model); !unused.empty()) {
+      return ReportError(InvalidArgument(
+          JoinFlagNames(unused) + ": text-engine settings that do not apply to " + f.model.model +
+          ", a CLIP model (its vision batches: --max-image-batch, --max-queued-images)"));
+    }
     ClipOfflineFlags cf;
     cf.model = f.model;
     cf.image = f.image;

@@ -187,7 +187,14 @@ std::vector<std::string> VersionPlugins(const ServeFlags& f, const server::LoadS
 struct FlagUse {
   bool several = false;
   std::atomic<int> generation{0}, scoring{0};
+  std::atomic<int> clip{
+      0};  // CLIP models take only --max-inputs-per-request, --max-tokens-per-input
 };
+
+// The scoring-model flags a CLIP model takes; the others are the text engine's.
+bool ClipTakes(const std::string& flag) {
+  return flag == "--max-inputs-per-request" || flag == "--max-tokens-per-input";
+}
 
 // Loads one version of a model: the server's flags, overridden by its model.json.
 // `cli_entry`: the name is a --model entry (the --plugin flags apply to it).
@@ -200,10 +207,34 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
   const std::string version = std::to_string(spec.version);
   const std::vector<std::string> plugin_paths = VersionPlugins(f, spec, cli_entry);
   if (server::IsClipModelDirectory(mf.model)) {
-    ++use->scoring;
+    ++use->clip;
     if (f.gen.given && !use->several) {
       return InvalidArgument("generation flags (--max-model-len, ...) do not apply to " + mf.model +
                              ", a CLIP model");
+    }
+    // The text engine's settings: refused from this model's model.json, and from the command
+    // line when it is the only model (with several, they are for the others).
+    std::vector<std::string> unused;
+    for (const auto& [set, n] : {std::pair{c.task.has_value(), "task"},
+                                 std::pair{c.max_batch_tokens.has_value(), "max_batch_tokens"},
+                                 std::pair{c.max_num_seqs.has_value(), "max_num_seqs"},
+                                 std::pair{c.max_queue_depth.has_value(), "max_queue_depth"},
+                                 std::pair{c.truncate.has_value(), "truncate"}}) {
+      if (set) unused.push_back(std::string("model.json ") + n);
+    }
+    if (!use->several) {
+      std::vector<std::string> cli = ClipUnusedModelFlags(f.model);
+      for (const std::string& n : f.scoring_only_set) {
+        if (!ClipTakes(n) && std::find(cli.begin(), cli.end(), n) == cli.end()) cli.push_back(n);
+      }
+      if (f.max_queue_depth != ServeFlags{}.max_queue_depth) cli.push_back("--max-queue-depth");
+      unused.insert(unused.end(), cli.begin(), cli.end());
+    }
+    if (!unused.empty()) {
+      return InvalidArgument(JoinFlagNames(unused) +
+                             ": text-engine settings that do not apply to " + mf.model +
+                             ", a CLIP model (its vision batches and queue: --max-image-batch, "
+                             "--max-queued-images)");
     }
     server::ClipServeOptions co;
     co.name = spec.name;
@@ -525,8 +556,23 @@ int RunServe(const ServeFlags& f) {
           "--logits-threads and --structured-cache-mb apply to generation models, and none of "
           "the start-up models is one";
     } else if (!f.scoring_only_set.empty() && flag_use.scoring == 0) {
-      for (const std::string& n : f.scoring_only_set) unused += (unused.empty() ? "" : ", ") + n;
-      unused += ": scoring-model settings, and none of the start-up models is a scoring model";
+      // A CLIP model takes two of them; the rest need a text scoring model.
+      for (const std::string& n : f.scoring_only_set) {
+        if (flag_use.clip == 0 || !ClipTakes(n)) unused += (unused.empty() ? "" : ", ") + n;
+      }
+      if (!unused.empty()) {
+        unused +=
+            flag_use.clip == 0
+                ? ": scoring-model settings, and none of the start-up models is a scoring model"
+                : ": text scoring-model settings, and none of the start-up models is a text "
+                  "scoring model (a CLIP model does not use them)";
+      }
+    }
+    if (unused.empty() && flag_use.scoring == 0 && flag_use.generation == 0) {
+      if (const auto engine_flags = ClipUnusedModelFlags(f.model); !engine_flags.empty()) {
+        unused = JoinFlagNames(engine_flags) +
+                 ": text-engine settings, and every start-up model is a CLIP model";
+      }
     }
     if (!unused.empty()) {
       if (grpc) grpc->Stop();

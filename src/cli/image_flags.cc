@@ -98,4 +98,25 @@ StatusOr<server::ClipEmbedderOptions> ToEmbedderOptions(const ImageFlags& f, con
   return o;
 }
 
+std::vector<std::string> ClipUnusedModelFlags(const ModelFlags& mf) {
+  const ModelFlags d;  // the defaults
+  std::vector<std::string> set;
+  if (!mf.task.empty()) set.push_back("--task");
+  if (mf.max_batch_tokens != d.max_batch_tokens) set.push_back("--max-batch-tokens");
+  if (mf.max_num_seqs != d.max_num_seqs) set.push_back("--max-num-seqs");
+  if (mf.prefix_reuse != d.prefix_reuse) set.push_back("--prefix-reuse");
+  if (mf.cuda_graphs != d.cuda_graphs) set.push_back("--cuda-graphs");
+  if (mf.cuda_graph_max_tokens != d.cuda_graph_max_tokens) set.push_back("--cuda-graph-max-tokens");
+  if (mf.residual_dtype != d.residual_dtype) set.push_back("--residual-dtype");
+  if (mf.batch_invariant) set.push_back("--batch-invariant");
+  if (mf.profile) set.push_back("--profile");
+  return set;
+}
+
+std::string JoinFlagNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace sluice::cli

@@ -32,6 +32,13 @@ struct ImageFlags {
 void AddImageFlags(CLI::App* app, ImageFlags* f, bool offline);
 Status CheckImageFlags(const ImageFlags& f);
 // The embedder's options for model directory `mf.model` (device, dtype, threads from mf).
+// The other settings of `mf` are the text engine's: see ClipUnusedModelFlags.
 StatusOr<server::ClipEmbedderOptions> ToEmbedderOptions(const ImageFlags& f, const ModelFlags& mf);
+// The flags of `mf` set away from their defaults that a CLIP model does not use (the text
+// engine's batching, graphs, profiling, task, residual dtype), as "--name" in flag order: a
+// CLIP model batches images by --max-image-batch and queues them by --max-queued-images.
+std::vector<std::string> ClipUnusedModelFlags(const ModelFlags& mf);
+// "--a, --b".
+std::string JoinFlagNames(const std::vector<std::string>& names);
 
 }  // namespace sluice::cli

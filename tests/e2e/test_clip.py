@@ -400,6 +400,55 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([harness.ARGS.sluice, "classify", "--model", MODEL, "--input", inp],
                        capture_output=True, text=True, timeout=300)
     c.check(p.returncode != 0 and "CLIP" in p.stderr, f"classify on CLIP: {p.stderr[-300:]}")
+    # The text engine's settings do nothing for a CLIP model: refused, named, not ignored.
+    with open(inp, "w") as f:
+        f.write(json.dumps({"image": os.path.join(IMAGES, FILES[0])}) + "\n")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", MODEL, "--input", inp, "--output",
+                        os.devnull, "--profile", "--max-num-seqs", "8", "--threads", "1"],
+                       capture_output=True, text=True, timeout=300)
+    c.check(p.returncode != 0 and "--profile" in p.stderr and "--max-num-seqs" in p.stderr and "CLIP" in p.stderr
+            and "--max-image-batch" in p.stderr, f"offline text-engine flags refused: {p.stderr[-300:]}")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", MODEL, "--input", inp, "--output",
+                        os.devnull, "--threads", "1", "--max-image-batch", "4"],
+                       capture_output=True, text=True, timeout=300)
+    c.check(p.returncode == 0, f"offline --threads and --max-image-batch apply: {p.stderr[-300:]}")
+
+
+def start_fails(*args):
+    try:
+        with Server(None, *args):
+            return ""
+    except RuntimeError as e:
+        return str(e)
+
+
+# Served: the same from the command line with one model and from a CLIP model's model.json;
+# with several models the text flags are for the others, and must reach one.
+RERANKER = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "models",
+                                        "demo-reranker"))
+err = start_fails("--model", MODEL, "--truncate", "--max-queue-depth", "8", "--cuda-graph-max-tokens", "64")
+c.check("--cuda-graph-max-tokens, --truncate, --max-queue-depth" in err and "CLIP" in err,
+        f"one CLIP model refuses text-engine flags: {err[-300:]}")
+with tempfile.TemporaryDirectory() as repo:
+    import shutil
+    shutil.copytree(MODEL, os.path.join(repo, "clip", "1"))
+    with open(os.path.join(repo, "clip", "model.json"), "w") as f:
+        json.dump({"max_num_seqs": 4, "truncate": True}, f)
+    err = start_fails("--model-repository", repo)
+    c.check("model.json max_num_seqs, model.json truncate" in err and "CLIP" in err,
+            f"a CLIP model.json's text-engine settings refused: {err[-300:]}")
+with Server(None, "--model", "clip=" + MODEL, "--model", "rr=" + RERANKER,
+            "--max-num-seqs", "8", "--truncate", "--max-inputs-per-request", "3") as s:
+    st, _, r = s.post("/v1/embeddings", {"model": "clip", "input": [{"image": data_uri}] * 4})
+    c.check(st == 400 and "3" in json.dumps(r), f"--max-inputs-per-request reaches clip: {st} {r}")
+    st, _, r = s.post("/v1/embeddings", {"model": "clip", "input": [{"image": data_uri}]})
+    c.check(st == 200, f"clip beside a text model with its flags: {st} {r}")
+err = start_fails("--model", "a=" + MODEL, "--model", "b=" + MODEL, "--truncate")
+c.check("--truncate" in err and "text scoring model" in err,
+        f"a text flag reaching only CLIP models stops start-up: {err[-300:]}")
+err = start_fails("--model", "a=" + MODEL, "--model", "b=" + MODEL, "--residual-dtype", "activation")
+c.check("--residual-dtype" in err and "every start-up model is a CLIP model" in err,
+        f"an engine flag reaching only CLIP models stops start-up: {err[-300:]}")
 
 httpd.shutdown()
 httpd2.shutdown()
