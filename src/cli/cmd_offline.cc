@@ -263,6 +263,10 @@ int RunOffline(const OfflineFlags& f, Task task) {
     cf.score = task == Task::kScore;
     return RunClipOffline(cf);
   }
+  if (!f.image.given.empty()) {
+    return ReportError(InvalidArgument(JoinFlagNames(f.image.given) + ": image settings; " +
+                                       f.model.model + " is not a CLIP model"));
+  }
   ModelFlags mf = f.model;
   if (mf.task.empty()) {
     mf.task = TaskName(task);
@@ -415,7 +419,10 @@ Command MakeCommand(const char* name, const char* help, Task task) {
                    if (task != Task::kClassify) {
                      AddImageFlags(sub, &f->image, /*offline=*/true);
                    }
-                   return std::function<int()>([f, task] { return RunOffline(*f, task); });
+                   return std::function<int()>([f, task, sub] {
+                     if (task != Task::kClassify) f->image.given = GivenImageFlags(*sub);
+                     return RunOffline(*f, task);
+                   });
                  }};
 }
 

@@ -250,6 +250,10 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
     ASSIGN_OR_RETURN(co.plugins, LoadModelPlugins(plugin_paths, mf.model));
     return server::LoadClipServedModel(co);
   }
+  if (!f.image.given.empty() && !use->several) {
+    return InvalidArgument(JoinFlagNames(f.image.given) + ": image settings; " + mf.model +
+                           " is not a CLIP model");
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const ModelBundle> bundle, LoadModelBundle(mf.model));
   ASSIGN_OR_RETURN(bool is_gen, IsGenerationModel(*bundle, mf.task));
   bundle.reset();
@@ -568,6 +572,10 @@ int RunServe(const ServeFlags& f) {
                   "scoring model (a CLIP model does not use them)";
       }
     }
+    if (unused.empty() && !f.image.given.empty() && flag_use.clip == 0) {
+      unused = JoinFlagNames(f.image.given) +
+               ": image settings, and none of the start-up models is a CLIP model";
+    }
     if (unused.empty() && flag_use.scoring == 0 && flag_use.generation == 0) {
       if (const auto engine_flags = ClipUnusedModelFlags(f.model); !engine_flags.empty()) {
         unused = JoinFlagNames(engine_flags) +
@@ -730,6 +738,7 @@ Registrar serve_cmd(Command{
                                  "--prefix-reuse", "--cuda-graph-max-tokens", "--profile"}) {
           if (sub->count(flag) > 0) f->scoring_only_set.emplace_back(flag);
         }
+        f->image.given = GivenImageFlags(*sub);
         return RunServe(*f);
       });
     }});

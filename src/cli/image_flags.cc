@@ -58,6 +58,19 @@ void AddImageFlags(CLI::App* sub, ImageFlags* f, bool offline) {
   }
 }
 
+std::vector<std::string> GivenImageFlags(const CLI::App& sub) {
+  std::vector<std::string> given;
+  for (const char* name :
+       {"--allow-private-media-urls", "--allowed-media-address", "--allowed-local-media-path",
+        "--image-fetch-concurrency", "--image-connect-timeout", "--image-fetch-timeout",
+        "--max-image-bytes", "--image-cache-mb", "--image-decode", "--max-image-pixels",
+        "--image-decode-threads", "--max-image-batch", "--max-queued-images", "--image-workers"}) {
+    const CLI::Option* o = sub.get_option_no_throw(name);
+    if (o != nullptr && o->count() > 0) given.emplace_back(name);
+  }
+  return given;
+}
+
 Status CheckImageFlags(const ImageFlags& f) {
   if (f.image_fetch_concurrency < 1 || f.image_connect_timeout_s <= 0 ||
       f.image_fetch_timeout_s <= 0 || f.max_image_bytes < 1 || f.image_cache_mb < 0 ||

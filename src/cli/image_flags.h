@@ -26,11 +26,16 @@ struct ImageFlags {
   int max_image_batch = 0;    // 0: 32 on CPU, 256 on CUDA
   int max_queued_images = 0;  // 0: 4 x the batch
   int image_workers = 16;     // serve: CLIP requests in progress at once
+  // The image flags given on the command line (GivenImageFlags, after parsing): they must
+  // reach a CLIP model.
+  std::vector<std::string> given;
 };
 
 // offline: the commands read local files by default (--allowed-local-media-path "/").
 void AddImageFlags(CLI::App* app, ImageFlags* f, bool offline);
 Status CheckImageFlags(const ImageFlags& f);
+// The image flags (AddImageFlags) given to `sub`, as "--name" in registration order.
+std::vector<std::string> GivenImageFlags(const CLI::App& sub);
 // The embedder's options for model directory `mf.model` (device, dtype, threads from mf).
 // The other settings of `mf` are the text engine's: see ClipUnusedModelFlags.
 StatusOr<server::ClipEmbedderOptions> ToEmbedderOptions(const ImageFlags& f, const ModelFlags& mf);

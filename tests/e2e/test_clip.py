@@ -437,8 +437,8 @@ with tempfile.TemporaryDirectory() as repo:
     err = start_fails("--model-repository", repo)
     c.check("model.json max_num_seqs, model.json truncate" in err and "CLIP" in err,
             f"a CLIP model.json's text-engine settings refused: {err[-300:]}")
-with Server(None, "--model", "clip=" + MODEL, "--model", "rr=" + RERANKER,
-            "--max-num-seqs", "8", "--truncate", "--max-inputs-per-request", "3") as s:
+with Server(None, "--model", "clip=" + MODEL, "--model", "rr=" + RERANKER, "--max-num-seqs", "8",
+            "--truncate", "--max-inputs-per-request", "3", "--image-decode", "fast") as s:
     st, _, r = s.post("/v1/embeddings", {"model": "clip", "input": [{"image": data_uri}] * 4})
     c.check(st == 400 and "3" in json.dumps(r), f"--max-inputs-per-request reaches clip: {st} {r}")
     st, _, r = s.post("/v1/embeddings", {"model": "clip", "input": [{"image": data_uri}]})
@@ -449,6 +449,25 @@ c.check("--truncate" in err and "text scoring model" in err,
 err = start_fails("--model", "a=" + MODEL, "--model", "b=" + MODEL, "--residual-dtype", "activation")
 c.check("--residual-dtype" in err and "every start-up model is a CLIP model" in err,
         f"an engine flag reaching only CLIP models stops start-up: {err[-300:]}")
+# And the image flags need a CLIP model.
+err = start_fails("--model", RERANKER, "--image-decode", "fast", "--max-image-batch", "4")
+c.check("--image-decode, --max-image-batch" in err and "not a CLIP model" in err,
+        f"image flags on a text model refused: {err[-300:]}")
+err = start_fails("--model", "a=" + RERANKER, "--model", "b=" + RERANKER, "--image-cache-mb", "3")
+c.check("--image-cache-mb" in err and "none of the start-up models is a CLIP model" in err,
+        f"an image flag reaching no CLIP model stops start-up: {err[-300:]}")
+with tempfile.TemporaryDirectory() as tmp:
+    inp = os.path.join(tmp, "in.jsonl")
+    with open(inp, "w") as f:
+        f.write(json.dumps({"input_ids": [1, 20, 2]}) + "\n")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", RERANKER, "--input", inp,
+                        "--output", os.devnull, "--image-decode", "fast"],
+                       capture_output=True, text=True, timeout=300)
+    c.check(p.returncode != 0 and "--image-decode" in p.stderr and "not a CLIP model" in p.stderr,
+            f"offline image flag on a text model refused: {p.stderr[-300:]}")
+    p = subprocess.run([harness.ARGS.sluice, "embed", "--model", RERANKER, "--input", inp,
+                        "--output", os.devnull], capture_output=True, text=True, timeout=300)
+    c.check(p.returncode == 0, f"the same without it runs: {p.stderr[-300:]}")
 
 httpd.shutdown()
 httpd2.shutdown()
