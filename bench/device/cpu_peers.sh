@@ -3,9 +3,12 @@
 # then forward_bench's op profile. bench/device/README.md says how to prepare it.
 source scripts/device-unpack
 R=$OUT/cpu_peers; mkdir -p $R
-{ lscpu | grep -iE "model name|^cpu\(s\)|flags" | sed 's/flags.*\(amx[a-z0-9_ ]*\).*/amx: \1/'; nproc; date -u; } > $R/host.txt
+# Two CPUs of different physical cores (vCPUs 0 and 1 may be one core's two hyperthreads,
+# sharing its AMX unit): the first CPU of each of the first two cores lscpu lists.
+CPUS=${CPU_PEERS_CPUS:-$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++ {print $1}' | head -2 | paste -sd,)}
+{ lscpu | grep -iE "model name|^cpu\(s\)|thread|flags" | sed 's/flags.*\(amx[a-z0-9_ ]*\).*/amx: \1/'; nproc; lscpu -e=CPU,CORE,SOCKET,NODE; echo "pinned to CPUs $CPUS"; date -u; } > $R/host.txt
 cat $R/host.txt
-timeout 480 taskset -c 0,1 python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
+timeout 480 taskset -c $CPUS python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
   --workload .carry/rerank_1200.jsonl --out /tmp/cpu_peers --pairs bert-base=64,minilm-l6=256 --reps 5 \
   --peers hf-bf16,ort-int8 --sluice-dtypes bfloat16,bfloat16:SLUICE_CPU_LINEAR=amx,int8,int8:SLUICE_CPU_AMX_KERNEL=2x2 > $R/peers.log 2>&1
 echo peers rc $?
@@ -23,5 +26,5 @@ for r in rows:
 PY
 tail -5 $R/peers.log
 echo "== profile int8 default" >> $R/prof.log
-timeout 60 taskset -c 0,1 forward_bench --models minilm-l6,bert-base --dtypes int8,bf16 --threads 2 --reps 1 --profile >> $R/prof.log 2>&1
+timeout 60 taskset -c $CPUS forward_bench --models minilm-l6,bert-base --dtypes int8,bf16 --threads 2 --reps 1 --profile >> $R/prof.log 2>&1
 tail -150 $R/prof.log
