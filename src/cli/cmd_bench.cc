@@ -23,6 +23,8 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "cli/command.h"
@@ -55,8 +57,9 @@ struct BenchFlags {
   // request rate (0 = closed loop: each client sends its next request when one finishes).
   std::string prompt_tokens = "128", output_tokens = "128";
   double request_rate = 0;
-  std::string grpc_model;   // KServe v2 gRPC ModelInfer to this model (--port: the gRPC port)
-  std::string latency_log;  // each ok request's start (Unix seconds) and latency (seconds)
+  std::string grpc_model;       // KServe v2 gRPC ModelInfer to this model (--port: the gRPC port)
+  std::string latency_log;      // each ok request's start (Unix seconds) and latency (seconds)
+  std::set<std::string> given;  // the flags given on the command line
 };
 
 bool IsGeneration(const BenchFlags& f) { return f.endpoint == "/v1/completions"; }
@@ -391,7 +394,48 @@ double Percentile(std::vector<double>& v, double p) {
   return v[k];
 }
 
+// Flags that shape what this run does not send are refused, naming them.
+Status CheckBenchFlags(const BenchFlags& f) {
+  auto named = [&](std::initializer_list<const char*> names) {
+    std::string out;
+    for (const char* n : names) {
+      if (f.given.count(n)) out += (out.empty() ? "" : ", ") + std::string(n);
+    }
+    return out;
+  };
+  if (f.given.count("--requests") && f.given.count("--duration")) {
+    return InvalidArgument("--requests and --duration: give one (a count or a time)");
+  }
+  if (!f.input.empty()) {
+    if (std::string n = named({"--documents", "--query-tokens", "--doc-tokens", "--vocab",
+                               "--prompt-tokens", "--output-tokens", "--grpc-model"});
+        !n.empty()) {
+      return InvalidArgument(n + ": shape synthetic requests; --input sends its file's bodies");
+    }
+    if (f.given.count("--seed") && f.request_rate <= 0) {
+      return InvalidArgument(
+          "--seed: draws synthetic requests and Poisson arrivals; with --input and no "
+          "--request-rate there is nothing to draw");
+    }
+  }
+  if (!f.grpc_model.empty() && f.given.count("--endpoint")) {
+    return InvalidArgument("--endpoint: --grpc-model sends KServe v2 gRPC ModelInfer calls");
+  }
+  if (IsGeneration(f)) {
+    if (std::string n = named({"--documents", "--query-tokens", "--doc-tokens", "--latency-log"});
+        !n.empty()) {
+      return InvalidArgument(n +
+                             ": not for /v1/completions (its requests: --prompt-tokens, "
+                             "--output-tokens; its latencies: TTFT and inter-token)");
+    }
+  } else if (std::string n = named({"--prompt-tokens", "--output-tokens"}); !n.empty()) {
+    return InvalidArgument(n + ": for --endpoint /v1/completions only");
+  }
+  return Status::Ok();
+}
+
 int RunBench(const BenchFlags& f) {
+  if (Status s = CheckBenchFlags(f); !s.ok()) return ReportError(s);
   if (f.concurrency < 1 || f.documents < 1 || f.query_tokens < 1 || f.doc_tokens < 1 ||
       (f.duration_s <= 0 && f.requests < 1)) {
     return ReportError(InvalidArgument(
@@ -399,6 +443,7 @@ int RunBench(const BenchFlags& f) {
         "--duration) must be positive"));
   }
   Shared sh;
+  sh.arrival_rng.seed(f.seed * 104729u + 12345u);  // Poisson arrivals follow --seed too
   Bodies bodies;
   if (!f.input.empty()) {
     auto b = ReadBodies(f.input);
@@ -535,7 +580,12 @@ Registrar bench_cmd(Command{
       sub->add_option("--input", f->input,
                       "JSONL file of request bodies for --endpoint (one per line, sent in "
                       "order, cycled) instead of synthetic ones");
-      return std::function<int()>([f] { return RunBench(*f); });
+      return std::function<int()>([f, sub] {
+        for (const CLI::Option* o : sub->get_options()) {
+          if (o->count() > 0) f->given.insert(o->get_name());
+        }
+        return RunBench(*f);
+      });
     }});
 
 }  // namespace

@@ -114,9 +114,16 @@ Registrar tokenize_cmd(Command{
       });
       sub->add_flag("--no-special", f->no_special, "Do not add special tokens");
       sub->add_option("--max-length", f->max_length, "Truncate to this many tokens (0: off)");
-      sub->add_option("--strategy", f->strategy, "longest_first|only_first|only_second");
+      sub->add_option("--strategy", f->strategy,
+                      "longest_first|only_first|only_second (with --max-length)");
       sub->add_flag("--decode", f->decode, "Also print the decoded ids");
-      return [f] { return RunTokenize(*f); };
+      return [f, sub] {
+        if (sub->count("--strategy") > 0 && f->max_length == 0) {
+          std::fprintf(stderr, "error: --strategy truncates: it needs --max-length\n");
+          return 2;
+        }
+        return RunTokenize(*f);
+      };
     }});
 
 }  // namespace

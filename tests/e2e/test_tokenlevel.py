@@ -516,6 +516,12 @@ def cli():
     c.check(rc == 0 and "tokens" in out, f"tokenize -- -text: {rc} {out}")
     rc, out = run("tokenize", "--model", DEMO, "-text")
     c.check(rc != 0 and "goes after --" in out, f"tokenize -text says how: {out}")
+    rc, out = run("tokenize", "--model", DEMO, "--strategy", "only_first", "hello")
+    c.check(rc != 0 and "--strategy truncates: it needs --max-length" in out,
+            f"tokenize --strategy without --max-length refused: {out}")
+    rc, out = run("tokenize", "--model", DEMO, "--strategy", "only_first", "--max-length", "3",
+                  "--pair", "b c d", "hello world there")
+    c.check(rc == 0 and "tokens" in out, f"tokenize --strategy with --max-length: {rc} {out}")
     for cmd in (["score", "--input", "x.jsonl"], ["tokenize", "hello"], ["serve"]):
         rc, out = run(cmd[0], "--model", "/no/such/dir", *cmd[1:])
         c.check(rc != 0 and "model directory /no/such/dir does not exist" in out,
@@ -567,6 +573,23 @@ def cli():
         c.check(rc == 0 and len(rows) == 20 and
                 all(t0 - 1 <= a <= t1 and 0 < b <= t1 - a + 0.01 for a, b in rows),
                 f"bench --latency-log: {rows[:3]} ({len(rows)} lines) in [{t0}, {t1}]")
+    # bench flags that would shape nothing this run sends are refused, naming them (before
+    # any connection: port 1 has no server).
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as bodies:
+        bodies.write(json.dumps({"query": [5, 6], "documents": [[7, 8]]}) + "\n")
+        bodies.flush()
+        for args, want in (
+                (["--endpoint", "/v1/rerank", "--prompt-tokens", "8"],
+                 "--prompt-tokens: for --endpoint /v1/completions only"),
+                (["--input", bodies.name, "--documents", "4", "--vocab", "600"],
+                 "--documents, --vocab: shape synthetic requests"),
+                (["--input", bodies.name, "--seed", "3"], "--seed"),
+                (["--requests", "5", "--duration", "1"], "--requests and --duration"),
+                (["--endpoint", "/v1/completions", "--doc-tokens", "9", "--latency-log", "/tmp/x"],
+                 "--doc-tokens, --latency-log: not for /v1/completions"),
+                (["--grpc-model", "m", "--endpoint", "/v1/rerank"], "--endpoint: --grpc-model")):
+            rc, out = run("bench", "--port", "1", *args)
+            c.check(rc != 0 and want in out, f"bench {args} refused naming it: {rc} {out[-300:]}")
 
 
 for name in ("bert_wordpiece_ko", "modernbert_bytelevel", "xlmr_unigram"):
