@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/serve_generate.h"
 #include "core/log.h"
 #include "engine/generator.h"
 #include "io/json.h"
@@ -29,9 +30,9 @@ struct GenerateFlags {
   int64_t max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   int64_t kv_cache_memory = 0;
-  double gpu_memory_utilization = 0.9;
+  double gpu_memory_utilization = 0;  // 0: not given (0.9 on CUDA without --kv-cache-memory)
   std::string prefix_caching = "on";
-  std::string cuda_graphs = "on";
+  std::string cuda_graphs = "auto";  // auto: on with CUDA
   bool batch_invariant = false;
   bool profile = false;
   std::vector<std::string> plugins;
@@ -57,16 +58,23 @@ StatusOr<GenerationOptions> ToOptions(const GenerateFlags& f) {
   o.max_num_batched_tokens = f.max_num_batched_tokens;
   o.max_num_seqs = f.max_num_seqs;
   o.kv_cache_memory = f.kv_cache_memory;
-  o.gpu_memory_utilization = f.gpu_memory_utilization;
+  ASSIGN_OR_RETURN(
+      o.gpu_memory_utilization,
+      ResolveGpuMemoryUtilization(f.gpu_memory_utilization, o.backend.device, f.kv_cache_memory));
   if (f.prefix_caching != "on" && f.prefix_caching != "off") {
     return InvalidArgument("--enable-prefix-caching: expected on or off, got \"" +
                            f.prefix_caching + "\"");
   }
   o.prefix_caching = f.prefix_caching == "on";
-  if (f.cuda_graphs != "on" && f.cuda_graphs != "off") {
-    return InvalidArgument("--cuda-graphs: expected on or off, got \"" + f.cuda_graphs + "\"");
+  if (f.cuda_graphs != "auto" && f.cuda_graphs != "on" && f.cuda_graphs != "off") {
+    return InvalidArgument("--cuda-graphs: expected auto, on or off, got \"" + f.cuda_graphs +
+                           "\"");
   }
-  o.cuda_graphs = f.cuda_graphs == "on";
+  if (f.cuda_graphs == "on" && o.backend.device != DeviceKind::kCuda) {
+    return InvalidArgument("--cuda-graphs on needs --device cuda");
+  }
+  o.cuda_graphs =
+      f.cuda_graphs == "on" || (f.cuda_graphs == "auto" && o.backend.device == DeviceKind::kCuda);
   if (f.logits_threads < 0) return InvalidArgument("--logits-threads must be >= 0");
   o.logits_threads = f.logits_threads;
   if (f.structured_cache_mb < 1) return InvalidArgument("--structured-cache-mb must be >= 1");
@@ -312,15 +320,14 @@ Registrar generate_cmd(Command{
                       "KV cache bytes (0 = --gpu-memory-utilization on CUDA, 2 GiB on CPU)")
           ->capture_default_str();
       sub->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
-                      "CUDA: fraction of the device's memory in use at most once the KV cache "
-                      "is allocated")
-          ->capture_default_str();
+                      "CUDA without --kv-cache-memory: fraction of the device's memory in use at "
+                      "most once the KV cache is allocated (default 0.9)");
       sub->add_option("--enable-prefix-caching", f->prefix_caching,
                       "on | off: reuse the KV blocks of prompt prefixes computed before")
           ->capture_default_str();
       sub->add_option("--cuda-graphs", f->cuda_graphs,
-                      "on | off: replay decode steps from CUDA graphs recorded at load (CUDA; "
-                      "off is vLLM's --enforce-eager)")
+                      "auto | on | off: replay decode steps from CUDA graphs recorded at load "
+                      "(auto: on with CUDA; off is vLLM's --enforce-eager)")
           ->capture_default_str();
       sub->add_flag("--batch-invariant", f->batch_invariant,
                     "CUDA: a request's tokens independent of the batch around it (alone, "

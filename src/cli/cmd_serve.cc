@@ -286,6 +286,7 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
     a.metrics_require_key = f.metrics_require_key;
     a.workers = f.workers;
     a.max_queue_depth = max_queue_depth;
+    a.only_model = !use->several;
     return LoadGenerationModel(a);
   }
   ++use->scoring;
@@ -706,8 +707,8 @@ Registrar serve_cmd(Command{
                       "generation: KV cache bytes (default CPU 2 GiB; CUDA from "
                       "--gpu-memory-utilization)");
       sub->add_option("--gpu-memory-utilization", f->gen.gpu_memory_utilization,
-                      "generation, CUDA: fraction of device memory to use at most")
-          ->capture_default_str();
+                      "generation, CUDA without --kv-cache-memory: fraction of device memory to "
+                      "use at most (default 0.9)");
       sub->add_option("--enable-prefix-caching", f->gen.prefix_caching,
                       "generation: on | off (automatic prefix caching)")
           ->capture_default_str();

@@ -51,14 +51,30 @@ StatusOr<std::string> ResolveChatTemplate(const ModelBundle& b, const std::strin
   return std::string();
 }
 
+StatusOr<double> ResolveGpuMemoryUtilization(double given, DeviceKind device,
+                                             int64_t kv_cache_memory) {
+  if (given == 0) return 0.9;
+  if (!(given > 0 && given <= 1)) {
+    return InvalidArgument("--gpu-memory-utilization must be in (0, 1]");
+  }
+  if (device != DeviceKind::kCuda) {
+    return InvalidArgument(
+        "--gpu-memory-utilization sizes the KV cache from CUDA device memory: it needs --device "
+        "cuda (on CPU: --kv-cache-memory)");
+  }
+  if (kv_cache_memory > 0) {
+    return InvalidArgument(
+        "--gpu-memory-utilization and --kv-cache-memory: give one (--kv-cache-memory sets the KV "
+        "cache's size itself)");
+  }
+  return given;
+}
+
 StatusOr<std::unique_ptr<server::ServedModel>> LoadGenerationModel(const GenerationServeArgs& a) {
   const GenerationServeFlags& g = a.gen;
   if (g.prefix_caching != "on" && g.prefix_caching != "off") {
     return InvalidArgument("--enable-prefix-caching: expected on or off, got \"" +
                            g.prefix_caching + "\"");
-  }
-  if (!(g.gpu_memory_utilization > 0 && g.gpu_memory_utilization <= 1)) {
-    return InvalidArgument("--gpu-memory-utilization must be in (0, 1]");
   }
   ASSIGN_OR_RETURN(EngineOptions eo, ToEngineOptions(a.model));
   GenerationOptions o;
@@ -69,7 +85,14 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadGenerationModel(const Generat
   o.max_num_batched_tokens = g.max_num_batched_tokens;
   o.max_num_seqs = a.model.max_num_seqs;
   o.kv_cache_memory = g.kv_cache_memory;
-  o.gpu_memory_utilization = g.gpu_memory_utilization;
+  if (a.only_model) {
+    ASSIGN_OR_RETURN(
+        o.gpu_memory_utilization,
+        ResolveGpuMemoryUtilization(g.gpu_memory_utilization, o.backend.device, g.kv_cache_memory));
+  } else {  // beside other models the flag may be for another one: its range is still checked
+    ASSIGN_OR_RETURN(o.gpu_memory_utilization,
+                     ResolveGpuMemoryUtilization(g.gpu_memory_utilization, DeviceKind::kCuda, 0));
+  }
   o.prefix_caching = g.prefix_caching == "on";
   o.cuda_graphs = a.model.cuda_graphs != "off";
   if (a.model.cuda_graphs == "on" && o.backend.device != DeviceKind::kCuda) {

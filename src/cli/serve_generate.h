@@ -15,7 +15,7 @@ struct GenerationServeFlags {
   int max_model_len = 0;
   int64_t max_num_batched_tokens = 0;
   int64_t kv_cache_memory = 0;
-  double gpu_memory_utilization = 0.9;
+  double gpu_memory_utilization = 0;  // 0: not given (0.9 on CUDA without --kv-cache-memory)
   std::string prefix_caching = "on";
   std::string chat_template;           // --chat-template FILE
   std::vector<std::string> plugins;    // --plugin (repeatable)
@@ -30,7 +30,14 @@ struct GenerationServeArgs {
   std::string served_name, served_version = "1", api_key;
   int workers = 2, max_queue_depth = 256;
   bool metrics_require_key = false;  // /metrics behind --api-key
+  bool only_model = true;            // the server's one model: flags it does not use are refused
 };
+
+// --gpu-memory-utilization (0: not given) for a generation model on `device` with
+// `kv_cache_memory` bytes (0: not given): the fraction it uses, or an error when it would be
+// ignored (on CPU, or beside --kv-cache-memory, which sizes the KV cache itself).
+StatusOr<double> ResolveGpuMemoryUtilization(double given, DeviceKind device,
+                                             int64_t kv_cache_memory);
 
 // Whether the model directory is served as a generation model: --task generate, or no
 // --task and the architecture's default task is generate (causal LMs without yes/no tokens

@@ -110,4 +110,10 @@ err = start_fails("--model", "a=" + MODEL, "--model", "b=" + MODEL,
 c.check("--max-inputs-per-request" in err and "none of the start-up models" in err,
         f"a scoring flag reaching no model stops start-up: {err[-300:]}")
 
+err = start_fails("--model", MODEL, "--gpu-memory-utilization", "0.5")
+c.check("--gpu-memory-utilization sizes the KV cache from CUDA device memory" in err,
+        f"--gpu-memory-utilization on a CPU generation model refused: {err[-300:]}")
+err = start_fails("--model", MODEL, "--gpu-memory-utilization", "2")
+c.check("must be in (0, 1]" in err, f"--gpu-memory-utilization out of range: {err[-300:]}")
+
 c.finish("demo_chat")

@@ -650,6 +650,11 @@ TEST(Cli, GenerateRefusesBadRequestsNamingTheProblem) {
       {R"({"prompt_token_ids":[5,6]})", "--enable-prefix-caching maybe", "--enable-prefix-caching"},
       {R"({"prompt_token_ids":[5,6]})", "--kv-cache-memory 1000", "KV"},
       {R"({"prompt_token_ids":[5,6]})", "--structured-cache-mb 0", "--structured-cache-mb"},
+      // Flags that would do nothing on CPU are refused, not ignored.
+      {R"({"prompt_token_ids":[5,6]})", "--cuda-graphs on", "--cuda-graphs on needs --device cuda"},
+      {R"({"prompt_token_ids":[5,6]})", "--gpu-memory-utilization 0.5",
+       "--gpu-memory-utilization sizes the KV cache from CUDA device memory"},
+      {R"({"prompt_token_ids":[5,6]})", "--gpu-memory-utilization 1.5", "must be in (0, 1]"},
   };
   for (const Case& c : cases) {
     auto r = run(c.line, c.flags);
