@@ -127,7 +127,8 @@ typedef struct sluice_input {
   const char* text_pair; /* NULL, or the second text of a pair */
   const int32_t* ids;    /* token ids, when text is NULL */
   size_t num_ids;
-  const int32_t* type_ids; /* NULL (all 0) or num_ids token type ids */
+  const int32_t* type_ids; /* NULL (all 0) or num_ids token type ids (a model without token
+                              types, type_vocab_size <= 1, refuses any but 0) */
 } sluice_input;
 
 typedef struct sluice_run_options {

@@ -224,7 +224,19 @@ sluice::StatusOr<std::vector<sluice::PooledOutput>> RunInputs(sluice_model* m,
     }
     sluice::TokenSequence& s = parsed.seqs[i];
     if (in.num_ids > 0) s.ids.assign(in.ids, in.ids + in.num_ids);
-    if (in.type_ids && use_types) s.type_ids.assign(in.type_ids, in.type_ids + in.num_ids);
+    if (in.type_ids && use_types) {
+      s.type_ids.assign(in.type_ids, in.type_ids + in.num_ids);
+    } else if (in.type_ids) {
+      // A model without token types reads none: all zeros is what it computes, anything else
+      // would be ignored, so it is refused (as the engine refuses out-of-range types).
+      for (size_t k = 0; k < in.num_ids; ++k) {
+        if (in.type_ids[k] != 0) {
+          return sluice::InvalidArgument(
+              where() + ": token type id " + std::to_string(in.type_ids[k]) + " at position " +
+              std::to_string(k) + ": this model has no token types (type ids must be 0)");
+        }
+      }
+    }
   }
   if (!parsed.texts.empty()) {
     sluice::io::EncodeOptions eo;

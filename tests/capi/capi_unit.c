@@ -391,6 +391,37 @@ static void test_int8(const char* demo) {
   sluice_model_free(m);
 }
 
+/* Token type ids: a model without token types (RoBERTa, type_vocab_size 1) takes zeros, which
+   change nothing, and refuses any other type instead of ignoring it. */
+static void test_type_ids_without_token_types(const char* fixtures) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/roberta_st_max", fixtures);
+  sluice_model* m = load(dir, "embed");
+  if (!m) return;
+  int32_t ids[4] = {0, 40, 41, 2};
+  int32_t zeros[4] = {0, 0, 0, 0};
+  int32_t ones[4] = {0, 0, 1, 1};
+  sluice_input in;
+  memset(&in, 0, sizeof in);
+  in.ids = ids;
+  in.num_ids = 4;
+  sluice_result *plain, *typed, *bad = NULL;
+  CHECK_STATUS(sluice_embed(m, &in, 1, NULL, &plain), SLUICE_OK);
+  in.type_ids = zeros;
+  CHECK_STATUS(sluice_embed(m, &in, 1, NULL, &typed), SLUICE_OK);
+  size_t r1, d1, r2, d2;
+  const float* a = sluice_result_values(plain, 0, &r1, &d1);
+  const float* b = sluice_result_values(typed, 0, &r2, &d2);
+  CHECK(a && b && r1 == r2 && d1 == d2 && memcmp(a, b, d1 * sizeof(float)) == 0);
+  in.type_ids = ones;
+  CHECK_STATUS(sluice_embed(m, &in, 1, NULL, &bad), SLUICE_ERROR_INVALID_ARGUMENT);
+  CHECK(bad == NULL);
+  CHECK(strstr(sluice_last_error(), "token type id 1 at position 2") != NULL);
+  sluice_result_free(plain);
+  sluice_result_free(typed);
+  sluice_model_free(m);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s DEMO_RERANKER_DIR FIXTURE_MODELS_DIR\n", argv[0]);
@@ -401,6 +432,7 @@ int main(int argc, char** argv) {
   test_int8(argv[1]);
   test_threads(argv[1]);
   test_embed_and_classify(argv[2]);
+  test_type_ids_without_token_types(argv[2]);
   if (failures) {
     fprintf(stderr, "capi_unit: %d checks failed\n", failures);
     return 1;
