@@ -187,8 +187,10 @@ std::vector<std::string> VersionPlugins(const ServeFlags& f, const server::LoadS
 struct FlagUse {
   bool several = false;
   std::atomic<int> generation{0}, scoring{0};
-  std::atomic<int> clip{
-      0};  // CLIP models take only --max-inputs-per-request, --max-tokens-per-input
+  // CLIP models: they take only --max-inputs-per-request and --max-tokens-per-input.
+  std::atomic<int> clip{0};
+  // Generation models whose KV cache --gpu-memory-utilization sizes (CUDA, no --kv-cache-memory).
+  std::atomic<int> gpu_kv{0};
 };
 
 // The scoring-model flags a CLIP model takes; the others are the text engine's.
@@ -287,6 +289,7 @@ StatusOr<std::unique_ptr<server::ServedModel>> LoadServedModel(const ServeFlags&
     a.workers = f.workers;
     a.max_queue_depth = max_queue_depth;
     a.only_model = !use->several;
+    if (mf.device.rfind("cuda", 0) == 0 && f.gen.kv_cache_memory == 0) ++use->gpu_kv;
     return LoadGenerationModel(a);
   }
   ++use->scoring;
@@ -572,6 +575,12 @@ int RunServe(const ServeFlags& f) {
                 : ": text scoring-model settings, and none of the start-up models is a text "
                   "scoring model (a CLIP model does not use them)";
       }
+    }
+    if (unused.empty() && f.gen.gpu_memory_utilization != 0 && flag_use.generation > 0 &&
+        flag_use.gpu_kv == 0) {
+      unused =
+          "--gpu-memory-utilization sizes the KV cache of generation models on CUDA without "
+          "--kv-cache-memory, and no start-up model is one";
     }
     if (unused.empty() && !f.image.given.empty() && flag_use.clip == 0) {
       unused = JoinFlagNames(f.image.given) +

@@ -113,6 +113,10 @@ c.check("--max-inputs-per-request" in err and "none of the start-up models" in e
 err = start_fails("--model", MODEL, "--gpu-memory-utilization", "0.5")
 c.check("--gpu-memory-utilization sizes the KV cache from CUDA device memory" in err,
         f"--gpu-memory-utilization on a CPU generation model refused: {err[-300:]}")
+err = start_fails("--model", "a=" + MODEL, "--model", "b=" + RERANKER,
+                  "--gpu-memory-utilization", "0.5")
+c.check("--gpu-memory-utilization sizes the KV cache" in err and "no start-up model is one" in err,
+        f"--gpu-memory-utilization reaching no CUDA generation model stops start-up: {err[-300:]}")
 err = start_fails("--model", MODEL, "--gpu-memory-utilization", "2")
 c.check("must be in (0, 1]" in err, f"--gpu-memory-utilization out of range: {err[-300:]}")
 
