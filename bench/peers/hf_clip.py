@@ -422,6 +422,12 @@ def urllib_open(url):
 
 def sluice_embed_rate(args, model, lines, extra, what):
     """`sluice embed` over lines; returns inputs/s from its summary line."""
+    return sluice_embed_run(args, model, lines, extra, what)[0]
+
+
+def sluice_embed_run(args, model, lines, extra, what):
+    """`sluice embed` over lines: (inputs/s, the vision tower's images/s of forward time or
+    None), from its summary lines."""
     inp = os.path.join(args.out, "embed-in.jsonl")
     with open(inp, "w") as f:
         for l in lines:
@@ -431,7 +437,8 @@ def sluice_embed_rate(args, model, lines, extra, what):
     m = re.search(r"done: (\d+) inputs in ([\d.]+) s: ([\d.]+) inputs/s", r.stderr)
     if r.returncode != 0 or not m:
         raise RuntimeError(f"sluice embed ({what}) failed:\n{r.stderr[-2000:]}")
-    return float(m.group(3))
+    fwd = re.search(r"vision tower: .*: ([\d.]+) images/s of forward time", r.stderr)
+    return float(m.group(3)), (float(fwd.group(1)) if fwd else None)
 
 
 def square_pngs(args, n):
@@ -617,12 +624,15 @@ def main():
                 # once (issue 18 item 5), so repeated inputs would time fewer forwards.
                 n_in = 640 if not args.tiny else 128
                 lines = [{"image": p} for p in square_pngs(args, n_in)]
-                rate = sluice_embed_rate(args, big, lines,
-                                         ["--device", args.device, "--dtype", dtype,
-                                          "--max-image-batch", "64", "--image-cache-mb", "0"],
-                                         "model only")
+                rate, fwd = sluice_embed_run(args, big, lines,
+                                             ["--device", args.device, "--dtype", dtype,
+                                              "--max-image-batch", "64", "--image-cache-mb", "0"],
+                                             "model only")
                 results[f"sluice_model_only_{dtype}"] = rate
-                log(f"sluice {dtype} model only (336x336 PNGs, batches of 64): {rate:.1f} img/s")
+                results[f"sluice_forward_rate_{dtype}"] = fwd
+                log(f"sluice {dtype} model only (336x336 PNGs, batches of 64): {rate:.1f} img/s; "
+                    f"the vision tower's own rate (images / time in forwards): "
+                    f"{fwd if fwd is None else round(fwd, 1)} img/s")
         if "decode" not in skip:
             lines = [{"image": os.path.join(photo_dir, x)} for x in names[:args.decode_photos]]
             for mode in ("exact", "fast"):

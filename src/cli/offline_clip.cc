@@ -183,6 +183,15 @@ int RunClipOffline(const ClipOfflineFlags& f) {
     if (!s.ok()) return ReportError(s);
   }
   bar.Finish(lines, 0);
+  if (const auto vs = embedder.vision_stats(); vs.images > 0 && vs.forward_seconds > 0) {
+    // The model's own rate, apart from fetching, decoding and the pipeline's fill and drain.
+    std::fprintf(stderr,
+                 "vision tower: %llu images in %llu forwards, %.3f s in forwards: %.1f images/s "
+                 "of forward time\n",
+                 static_cast<unsigned long long>(vs.images),
+                 static_cast<unsigned long long>(vs.forwards), vs.forward_seconds,
+                 static_cast<double>(vs.images) / vs.forward_seconds);
+  }
 
   std::ofstream file;
   std::ostream* os = &std::cout;

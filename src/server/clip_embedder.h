@@ -84,6 +84,15 @@ class ClipEmbedder {
   Status WarmUp();
   // sluice_image_* counters and gauges with the given label set ("model=...,version=...").
   std::string RenderMetrics(const std::string& labels) const;
+  // The vision tower's work so far: images embedded, forwards, and the engine's time in them
+  // (upload, forward, results): images / forward_seconds is the model's own rate.
+  struct VisionStats {
+    uint64_t images = 0, forwards = 0;
+    double forward_seconds = 0;
+  };
+  VisionStats vision_stats() const {
+    return {embedded_.load(), forwards_.load(), static_cast<double>(forward_ns_.load()) * 1e-9};
+  }
 
   static void Normalize(float* v, int n);
 

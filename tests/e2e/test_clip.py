@@ -11,6 +11,7 @@ import http.server
 import json
 import math
 import os
+import re
 import struct
 import threading
 import time
@@ -368,6 +369,11 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([harness.ARGS.sluice, "embed", "--model", MODEL, "--input", inp,
                         "--output", out], capture_output=True, text=True, timeout=300)
     c.check(p.returncode == 0, f"sluice embed on CLIP: {p.returncode} {p.stderr[-500:]}")
+    # The summary's vision-tower line: the two images, the model's own rate.
+    m = re.search(r"vision tower: 2 images in (\d+) forwards, ([\d.]+) s in forwards: "
+                  r"([\d.]+) images/s of forward time", p.stderr)
+    c.check(m is not None and 1 <= int(m.group(1)) <= 2 and float(m.group(3)) > 0,
+            f"offline vision tower summary: {p.stderr[-400:]}")
     if p.returncode == 0:
         rows = [json.loads(l) for l in open(out)]
         c.check([r["index"] for r in rows] == [0, 1, 2], "one line per input")
