@@ -13,7 +13,8 @@ for D in ${MB_DTYPES:-bfloat16 float32}; do
   (cd bench/peers && timeout 240 python3 hf_modernbert_tokcls.py --sluice $(command -v sluice) \
     --tokenizer ../../tests/fixtures/tokenizers/modernbert --out /tmp/mb_$D --dtype $D \
     --pairs 512 --reps 50 --absa-requests 100) > $R/$D.log 2>&1
-  echo "== $D rc $?"; grep -E "^\||workload|HF batch|sluice max" $R/$D.log
-  cp /tmp/mb_$D/results.json $R/$D.json 2>/dev/null
+  echo "== $D rc $?"; grep -E "^\||workload|HF batch|sluice max|profile" $R/$D.log
+  grep -E "CUDA graphs" /tmp/mb_$D/serve.log | head -2
+  cp /tmp/mb_$D/results.json $R/$D.json 2>/dev/null; cp /tmp/mb_$D/serve.log $R/${D}_serve.log 2>/dev/null
 done
 echo "elapsed $(( $(date +%s) - T0 ))"

@@ -262,6 +262,19 @@ def main():
         secs, _ = sluice_offline(args, model_dir, texts, b)
         res[f"sluice_batch{b}_pairs_s"] = len(pairs) / secs
         log(f"sluice max-num-seqs {b}: {res[f'sluice_batch{b}_pairs_s']:.1f} pairs/s")
+    # Where a single sequence's forward goes: 64 pairs one at a time with --profile (every
+    # op synchronised, CUDA graphs off: the op shares, not the served latency).
+    first = os.path.join(args.out, "first64.jsonl")
+    with open(first, "w") as f:
+        for a, r in pairs[:64]:
+            f.write(json.dumps({"text": a, "text_pair": r}) + "\n")
+    r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
+                        "--dtype", args.dtype, "--task", "token-classify", "--input", first,
+                        "--output", "/dev/null", "--max-num-seqs", "1", "--profile"],
+                       capture_output=True, text=True)
+    prof = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("|")]
+    log("sluice single-sequence profile (64 pairs, --max-num-seqs 1 --profile):\n" +
+        "\n".join(prof[:14]) if prof else "sluice profile failed: " + r.stderr[-500:])
     # 1, 3: sluice served
     log_path = os.path.join(args.out, "serve.log")
     with open(log_path, "w") as lf:
