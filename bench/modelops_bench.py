@@ -147,15 +147,21 @@ def since_switch(log, starts, policy):
 def near_switches(log, windows, after):
     """The requests of a --latency-log that were in flight during a switch call or up to
     `after` seconds after it, against the others: where the switch's cost lands."""
-    near, other = [], []
+    near, other, slow = [], [], []
     with open(log) as f:
         for line in f:
             t0, lat = map(float, line.split())
-            hit = any(t0 <= b + after and t0 + lat >= a for a, b in windows)
-            (near if hit else other).append(lat * 1e3)
+            hits = [(a, b) for a, b in windows if t0 <= b + after and t0 + lat >= a]
+            (near if hits else other).append(lat * 1e3)
+            if hits:
+                a, b = hits[0]
+                slow.append((round(lat * 1e3, 2), round((t0 - a) * 1e3, 2), round((b - a) * 1e3, 2)))
+    slow.sort(reverse=True)
+    # The slowest near requests as (latency, start after the switch call began, that call's
+    # duration), ms: a slow request inside a slow call points at the server's switch path.
     return {"near_n": len(near), "near_p50": pct(near, 0.5), "near_p99": pct(near, 0.99),
             "near_max": max(near) if near else None, "other_p99": pct(other, 0.99),
-            "other_n": len(other)}
+            "other_n": len(other), "near_slowest": slow[:5]}
 
 
 def switch_runs(a, s, policy, results):
@@ -195,6 +201,7 @@ def switch_runs(a, s, policy, results):
     r["switch_failures"] = sum(st != 200 for st, _ in switches)
     r["switch_seconds_mean"] = (sum(d for _, d in switches) / len(switches)
                                 if switches else None)
+    r["switch_seconds_max"] = max((d for _, d in switches), default=None)
     results.setdefault(f"{policy}: switching", []).append(r)
     post(s, "/v2/repository/models/rr/load", {})
 
@@ -224,7 +231,10 @@ def report(results):
                      f"near a switch: n {[r['near_n'] for r in runs]} p50 "
                      f"{[r['near_p50'] for r in runs]} p99 {[r['near_p99'] for r in runs]} max "
                      f"{[r['near_max'] for r in runs]} ms; the others' p99 "
-                     f"{[r['other_p99'] for r in runs]} ms")
+                     f"{[r['other_p99'] for r in runs]} ms; slowest switch call "
+                     f"{[round((r['switch_seconds_max'] or 0) * 1e3, 1) for r in runs]} ms; "
+                     f"slowest near requests (ms, started ms after the call began, call ms) "
+                     f"{[r['near_slowest'][:3] for r in runs]}")
         print(f"{k:28s} req/s {rs}  p50 {[r['p50'] for r in runs]} ms  p99 {p99} ms  "
               f"errors {[r['errors'] for r in runs]}{extra}")
     for policy, bins in SINCE.items():
