@@ -166,6 +166,16 @@ class Server:
         self.stop()
 
 
+def start_fails(*args):
+    """`sluice serve` with the models and flags in `args` (no --model of its own): the start-up
+    error it stopped with, or "" if it started."""
+    try:
+        with Server(None, *args):
+            return ""
+    except RuntimeError as e:
+        return str(e)
+
+
 class Checker:
     def __init__(self):
         self.failures = 0

@@ -18,7 +18,7 @@ import time
 import zlib
 
 import harness
-from harness import Server
+from harness import Server, start_fails
 
 harness.parse_args()
 c = harness.Checker()
@@ -418,14 +418,6 @@ with tempfile.TemporaryDirectory() as tmp:
                         os.devnull, "--threads", "1", "--max-image-batch", "4"],
                        capture_output=True, text=True, timeout=300)
     c.check(p.returncode == 0, f"offline --threads and --max-image-batch apply: {p.stderr[-300:]}")
-
-
-def start_fails(*args):
-    try:
-        with Server(None, *args):
-            return ""
-    except RuntimeError as e:
-        return str(e)
 
 
 # Served: the same from the command line with one model and from a CLIP model's model.json;

@@ -7,7 +7,7 @@ import json
 import os
 
 import harness
-from harness import Server
+from harness import Server, start_fails
 
 harness.parse_args()
 c = harness.Checker()
@@ -88,14 +88,6 @@ with Server(None, "--model", "rr=" + RERANKER, "--model", "chat=" + MODEL,
     st, _, r = s.post("/v1/rerank", {"model": "rr", "query": "salmon",
                                      "documents": ["a", "b", "c", "d"]})
     c.check(st == 400 and "3" in json.dumps(r), f"--max-inputs-per-request 3 reaches rr: {st} {r}")
-
-
-def start_fails(*args):
-    try:
-        with Server(None, *args):
-            return ""
-    except RuntimeError as e:
-        return str(e)
 
 
 err = start_fails("--model", "chat=" + MODEL, "--max-inputs-per-request", "3")
