@@ -200,11 +200,20 @@ def serve_hf(absa, port):
     return srv
 
 
-def sluice_offline(args, model_dir, texts_path, max_num_seqs):
+def variant_env(variant):
+    """os.environ plus a variant's NAME=VALUE assignments (space-separated; "" = none)."""
+    env = dict(os.environ)
+    for kv in variant.split():
+        k, v = kv.split("=", 1)
+        env[k] = v
+    return env
+
+
+def sluice_offline(args, model_dir, texts_path, max_num_seqs, variant=""):
     r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
                         "--dtype", args.dtype, "--task", "token-classify", "--input", texts_path,
                         "--output", "/dev/null", "--max-num-seqs", str(max_num_seqs)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=variant_env(variant))
     txt = r.stdout + r.stderr
     for line in txt.splitlines():
         if line.startswith("done:"):
@@ -224,7 +233,12 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="both sides: HF's torch dtype and sluice's --dtype (the issue's bars "
                     "are fp32; bfloat16 shows the tensor-core figures next to them)")
+    ap.add_argument("--variants", default="",
+                    help="';'-separated sluice environments to A/B in the same run, each "
+                    "'NAME=VALUE ...' ('' = as is): the offline batches, the profile and the "
+                    "served single request run once per variant; the table shows the first")
     args = ap.parse_args()
+    variants = args.variants.split(";") if args.variants else [""]
     os.makedirs(args.out, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -254,44 +268,49 @@ def main():
 
     # 1-2: HF
     res["hf_single_p50_ms"] = hf_latency(model, tok, pairs, args.reps)
+    log(f"HF single request p50 (padded to 256) {res['hf_single_p50_ms']:.2f} ms")
     for b in (8, 32, 64):
         res[f"hf_batch{b}_pairs_s"] = hf_throughput(model, tok, pairs, b)
         log(f"HF batch {b}: {res[f'hf_batch{b}_pairs_s']:.1f} pairs/s")
-    # 2: sluice offline
-    for b in (8, 32, 64):
-        secs, _ = sluice_offline(args, model_dir, texts, b)
-        res[f"sluice_batch{b}_pairs_s"] = len(pairs) / secs
-        log(f"sluice max-num-seqs {b}: {res[f'sluice_batch{b}_pairs_s']:.1f} pairs/s")
-    # Where a single sequence's forward goes: 64 pairs one at a time with --profile (every
-    # op synchronised, CUDA graphs off: the op shares, not the served latency).
-    first = os.path.join(args.out, "first64.jsonl")
-    with open(first, "w") as f:
-        for a, r in pairs[:64]:
-            f.write(json.dumps({"text": a, "text_pair": r}) + "\n")
-    r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
-                        "--dtype", args.dtype, "--task", "token-classify", "--input", first,
-                        "--output", "/dev/null", "--max-num-seqs", "1", "--profile"],
-                       capture_output=True, text=True)
-    prof = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("|")]
-    log("sluice single-sequence profile (64 pairs, --max-num-seqs 1 --profile):\n" +
-        "\n".join(prof[:14]) if prof else "sluice profile failed: " + r.stderr[-500:])
-    # 1, 3: sluice served
-    log_path = os.path.join(args.out, "serve.log")
-    with open(log_path, "w") as lf:
-        srv = subprocess.Popen([args.sluice, "serve", "--model", model_dir, "--device", "cuda",
-                                "--dtype", args.dtype, "--port", str(args.port)], stdout=lf,
-                               stderr=subprocess.STDOUT)
-    try:
-        wait_ready(srv, args.port, log_path, 600)
-        one = run_bench(args.sluice, args.port, single, 1, args.reps, endpoint="/token-classify")
-        res["sluice_single_p50_ms"] = one["p50_ms"]
-        for conc in (1, 32):
-            r = run_bench(args.sluice, args.port, absa_bodies, conc, args.absa_requests,
-                          endpoint="/absa")
-            res[f"sluice_absa_c{conc}"] = {k: r[k] for k in ("req_per_s", "p50_ms", "p95_ms")}
-    finally:
-        srv.send_signal(signal.SIGTERM)
-        srv.wait(60)
+    for vi, variant in enumerate(variants):
+        tag = "" if vi == 0 else f"[{variant}] "
+        key = "" if vi == 0 else f"v{vi}_"
+        # 2: sluice offline
+        for b in (8, 32, 64):
+            secs, _ = sluice_offline(args, model_dir, texts, b, variant)
+            res[f"{key}sluice_batch{b}_pairs_s"] = len(pairs) / secs
+            log(f"{tag}sluice max-num-seqs {b}: {res[f'{key}sluice_batch{b}_pairs_s']:.1f} pairs/s")
+        # Where a single sequence's forward goes: 64 pairs one at a time with --profile
+        # (every op synchronised, CUDA graphs off: the op shares, not the served latency).
+        first = os.path.join(args.out, "first64.jsonl")
+        with open(first, "w") as f:
+            for a, r in pairs[:64]:
+                f.write(json.dumps({"text": a, "text_pair": r}) + "\n")
+        r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
+                            "--dtype", args.dtype, "--task", "token-classify", "--input", first,
+                            "--output", "/dev/null", "--max-num-seqs", "1", "--profile"],
+                           capture_output=True, text=True, env=variant_env(variant))
+        prof = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("|")]
+        log(f"{tag}sluice single-sequence profile (64 pairs, --max-num-seqs 1 --profile):\n" +
+            "\n".join(prof[:14]) if prof else "sluice profile failed: " + r.stderr[-500:])
+        # 1, 3: sluice served
+        log_path = os.path.join(args.out, f"serve{key}.log".replace("_.", "."))
+        with open(log_path, "w") as lf:
+            srv = subprocess.Popen([args.sluice, "serve", "--model", model_dir, "--device", "cuda",
+                                    "--dtype", args.dtype, "--port", str(args.port)], stdout=lf,
+                                   stderr=subprocess.STDOUT, env=variant_env(variant))
+        try:
+            wait_ready(srv, args.port, log_path, 600)
+            one = run_bench(args.sluice, args.port, single, 1, args.reps, endpoint="/token-classify")
+            res[f"{key}sluice_single_p50_ms"] = one["p50_ms"]
+            log(f"{tag}sluice served single request p50 {one['p50_ms']:.2f} ms")
+            for conc in ((1, 32) if vi == 0 else ()):
+                r = run_bench(args.sluice, args.port, absa_bodies, conc, args.absa_requests,
+                              endpoint="/absa")
+                res[f"sluice_absa_c{conc}"] = {k: r[k] for k in ("req_per_s", "p50_ms", "p95_ms")}
+        finally:
+            srv.send_signal(signal.SIGTERM)
+            srv.wait(60)
     hf_port = args.port + 1
     hf_srv = serve_hf(HfAbsa(model, tok), hf_port)
     try:

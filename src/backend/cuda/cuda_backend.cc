@@ -73,7 +73,12 @@ class CudaBackend final : public Backend {
     // Batch invariant: no GEMV (its K order differs from the GEMMs') and so no fused blocks.
     gemv_ = !(gv && std::string(gv) == "0") && !invariant_;
     gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
-    gemm_ = std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_, invariant_);
+    // SLUICE_CUDA_GEMM_SMALL=tune: GEMMs under 1024 rows time the heuristic's candidates
+    // (split-K included) per M bucket instead of taking its first choice (gemm_planner.h).
+    const char* gs = std::getenv("SLUICE_CUDA_GEMM_SMALL");
+    const bool small_tune = gs && std::string(gs) == "tune";
+    gemm_ =
+        std::make_unique<cuda::GemmPlanner>(lt_, stream_, tf32_, gemm_ws_, invariant_, small_tune);
   }
 
   ~CudaBackend() override {

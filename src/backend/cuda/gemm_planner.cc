@@ -57,9 +57,10 @@ void GemmPlanner::DestroyPlan(GemmPlan& p) {
   p = GemmPlan{};
 }
 
-// cuBLASLt's heuristic candidates for a plan's shape (at most 8, best first), without
-// split-K (its reduction order along K is fixed) unless nothing else is offered.
-std::vector<cublasLtMatmulAlgo_t> GemmPlanner::Candidates(const GemmKey& key, const GemmPlan& p) {
+// cuBLASLt's heuristic candidates for a plan's shape (best first): without split-K unless
+// with_splitk or nothing else is offered.
+std::vector<cublasLtMatmulAlgo_t> GemmPlanner::Candidates(const GemmKey& key, const GemmPlan& p,
+                                                          bool with_splitk) {
   cublasLtMatmulPreference_t pref;
   BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
@@ -80,11 +81,12 @@ std::vector<cublasLtMatmulAlgo_t> GemmPlanner::Candidates(const GemmKey& key, co
     BLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &none, sizeof(none)));
   }
-  constexpr int kWant = 8;
-  cublasLtMatmulHeuristicResult_t res[kWant];
+  constexpr int kMaxWant = 16;
+  const int want = with_splitk ? kMaxWant : 8;
+  cublasLtMatmulHeuristicResult_t res[kMaxWant];
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.d, pref, kWant, res, &found);
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.d, pref, want, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   std::vector<cublasLtMatmulAlgo_t> out, splitk;
   if (st != CUBLAS_STATUS_SUCCESS) return out;
@@ -98,7 +100,11 @@ std::vector<cublasLtMatmulAlgo_t> GemmPlanner::Candidates(const GemmKey& key, co
         n <= 1;
     (no_splitk ? out : splitk).push_back(res[i].algo);
   }
-  if (out.empty() && !splitk.empty()) out.push_back(splitk[0]);
+  if (with_splitk) {
+    out.insert(out.end(), splitk.begin(), splitk.end());
+  } else if (out.empty() && !splitk.empty()) {
+    out.push_back(splitk[0]);
+  }
   return out;
 }
 
@@ -109,11 +115,12 @@ void GemmPlanner::Heuristic(const GemmKey& key, GemmPlan& p) {
   if (p.ok) p.algo = c[0];
 }
 
-// Times the heuristic's candidates on the call's own operands (1 warm-up + 2 timed runs
-// each, the faster run counts) and sets the fastest. The heuristic's first choice is
+// Times the heuristic's candidates on the call's own operands (1 warm-up + 4 timed runs
+// each, the fastest run counts) and sets the fastest. The heuristic's first choice is
 // up to ~10% slower than the best at the model's shapes on an H200.
-void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time) {
-  const auto cand = Candidates(key, p);
+void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time,
+                       bool with_splitk) {
+  const auto cand = Candidates(key, p, with_splitk);
   p.ok = !cand.empty();
   if (!p.ok) return;
   p.algo = cand[0];
@@ -147,7 +154,7 @@ void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops,
       continue;
     }
     float t = 0.f;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < 5; ++rep) {
       CUDA_OK(cudaEventRecord(tune_start_, stream_));
       BLAS_OK(cublasLtMatmul(lt_, p.desc, &alpha, ops.a, p.a, ops.b, p.b, &ops.beta, c, p.c, d, p.d,
                              &algo, ws_, kWorkspaceBytes, stream_));
@@ -155,7 +162,7 @@ void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops,
       CUDA_OK(cudaEventSynchronize(tune_stop_));
       float ms = 0.f;
       CUDA_OK(cudaEventElapsedTime(&ms, tune_start_, tune_stop_));
-      if (rep == 1 || (rep == 2 && ms < t)) t = ms;
+      if (rep == 1 || (rep > 1 && ms < t)) t = ms;
     }
     if (best == 0.f || t < best) {
       best = t;
@@ -167,6 +174,24 @@ void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops,
 
 // GEMMs of at least kTuneMinM rows have their algorithm chosen by timing (once per
 // power-of-two class of M: the offline engine's warm-up forward tunes its batch size).
+const GemmPlan* GemmPlanner::Tuned(const GemmKey& key, const GemmKey& ck, GemmPlan& p,
+                                   const GemmOperands& ops, bool may_time, bool with_splitk) {
+  auto tit = tuned_.find(ck);
+  if (tit != tuned_.end()) {
+    cublasLtMatmulHeuristicResult_t chk{};
+    if (cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.d, &tit->second, &chk) ==
+            CUBLAS_STATUS_SUCCESS &&
+        chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= kWorkspaceBytes) {
+      p.algo = tit->second;
+      p.ok = true;
+      return &p;
+    }
+  }
+  Tune(key, p, ops, may_time, with_splitk);
+  if (p.ok && tit == tuned_.end()) tuned_.emplace(ck, p.algo);
+  return &p;
+}
+
 int64_t GemmPlanner::TuneClassM(int64_t m) {
   int64_t b = 1;
   while (b < m) b <<= 1;
@@ -232,18 +257,14 @@ const GemmPlan* GemmPlanner::Plan(const GemmKey& key, const void* bias, const Ge
   if (key.m >= kTuneMinM) {
     GemmKey ck = key;
     ck.m = TuneClassM(key.m);
-    auto tit = tuned_.find(ck);
-    if (tit != tuned_.end() && fits(tit->second)) {
-      p.algo = tit->second;
-      p.ok = true;
-      return &p;
-    }
-    Tune(key, p, ops, may_time);
-    if (p.ok && tit == tuned_.end()) tuned_.emplace(ck, p.algo);
-    return &p;
+    return Tuned(key, ck, p, ops, may_time, false);
   }
   GemmKey bk = key;
   bk.m = BucketM(key.m);
+  if (small_tune_) {
+    bk.m = -bk.m;  // classes of their own, apart from the large GEMMs' (split-K timed too)
+    return Tuned(key, bk, p, ops, may_time, true);
+  }
   const auto& algo = SharedAlgo(bk, bias);
   if (algo.second && fits(algo.first)) {
     p.algo = algo.first;

@@ -1,8 +1,11 @@
 // cuBLASLt GEMM plans of the CUDA backend: descriptor, layouts and algorithm per exact
 // GEMM, cached. GEMMs of M >= kTuneMinM rows time cuBLASLt's candidate algorithms once per
 // power-of-two class of M on the call's own operands and keep the fastest; smaller ones take
-// the heuristic's first choice per M bucket. Split-K is avoided (fixed reduction order
-// along K), and every batch of a class (bucket) computes its rows with one algorithm.
+// the heuristic's first choice per M bucket, or with small_tune (SLUICE_CUDA_GEMM_SMALL=tune)
+// the fastest of the heuristic's candidates per M bucket, split-K ones included (a fixed
+// split of K, so a row's sum runs in the same order in every batch of the bucket). Split-K
+// is otherwise avoided, and every batch of a class (bucket) computes its rows with one
+// algorithm.
 // Batch invariant (BackendOptions::batch_invariant): one algorithm per GEMM whatever M (the
 // heuristic's first choice without split-K or another reduction scheme at kInvariantM
 // rows), so a row's result never depends on the rows around it.
@@ -56,8 +59,13 @@ class GemmPlanner {
   static constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt workspace per GEMM
   // `workspace` (kWorkspaceBytes, device) and the handle/stream stay owned by the caller.
   GemmPlanner(cublasLtHandle_t lt, cudaStream_t stream, bool tf32, void* workspace,
-              bool batch_invariant = false)
-      : lt_(lt), stream_(stream), tf32_(tf32), invariant_(batch_invariant), ws_(workspace) {}
+              bool batch_invariant = false, bool small_tune = false)
+      : lt_(lt),
+        stream_(stream),
+        tf32_(tf32),
+        invariant_(batch_invariant),
+        small_tune_(small_tune && !batch_invariant),
+        ws_(workspace) {}
   ~GemmPlanner();
   GemmPlanner(const GemmPlanner&) = delete;
   GemmPlanner& operator=(const GemmPlanner&) = delete;
@@ -80,15 +88,23 @@ class GemmPlanner {
   static int64_t TuneClassM(int64_t m);
   void CreatePlan(const GemmKey& key, const void* bias, GemmPlan& p);
   static void DestroyPlan(GemmPlan& p);
-  std::vector<cublasLtMatmulAlgo_t> Candidates(const GemmKey& key, const GemmPlan& p);
+  // with_splitk: split-K candidates next to the others (else only when nothing else is).
+  std::vector<cublasLtMatmulAlgo_t> Candidates(const GemmKey& key, const GemmPlan& p,
+                                               bool with_splitk = false);
   void Heuristic(const GemmKey& key, GemmPlan& p);
   const std::pair<cublasLtMatmulAlgo_t, bool>& SharedAlgo(const GemmKey& key, const void* bias);
-  void Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time);
+  void Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops, bool may_time,
+            bool with_splitk);
+  // The tuned algorithm of the class `ck` (`key` with M set to its class) for the exact GEMM
+  // `key` (plan p), timed on the first exact GEMM of the class that needs it.
+  const GemmPlan* Tuned(const GemmKey& key, const GemmKey& ck, GemmPlan& p, const GemmOperands& ops,
+                        bool may_time, bool with_splitk);
 
   cublasLtHandle_t lt_;
   cudaStream_t stream_;
   bool tf32_;
   bool invariant_;
+  bool small_tune_;
   int invariance_misses_ = 0;
   void* ws_;
   std::map<GemmKey, GemmPlan> plans_;
