@@ -256,11 +256,15 @@ class DecoderModel final : public Model {
         backend_->AttentionInputs(in);
         ap.k = kc;
         ap.v = vc;
-      } else {
-        QkNormRope(rp, L.q_norm, eps);
+      } else if (family_ == Family::kQwen3) {  // q and k have norms of their own
+        backend_->QkNormRope(rp, L.q_norm.t(), eps);
         rp.x = k;
         rp.num_heads = Hkv;
-        QkNormRope(rp, L.k_norm, eps);
+        backend_->QkNormRope(rp, L.k_norm.t(), eps);
+      } else {  // q and k, adjacent in the fused projection: one rotation of Hq + Hkv heads
+        rp.x = qkv.ColSlice(0, static_cast<int64_t>(Hq + Hkv) * D);
+        rp.num_heads = Hq + Hkv;
+        backend_->Rope(rp);
       }
       backend_->Attention(ap);
       if (prune && l + 1 == layers_.size()) {
@@ -285,15 +289,6 @@ class DecoderModel final : public Model {
       return outs;
     }
     return out;
-  }
-
-  // Qwen3: per-head RMSNorm, then RoPE (fused where the backend can); others: RoPE.
-  void QkNormRope(const RopeParams& rp, const Buffer& norm, float eps) {
-    if (family_ == Family::kQwen3) {
-      backend_->QkNormRope(rp, norm.t(), eps);
-    } else {
-      backend_->Rope(rp);
-    }
   }
 
   // res += attn·Wo; x = RMSNorm(res); res += MLP(x), over the rows of attn/res.

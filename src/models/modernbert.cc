@@ -144,7 +144,7 @@ class ModernBertModel final : public Model {
     ap.fixed_shape = b.fixed_shape;
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();
-    rp.num_heads = heads;
+    rp.num_heads = 2 * heads;
     rp.head_dim = D;
     rp.rotary_dim = D;
     rp.style = RopeStyle::kNeox;
@@ -158,9 +158,7 @@ class ModernBertModel final : public Model {
       if (l > 0) backend_->LayerNorm(res, nullptr, L.attn_norm_w.t(), Bias(L.attn_norm_b), eps_, x);
       backend_->Linear({L.qkv.get(), x, qkv});
       rp.theta = L.theta;
-      rp.x = qkv.ColSlice(0, H);
-      backend_->Rope(rp);
-      rp.x = qkv.ColSlice(H, H);
+      rp.x = qkv.ColSlice(0, 2 * H);  // q and k, adjacent: one rotation of 2 x heads heads
       backend_->Rope(rp);
       ap.q = qkv.ColSlice(0, H);
       ap.k = qkv.ColSlice(H, H);
