@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -65,7 +66,10 @@ class GemmPlanner {
         tf32_(tf32),
         invariant_(batch_invariant),
         small_tune_(small_tune && !batch_invariant),
-        ws_(workspace) {}
+        ws_(workspace) {
+    const char* log = std::getenv("SLUICE_CUDA_GEMM_LOG");
+    log_ = log != nullptr && log[0] == '1';
+  }
   ~GemmPlanner();
   GemmPlanner(const GemmPlanner&) = delete;
   GemmPlanner& operator=(const GemmPlanner&) = delete;
@@ -105,6 +109,7 @@ class GemmPlanner {
   bool tf32_;
   bool invariant_;
   bool small_tune_;
+  bool log_ = false;  // SLUICE_CUDA_GEMM_LOG=1: each timed choice on stderr
   int invariance_misses_ = 0;
   void* ws_;
   std::map<GemmKey, GemmPlan> plans_;
