@@ -4,6 +4,7 @@
 //   build/release/latency_bench --model DIR [--device cuda] [--tokens 16,64,150,...]
 //                               [--seq-len 140] [--prefix 40] [--reps 30]
 //                               [--graph-max-tokens 8192] [--max-batch-tokens 65536]
+//                               [--dtype bfloat16] [--task token-classify]
 //   build/release/latency_bench --synthetic qwen3-0.6b [--dir /tmp/sluice-bench-models] ...
 //
 // For each token count n, two batch shapes: one sequence of n tokens, and n / seq-len
@@ -16,10 +17,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 
+#include "core/dtype.h"
 #include "engine/engine.h"
+#include "models/registry.h"
 #include "synthetic_model.h"
 
 using namespace sluice;
@@ -57,6 +61,8 @@ int main(int argc, char** argv) {
   std::string tokens_list = "16,32,64,100,150,256,384,512,768,1024,1536,2048,2800,4096,6144,8192";
   int seq_len = 140, prefix = 40, reps = 30;
   int64_t graph_max = 8192, max_batch_tokens = 65536;
+  std::optional<DType> dtype;
+  std::optional<Task> task;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -79,7 +85,21 @@ int main(int argc, char** argv) {
       graph_max = std::stoll(v);
     else if (k == "--max-batch-tokens")
       max_batch_tokens = std::stoll(v);
-    else {
+    else if (k == "--dtype") {
+      DType d;
+      if (!ParseDType(v, &d)) {
+        std::fprintf(stderr, "--dtype: unknown dtype %s\n", v.c_str());
+        return 2;
+      }
+      dtype = d;
+    } else if (k == "--task") {
+      Task t;
+      if (!ParseTask(v, &t)) {
+        std::fprintf(stderr, "--task: unknown task %s\n", v.c_str());
+        return 2;
+      }
+      task = t;
+    } else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
     }
@@ -96,6 +116,8 @@ int main(int argc, char** argv) {
   for (int mode = 0; mode < 2; ++mode) {
     EngineOptions o;
     o.model_dir = model;
+    o.dtype = dtype;
+    o.task = task;
     o.backend.device = device == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
     o.max_batch_tokens = max_batch_tokens;
     o.max_num_seqs = 1024;

@@ -199,6 +199,12 @@ struct AttentionParams {
   // num_seqs and max_seqlen hold for every replay of a recording (decode graphs of one batch
   // size): the call may be captured in the graph instead of running eagerly between graphs.
   bool fixed_shape = false;
+  // > 0: cu_seqlens holds seq_capacity + 1 entries, those after the batch's sequences equal
+  // to its token count (empty sequences; Model::PackInputs' layout), and key_lens/prefix_of
+  // are read for as many. A backend may then run the call from these device arrays alone,
+  // without num_seqs and max_seqlen, so a recording can capture it (CUDA: tensor-core
+  // attention, the forwards of the encoder graphs). 0: num_seqs entries only.
+  int seq_capacity = 0;
   // Precision of the two products (Q K^T and P V) when q/k/v are f32 (the CPU backend's
   // activations): kBF16 rounds q, k, v and the softmax probabilities to bf16 and
   // accumulates in f32, as transformers' bf16 autocast does; scores, softmax and sums stay

@@ -138,6 +138,7 @@ class Engine {
   // number of batches that replayed one since load.
   std::vector<int64_t> graph_buckets() const { return runner_->graph_buckets(); }
   int64_t graph_batches() const { return runner_->graph_batches(); }
+  int graph_eager_attention_calls() const { return runner_->graph_eager_attention_calls(); }
 
  private:
   // One batch between Submit and Complete: pinned staging for its inputs, the fence after

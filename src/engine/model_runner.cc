@@ -143,7 +143,8 @@ Status ModelRunner::CaptureGraphs(int64_t max_tokens, int max_len) {
     dev.cols = layout.size();
     backend_->CopyFromHostAsync(staging.data(), dev);
     // RoPE tables must cover every position a replay can have: below min(n, max_len).
-    const DeviceBatch db = model_->BindInputs(fb, layout, OutputRows::kNone, dev, true);
+    DeviceBatch db = model_->BindInputs(fb, layout, OutputRows::kNone, dev, true);
+    db.seq_capacity = static_cast<int>(layout.seqs);  // attention may be captured too
     RETURN_IF_ERROR(model_->Forward(db, *graph_workspace_).status());  // warm-up, eager
     backend_->Synchronize();  // `staging` is rewritten for the next bucket
     RETURN_IF_ERROR(backend_->BeginRecording());
@@ -260,6 +261,10 @@ void ModelRunner::DropGraphs() {
   decode_graphs_.clear();
   decode_workspace_.reset();
   decode_kv_ = nullptr;
+}
+
+int ModelRunner::graph_eager_attention_calls() const {
+  return graphs_.empty() ? 0 : graphs_.front().recording->attention_calls();
 }
 
 std::vector<int64_t> ModelRunner::graph_buckets() const {

@@ -80,6 +80,9 @@ class ModelRunner {
   // that replayed one since load.
   std::vector<int64_t> graph_buckets() const;
   int64_t graph_batches() const { return graph_batches_; }
+  // Attention calls run eagerly between the graph segments of one recorded forward (0 when
+  // every attention call is captured, or without graphs).
+  int graph_eager_attention_calls() const;
 
   // Decode graphs (generation, CUDA): the forward of S sequences of one new token each over
   // the paged KV cache `kv_cache` (block tables up to max_model_len), returning one row per

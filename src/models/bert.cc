@@ -125,6 +125,7 @@ class BertModel final : public Model {
     ap.products = AttentionProducts(dtype_);
     ap.causal = false;
     ap.key_lens = b.key_lens.ptr<int32_t>();  // ColBERT expansion tokens, or null
+    ap.seq_capacity = b.seq_capacity;
     const bool prune = b.output_rows.data != nullptr;
     const int64_t S = b.num_output_rows;
     const int32_t* rows = b.output_rows.ptr<int32_t>();

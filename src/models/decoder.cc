@@ -199,6 +199,7 @@ class DecoderModel final : public Model {
     ap.causal = true;
     ap.prefix_of = b.prefix_of.ptr<int32_t>();
     ap.fixed_shape = b.fixed_shape;
+    ap.seq_capacity = b.seq_capacity;
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();
     rp.head_dim = D;

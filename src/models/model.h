@@ -136,6 +136,10 @@ struct DeviceBatch {
   // The sequence structure (num_seqs, max_seqlen) is the same for every replay of a
   // recording of this forward (AttentionParams::fixed_shape).
   bool fixed_shape = false;
+  // The encoder graphs' recordings: cu_seqlens, prefix_of and key_lens hold seq_capacity
+  // sequences (the bucket's layout), so attention may be captured with them
+  // (AttentionParams::seq_capacity); 0 otherwise.
+  int seq_capacity = 0;
 };
 
 class Model {

@@ -141,6 +141,7 @@ class ModernBertModel final : public Model {
     ap.products = AttentionProducts(dtype_);
     ap.causal = false;
     ap.key_lens = b.key_lens.ptr<int32_t>();  // ColBERT expansion tokens, or null
+    ap.seq_capacity = b.seq_capacity;
     ap.fixed_shape = b.fixed_shape;
     RopeParams rp;
     rp.positions = b.positions.ptr<int32_t>();

@@ -136,12 +136,17 @@ __device__ __forceinline__ void ScoreTile(float (&s)[KNB][4], const T* qw, const
 // KT: keys per K/V tile; MINB: blocks per SM the registers are budgeted for; HPB: query
 // heads per block (heads that share a KV head: they share its K/V tiles, 4 warps each);
 // NST: pipeline stages (the copies of NST - 1 tiles are in flight while one is computed).
-template <typename T, int D, int KT, int MINB, int HPB, int NST>
-__global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
-    AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
-                      const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
-                      const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
-                      int window, KeySource src, int seq0) {
+// One block's work: query block `qblock` (kTcQ rows) of sequence `seq`, for the HPB heads of
+// blockIdx.y. AttentionTcKernel takes (seq, qblock) from the grid, AttentionTcGraphKernel
+// from the device arrays (a grid fixed per recording).
+template <typename T, int D, int KT, int HPB, int NST>
+__device__ __forceinline__ void AttentionTcBlock(const T* __restrict__ q, int64_t ldq,
+                                                 const T* __restrict__ k, int64_t ldk,
+                                                 const T* __restrict__ v, int64_t ldv,
+                                                 T* __restrict__ out, int64_t ldo,
+                                                 const int32_t* __restrict__ cu, int group,
+                                                 float scale_log2, bool causal, int window,
+                                                 const KeySource& src, int seq, int qblock) {
   constexpr int kSt = D + 8;      // padded shared-memory row (elements): conflict-free
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kKs = D / 16;     // k-steps of Q·K^T
@@ -155,14 +160,13 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
   // one sequence run together, so its K/V (shared by its query blocks and GQA heads) and Q
   // come from DRAM once and are re-read from L2. Warps 4i..4i+3 serve head h0 + i.
   const int h0 = blockIdx.y * HPB, kvh = h0 / group;
-  const int seq = seq0 + static_cast<int>(blockIdx.z);
   const int base = cu[seq], len = cu[seq + 1] - base;
   // Keys in logical order: the prefix sequence's rows (or cached keys), then the sequence's
   // own; query rows are local (0..len) and sit at logical positions pre + local.
   const SeqKeys sk = KeysOf(src, cu, seq);
   const int pre = sk.pre, klen = KeyLimit(src, seq, pre + len);  // cut at the key limit
   const int64_t pbase = sk.pbase;
-  const int q0 = blockIdx.x * kTcQ;
+  const int q0 = qblock * kTcQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -394,8 +398,107 @@ __global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
 }
 
 template <typename T, int D, int KT, int MINB, int HPB, int NST>
-bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream) {
+__global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
+    AttentionTcKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k, int64_t ldk,
+                      const T* __restrict__ v, int64_t ldv, T* __restrict__ out, int64_t ldo,
+                      const int32_t* __restrict__ cu, int group, float scale_log2, bool causal,
+                      int window, KeySource src, int seq0) {
+  AttentionTcBlock<T, D, KT, HPB, NST>(q, ldq, k, ldk, v, ldv, out, ldo, cu, group, scale_log2,
+                                       causal, window, src, seq0 + static_cast<int>(blockIdx.z),
+                                       static_cast<int>(blockIdx.x));
+}
+
+// The query blocks of a batch in order (sequence by sequence, kTcQ rows each), numbered
+// 0, 1, ...: block `vb`'s sequence and its query block within it, found from cu_seqlens
+// (cap + 1 entries, those after the batch's sequences equal to its token count) by warp 0;
+// seq = -1 past the batch's last block. Lanes take 32 sequences at a time: their block
+// counts, an inclusive prefix sum by shuffles, the lane whose range holds vb. The scan stops
+// at the first chunk that ends at the token count (every sequence after it is empty).
+__device__ __forceinline__ void FindQueryBlock(const int32_t* __restrict__ cu, int cap, int vb,
+                                               int lane, int* seq, int* qblock) {
+  const int total = cu[cap];
+  int before = 0;  // query blocks of the chunks already scanned
+  for (int s0 = 0; s0 < cap; s0 += 32) {
+    const int s = s0 + lane;
+    const int len = s < cap ? cu[s + 1] - cu[s] : 0;
+    const int blocks = (len + kTcQ - 1) / kTcQ;
+    int incl = blocks;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const bool mine = blocks > 0 && before + incl - blocks <= vb && vb < before + incl;
+    const unsigned hit = __ballot_sync(0xffffffffu, mine);
+    if (hit != 0) {
+      const int l = __ffs(hit) - 1;
+      const int start = __shfl_sync(0xffffffffu, before + incl - blocks, l);
+      *seq = s0 + l;
+      *qblock = vb - start;
+      return;
+    }
+    before += __shfl_sync(0xffffffffu, incl, 31);
+    const int last = min(s0 + 32, cap);
+    if (cu[last] == total) break;  // the sequences after this chunk are empty
+  }
+  *seq = -1;
+  *qblock = 0;
+}
+
+// The graph form: a grid of gridDim.x blocks per head group, fixed by the recording, whose
+// block b takes the batch's query blocks b, b + gridDim.x, ... (FindQueryBlock). Each query
+// block is computed exactly as AttentionTcKernel computes it: the same bits.
+template <typename T, int D, int KT, int MINB, int HPB, int NST>
+__global__ void __launch_bounds__(kTcWarps * 32 * HPB, MINB)
+    AttentionTcGraphKernel(const T* __restrict__ q, int64_t ldq, const T* __restrict__ k,
+                           int64_t ldk, const T* __restrict__ v, int64_t ldv, T* __restrict__ out,
+                           int64_t ldo, const int32_t* __restrict__ cu, int group, float scale_log2,
+                           bool causal, int window, KeySource src, int cap) {
+  __shared__ int where[2];
+  for (int vb = static_cast<int>(blockIdx.x);; vb += static_cast<int>(gridDim.x)) {
+    __syncthreads();  // the previous query block is done with shared memory and `where`
+    if (threadIdx.x < 32) {
+      int seq, qblock;
+      FindQueryBlock(cu, cap, vb, static_cast<int>(threadIdx.x), &seq, &qblock);
+      if (threadIdx.x == 0) {
+        where[0] = seq;
+        where[1] = qblock;
+      }
+    }
+    __syncthreads();
+    const int seq = where[0], qblock = where[1];
+    if (seq < 0) return;
+    AttentionTcBlock<T, D, KT, HPB, NST>(q, ldq, k, ldk, v, ldv, out, ldo, cu, group, scale_log2,
+                                         causal, window, src, seq, qblock);
+  }
+}
+
+template <typename T, int D, int KT, int MINB, int HPB, int NST>
+bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream, bool graph) {
   constexpr size_t kSmem = TcSmemBytes<D, KT, HPB, NST>();
+  if (graph) {
+    static const bool raised_graph =
+        kSmem <= 48 * 1024 || cudaFuncSetAttribute(AttentionTcGraphKernel<T, D, KT, MINB, HPB, NST>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kSmem)) == cudaSuccess;
+    if (!raised_graph) return false;
+    // Twice the query blocks of one sequence filling the capacity's tokens: a batch of a
+    // few sequences runs in one round, many short ones loop.
+    const int blocks = 2 * ((static_cast<int>(p.q.rows) + kTcQ - 1) / kTcQ);
+    const dim3 grid(static_cast<unsigned>(std::max(blocks, 1)),
+                    static_cast<unsigned>(p.num_heads / HPB), 1);
+    AttentionTcGraphKernel<T, D, KT, MINB, HPB, NST><<<grid, kTcWarps * 32 * HPB, kSmem, stream>>>(
+        p.q.ptr<T>(), p.q.row_stride(), p.k.ptr<T>(), p.k.row_stride(), p.v.ptr<T>(),
+        p.v.row_stride(), p.out.ptr<T>(), p.out.row_stride(), p.cu_seqlens,
+        p.num_heads / p.num_kv_heads, p.scale * 1.4426950408889634f, p.causal, p.window,
+        KeySourceOf(p), p.seq_capacity);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "sluice cuda: attention launch failed: %s\n", cudaGetErrorString(e));
+      std::abort();
+    }
+    return true;
+  }
   static const bool raised =
       kSmem <= 48 * 1024 || cudaFuncSetAttribute(AttentionTcKernel<T, D, KT, MINB, HPB, NST>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -428,14 +531,29 @@ bool LaunchTcVariant(const AttentionParams& p, cudaStream_t stream) {
 // K/V traffic from L2 (+1.3% end to end on the Qwen3-0.6B-shaped reranker: 3,990 -> 4,045
 // pairs/s, docs/cuda.md). Two pipeline stages: 3 and 4 measured the same (4,050 / 4,042).
 template <typename T, int D>
-bool LaunchTc(const AttentionParams& p, cudaStream_t stream) {
+bool LaunchTc(const AttentionParams& p, cudaStream_t stream, bool graph) {
   constexpr int kKt = D == 128 ? 32 : 64;
   if ((p.num_heads / p.num_kv_heads) % 2 == 0) {
-    return LaunchTcVariant<T, D, kKt, 2, 2, 2>(p, stream);
+    return LaunchTcVariant<T, D, kKt, 2, 2, 2>(p, stream, graph);
   }
   // One head per block: registers for 4 blocks (16 warps) per SM at every head_dim (the
   // interleaved Q·K^T of 64-key tiles would otherwise take 168 registers at head_dim 64).
-  return LaunchTcVariant<T, D, kKt, 4, 1, 2>(p, stream);
+  return LaunchTcVariant<T, D, kKt, 4, 1, 2>(p, stream, graph);
+}
+
+bool LaunchAny(const AttentionParams& p, cudaStream_t stream, bool graph) {
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    switch (p.head_dim) {
+      case 32:
+        return LaunchTc<T, 32>(p, stream, graph);
+      case 64:
+        return LaunchTc<T, 64>(p, stream, graph);
+      default:
+        return LaunchTc<T, 128>(p, stream, graph);
+    }
+  };
+  return p.q.dtype == DType::kBF16 ? launch(__nv_bfloat16{}) : launch(__half{});
 }
 
 }  // namespace
@@ -450,18 +568,17 @@ bool AttentionTcEligible(const AttentionParams& p) {
 }
 
 bool AttentionTc(const AttentionParams& p, cudaStream_t stream) {
-  const auto launch = [&](auto tag) {
-    using T = decltype(tag);
-    switch (p.head_dim) {
-      case 32:
-        return LaunchTc<T, 32>(p, stream);
-      case 64:
-        return LaunchTc<T, 64>(p, stream);
-      default:
-        return LaunchTc<T, 128>(p, stream);
-    }
-  };
-  return p.q.dtype == DType::kBF16 ? launch(__nv_bfloat16{}) : launch(__half{});
+  return LaunchAny(p, stream, false);
+}
+
+bool AttentionTcGraph(const AttentionParams& p, cudaStream_t stream) {
+  const DType dt = p.q.dtype;
+  if (p.seq_capacity <= 0 || p.paged() || (dt != DType::kBF16 && dt != DType::kF16) ||
+      p.k.dtype != dt || p.v.dtype != dt || p.out.dtype != dt || p.num_heads <= 0 ||
+      p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || !AttentionTcEligible(p)) {
+    return false;
+  }
+  return LaunchAny(p, stream, true);
 }
 
 }  // namespace sluice::cuda

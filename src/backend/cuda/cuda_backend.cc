@@ -416,7 +416,10 @@ class CudaBackend final : public Backend {
       }
       return;
     }
-    if (recording_ && !p.fixed_shape) {  // not captured: close the segment, run it eagerly
+    if (recording_ && !p.fixed_shape) {
+      // Captured where the kernel can find each block's sequence on the device.
+      if (cuda::AttentionTcGraph(p, stream_)) return;
+      // Not captured: close the segment, run it eagerly.
       EndSegment();
       rec_->steps.push_back({nullptr, p});
       BeginSegment();

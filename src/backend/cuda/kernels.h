@@ -56,6 +56,11 @@ bool Attention(const AttentionParams& p, cudaStream_t stream);
 // cannot be configured).
 bool AttentionTcEligible(const AttentionParams& p);
 bool AttentionTc(const AttentionParams& p, cudaStream_t stream);
+// The same kernel with a grid fixed by p.q.rows, which finds each block's sequence from the
+// device arrays (p.seq_capacity > 0): a recording captures it and every replay computes the
+// batch it holds, bit for bit as AttentionTc. False (nothing launched) where it does not
+// apply: no seq_capacity, the paged KV cache, f32, or not AttentionTcEligible.
+bool AttentionTcGraph(const AttentionParams& p, cudaStream_t stream);
 
 // Skinny GEMM for decode batches (gemv.cu): out[m, n] = sum_k w[n, k] x[m, k] (+ bias[n])
 // (+ residual[m, n]) for 1 <= m <= kGemvMaxRows rows of bf16/f16 weights and activations (x in

@@ -136,10 +136,14 @@ struct Stack {
       if (prefix > 0 && s > 0) host[2 * kTokens + 1 + s] = 0;
       mx = std::max(mx, lens[s]);
     }
+    // Capacity kTokens: the sequences after the batch's are empty (Model::PackInputs).
+    std::fill(host.begin() + kTokens + 1 + static_cast<int64_t>(lens.size()),
+              host.begin() + 2 * kTokens + 1, t);
     be->CopyFromHost(host.data(), inputs);
     return {static_cast<int>(lens.size()), mx};
   }
-  void Forward(const ReplayShape& s) {
+  // seq_capacity > 0: attention may be captured (AttentionParams::seq_capacity).
+  void Forward(const ReplayShape& s, int seq_capacity = 0) {
     const int32_t* pos = inputs.ptr<int32_t>();
     const int32_t* cu = inputs.ptr<int32_t>() + kTokens;
     be->Add(x0, zeros, res);
@@ -160,6 +164,7 @@ struct Stack {
       AttentionParams ap = cuda_test::AttnParams(qkv, attn, cu, s.num_seqs, s.max_seqlen,
                                                  {kHeads, kKv, kDim, true, 0});
       ap.prefix_of = inputs.ptr<int32_t>() + 2 * kTokens + 1;
+      ap.seq_capacity = seq_capacity;
       be->Attention(ap);
       be->Linear({lin[1].get(), attn, res, Activation::kNone, &res});
       be->RmsNorm(res, nullptr, wn, 1e-6f, x);
@@ -248,6 +253,50 @@ TEST(CudaExecution, RecordingReplaysBitForBit) {
   EXPECT_TRUE(Same(st.Out(c.tokens), replayed[3]));
 }
 
+// With seq_capacity the tensor-core attention is captured in the recording (one graph,
+// no eager step): every replay computes the batch it holds, bit for bit as the eager
+// forward, including many short sequences (more query blocks than the fixed grid has
+// blocks, so blocks loop), padding rows and a shared prefix.
+TEST(CudaExecution, CapturedAttentionReplaysBitForBit) {
+  auto gpu = Cuda();
+  REQUIRE_CUDA(gpu);
+  Stack st;
+  st.Init(gpu.get());
+  const ReplayShape full = st.Write({kTokens}, 0);
+  st.Forward(full, kTokens);
+  ASSERT_TRUE(gpu->BeginRecording().ok());
+  st.Forward(full, kTokens);
+  auto rec = gpu->EndRecording();
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ((*rec)->attention_calls(), 0);
+  EXPECT_EQ((*rec)->graph_segments(), 1);
+  struct Case {
+    std::vector<int32_t> lens;
+    int prefix;
+    int64_t tokens;
+  };
+  const Case cases[] = {{{kTokens}, 0, kTokens},
+                        {{40, 1, 30, 25}, 0, 96},
+                        {{7, 33}, 0, 40},
+                        {{12, 20, 5, 30}, 12, 67},
+                        {std::vector<int32_t>(24, 4), 0, 96},  // 24 query blocks, a grid of 4
+                        {std::vector<int32_t>(45, 2), 0, 90}};
+  for (const Case& c : cases) {
+    const ReplayShape s = st.Write(c.lens, c.prefix);
+    st.Forward(s);
+    const auto eager = st.Out(c.tokens);
+    // Stale results must not pass: the output buffers are overwritten first.
+    st.Write({kTokens}, 0);
+    st.Forward(full);
+    st.Write(c.lens, c.prefix);
+    gpu->Replay(**rec, s);
+    const auto replay = st.Out(c.tokens);
+    EXPECT_TRUE(Same(eager, replay)) << "max |diff| " << cuda_test::MaxAbs(eager, replay) << " for "
+                                     << c.lens.size() << " sequences";
+    for (float v : replay) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
 // ---- The engine on CUDA ----
 
 const std::string kFixtures = SLUICE_FIXTURES_DIR;
@@ -257,11 +306,12 @@ std::vector<TokenSequence> GoldenInputs(const std::string& name) {
 }
 
 std::unique_ptr<Engine> CudaEngine(const std::string& name, CudaGraphs graphs,
-                                   int64_t budget = 8192, PrefixReuse prefix = PrefixReuse::kOff) {
+                                   int64_t budget = 8192, PrefixReuse prefix = PrefixReuse::kOff,
+                                   DType dtype = DType::kF32) {
   EngineOptions o;
   o.model_dir = kFixtures + "/models/" + name;
   o.backend.device = DeviceKind::kCuda;
-  o.dtype = DType::kF32;
+  o.dtype = dtype;
   o.max_batch_tokens = budget;
   o.cuda_graphs = graphs;
   o.prefix_reuse = prefix;
@@ -318,6 +368,42 @@ TEST(CudaEngineGraphs, ExactBucketIsBitIdenticalToEager) {
     EXPECT_TRUE(SameOutputs(*a, *b)) << total << " tokens: max |diff| " << MaxDiff(*a, *b);
   }
   EXPECT_EQ(off->graph_batches(), 0);
+}
+
+// bf16 with head_dim 64 (ModernBERT, local and global layers): the recorded forwards
+// capture attention too (no eager attention step), and the graphs' results equal the eager
+// forward's: bit for bit where a batch fills its bucket, within bf16 rounding of the padding
+// rows' GEMM algorithms otherwise.
+TEST(CudaEngineGraphs, Bf16AttentionIsCapturedAndMatchesEager) {
+  if (!Cuda()) GTEST_SKIP() << "no CUDA device";
+  const std::string name = "modernbert_classifier_bf16";
+  auto on = CudaEngine(name, CudaGraphs::kOn, 8192, PrefixReuse::kOff, DType::kBF16);
+  auto off = CudaEngine(name, CudaGraphs::kOff, 8192, PrefixReuse::kOff, DType::kBF16);
+  ASSERT_NE(on, nullptr);
+  ASSERT_NE(off, nullptr);
+  EXPECT_FALSE(on->graph_buckets().empty());
+  EXPECT_EQ(on->graph_eager_attention_calls(), 0);
+  const auto golden = GoldenInputs(name);
+  for (int64_t total : {16, 64, 192}) {
+    std::vector<TokenSequence> in;
+    int64_t t = 0;
+    for (size_t i = 0; t < total; ++i) {
+      TokenSequence s = golden[i % golden.size()];
+      if (t + static_cast<int64_t>(s.ids.size()) > total) s.ids.resize(total - t);
+      t += static_cast<int64_t>(s.ids.size());
+      in.push_back(std::move(s));
+    }
+    const int64_t before = on->graph_batches();
+    auto a = on->Run(in);
+    auto b = off->Run(in);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(on->graph_batches(), before + 1) << total;
+    EXPECT_TRUE(SameOutputs(*a, *b)) << total << " tokens: max |diff| " << MaxDiff(*a, *b);
+  }
+  auto a = on->Run(golden);
+  auto b = off->Run(golden);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(MaxDiff(*a, *b), 2e-2);
 }
 
 // Padded batches (every pooling kind, shared prefixes, pipelined Run over many batches):
