@@ -72,6 +72,9 @@ class CudaBackend final : public Backend {
     const char* gv = std::getenv("SLUICE_CUDA_GEMV");
     // Batch invariant: no GEMV (its K order differs from the GEMMs') and so no fused blocks.
     gemv_ = !(gv && std::string(gv) == "0") && !invariant_;
+    // SLUICE_CUDA_GRAPH_ATTENTION=0: recordings leave all attention calls eager (A/B runs).
+    const char* ga = std::getenv("SLUICE_CUDA_GRAPH_ATTENTION");
+    graph_attention_ = !(ga && std::string(ga) == "0");
     gemm_ws_ = blas_ws_.Get(kGemmWorkspace, false);
     // SLUICE_CUDA_GEMM_SMALL=tune: GEMMs under 1024 rows time the heuristic's candidates
     // (split-K included) per M bucket instead of taking its first choice (gemm_planner.h).
@@ -418,7 +421,7 @@ class CudaBackend final : public Backend {
     }
     if (recording_ && !p.fixed_shape) {
       // Captured where the kernel can find each block's sequence on the device.
-      if (cuda::AttentionTcGraph(p, stream_)) return;
+      if (graph_attention_ && cuda::AttentionTcGraph(p, stream_)) return;
       // Not captured: close the segment, run it eagerly.
       EndSegment();
       rec_->steps.push_back({nullptr, p});
@@ -737,6 +740,7 @@ class CudaBackend final : public Backend {
   std::vector<Buffer> retired_tables_;
   void* gemm_ws_ = nullptr;
   std::unique_ptr<cuda::GemmPlanner> gemm_;
+  bool graph_attention_ = true;  // tensor-core attention captured in recordings
   std::map<RopeKey, Buffer> inv_freq_;
   std::map<RopeKey, std::pair<Buffer, int>> cos_sin_;  // table, positions
 };

@@ -372,8 +372,11 @@ TEST(CudaEngineGraphs, ExactBucketIsBitIdenticalToEager) {
 
 // bf16 with head_dim 64 (ModernBERT, local and global layers): the recorded forwards
 // capture attention too (no eager attention step), and the graphs' results equal the eager
-// forward's: bit for bit where a batch fills its bucket, within bf16 rounding of the padding
-// rows' GEMM algorithms otherwise.
+// forward's within f32 rounding where a batch fills its bucket (the eager forward of this
+// CLS-pooled classifier runs its last layer's GEMMs over the pooled rows only, the graph
+// over every row: different row counts, so possibly different GEMM algorithms; 6e-8 on an
+// H100), within bf16 rounding otherwise. Bit-for-bit equality of the captured attention
+// itself: CudaExecution.CapturedAttentionReplaysBitForBit.
 TEST(CudaEngineGraphs, Bf16AttentionIsCapturedAndMatchesEager) {
   if (!Cuda()) GTEST_SKIP() << "no CUDA device";
   const std::string name = "modernbert_classifier_bf16";
@@ -398,7 +401,7 @@ TEST(CudaEngineGraphs, Bf16AttentionIsCapturedAndMatchesEager) {
     auto b = off->Run(in);
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(on->graph_batches(), before + 1) << total;
-    EXPECT_TRUE(SameOutputs(*a, *b)) << total << " tokens: max |diff| " << MaxDiff(*a, *b);
+    EXPECT_LE(MaxDiff(*a, *b), 1e-5) << total << " tokens";
   }
   auto a = on->Run(golden);
   auto b = off->Run(golden);
