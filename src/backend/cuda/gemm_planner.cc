@@ -201,8 +201,9 @@ void GemmPlanner::Tune(const GemmKey& key, GemmPlan& p, const GemmOperands& ops,
   tune_ws_ = Scratch();  // not kept: it can be as large as the output
 }
 
-// GEMMs of at least kTuneMinM rows have their algorithm chosen by timing (once per
-// power-of-two class of M: the offline engine's warm-up forward tunes its batch size).
+// The timed algorithm of class `ck` for the exact GEMM `key`: the class's, when it fits
+// the exact shape, else timed now on this GEMM's operands (and kept for the class when it
+// had none).
 const GemmPlan* GemmPlanner::Tuned(const GemmKey& key, const GemmKey& ck, GemmPlan& p,
                                    const GemmOperands& ops, bool may_time, bool with_splitk) {
   auto tit = tuned_.find(ck);
@@ -221,6 +222,8 @@ const GemmPlan* GemmPlanner::Tuned(const GemmKey& key, const GemmKey& ck, GemmPl
   return &p;
 }
 
+// GEMMs of at least kTuneMinM rows have their algorithm chosen by timing (once per
+// power-of-two class of M: the offline engine's warm-up forward tunes its batch size).
 int64_t GemmPlanner::TuneClassM(int64_t m) {
   int64_t b = 1;
   while (b < m) b <<= 1;
