@@ -420,7 +420,7 @@ Command MakeCommand(const char* name, const char* help, Task task) {
                      AddImageFlags(sub, &f->image, /*offline=*/true);
                    }
                    return std::function<int()>([f, task, sub] {
-                     if (task != Task::kClassify) f->image.given = GivenImageFlags(*sub);
+                     if (task != Task::kClassify) f->image.given = GivenImageFlags(f->image);
                      return RunOffline(*f, task);
                    });
                  }};

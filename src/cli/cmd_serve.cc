@@ -748,7 +748,7 @@ Registrar serve_cmd(Command{
                                  "--prefix-reuse", "--cuda-graph-max-tokens", "--profile"}) {
           if (sub->count(flag) > 0) f->scoring_only_set.emplace_back(flag);
         }
-        f->image.given = GivenImageFlags(*sub);
+        f->image.given = GivenImageFlags(f->image);
         return RunServe(*f);
       });
     }});

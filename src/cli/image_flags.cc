@@ -4,69 +4,67 @@ namespace sluice::cli {
 
 void AddImageFlags(CLI::App* sub, ImageFlags* f, bool offline) {
   if (offline) f->allowed_local_media_path = "/";
-  sub->add_flag("--allow-private-media-urls", f->allow_private_media_urls,
-                "image URLs may resolve to loopback, private, link-local and other "
-                "internal addresses (refused by default: SSRF guard)");
-  sub->add_option("--allowed-media-address", f->allowed_media_addresses,
-                  "a numeric address (e.g. an internal image host 10.1.2.3) image URLs may "
-                  "connect to although the SSRF guard refuses its range; repeatable");
-  sub->add_option("--allowed-local-media-path", f->allowed_local_media_path,
-                  offline ? "image inputs may name local files under this directory"
-                          : "image inputs may name local files under this directory (default: "
-                            "none)")
-      ->capture_default_str();
-  sub->add_option("--image-fetch-concurrency", f->image_fetch_concurrency,
-                  "image downloads of one request in parallel")
-      ->capture_default_str();
-  sub->add_option("--image-connect-timeout", f->image_connect_timeout_s,
-                  "seconds to connect to an image host")
-      ->capture_default_str();
-  sub->add_option("--image-fetch-timeout", f->image_fetch_timeout_s,
-                  "seconds an image download may take in all")
-      ->capture_default_str();
-  sub->add_option("--max-image-bytes", f->max_image_bytes, "bytes per image at most")
-      ->capture_default_str();
-  sub->add_option("--image-cache-mb", f->image_cache_mb,
-                  "image feature cache per model version, MiB, by content hash (0 = off)")
-      ->capture_default_str();
-  sub->add_option("--image-decode", f->image_decode,
-                  "exact: full-size decode as Hugging Face's processor; fast: JPEGs decoded "
-                  "at a reduced size in the DCT domain (never below the resize target)")
-      ->check(CLI::IsMember({"exact", "fast"}))
-      ->capture_default_str();
-  sub->add_option("--max-image-pixels", f->max_image_pixels,
-                  "decoded width x height per image at most, checked from the header "
-                  "before any pixel memory is allocated")
-      ->capture_default_str();
-  sub->add_option("--image-decode-threads", f->decode_threads,
-                  "threads decoding and resizing images (0 = every core); at most this many "
-                  "full-size images are decoded at once")
-      ->capture_default_str();
-  sub->add_option("--max-image-batch", f->max_image_batch,
-                  "images in one forward of the vision tower, gathered across requests (0 = "
-                  "32 on CPU, 256 on CUDA)")
-      ->capture_default_str();
-  sub->add_option("--max-queued-images", f->max_queued_images,
-                  "pre-processed images waiting for the vision tower at most; requests "
-                  "wait for room (0 = 4 x --max-image-batch)")
-      ->capture_default_str();
+  f->options.clear();
+  // Every flag registered here is kept in f->options (GivenImageFlags reads them).
+  const auto keep = [f](CLI::Option* o) { f->options.push_back(o); };
+  keep(sub->add_flag("--allow-private-media-urls", f->allow_private_media_urls,
+                     "image URLs may resolve to loopback, private, link-local and other "
+                     "internal addresses (refused by default: SSRF guard)"));
+  keep(sub->add_option("--allowed-media-address", f->allowed_media_addresses,
+                       "a numeric address (e.g. an internal image host 10.1.2.3) image URLs may "
+                       "connect to although the SSRF guard refuses its range; repeatable"));
+  keep(sub->add_option("--allowed-local-media-path", f->allowed_local_media_path,
+                       offline ? "image inputs may name local files under this directory"
+                               : "image inputs may name local files under this directory (default: "
+                                 "none)")
+           ->capture_default_str());
+  keep(sub->add_option("--image-fetch-concurrency", f->image_fetch_concurrency,
+                       "image downloads of one request in parallel")
+           ->capture_default_str());
+  keep(sub->add_option("--image-connect-timeout", f->image_connect_timeout_s,
+                       "seconds to connect to an image host")
+           ->capture_default_str());
+  keep(sub->add_option("--image-fetch-timeout", f->image_fetch_timeout_s,
+                       "seconds an image download may take in all")
+           ->capture_default_str());
+  keep(sub->add_option("--max-image-bytes", f->max_image_bytes, "bytes per image at most")
+           ->capture_default_str());
+  keep(sub->add_option("--image-cache-mb", f->image_cache_mb,
+                       "image feature cache per model version, MiB, by content hash (0 = off)")
+           ->capture_default_str());
+  keep(sub->add_option("--image-decode", f->image_decode,
+                       "exact: full-size decode as Hugging Face's processor; fast: JPEGs decoded "
+                       "at a reduced size in the DCT domain (never below the resize target)")
+           ->check(CLI::IsMember({"exact", "fast"}))
+           ->capture_default_str());
+  keep(sub->add_option("--max-image-pixels", f->max_image_pixels,
+                       "decoded width x height per image at most, checked from the header "
+                       "before any pixel memory is allocated")
+           ->capture_default_str());
+  keep(sub->add_option("--image-decode-threads", f->decode_threads,
+                       "threads decoding and resizing images (0 = every core); at most this many "
+                       "full-size images are decoded at once")
+           ->capture_default_str());
+  keep(sub->add_option("--max-image-batch", f->max_image_batch,
+                       "images in one forward of the vision tower, gathered across requests (0 = "
+                       "32 on CPU, 256 on CUDA)")
+           ->capture_default_str());
+  keep(sub->add_option("--max-queued-images", f->max_queued_images,
+                       "pre-processed images waiting for the vision tower at most; requests "
+                       "wait for room (0 = 4 x --max-image-batch)")
+           ->capture_default_str());
   if (!offline) {
-    sub->add_option("--image-workers", f->image_workers,
-                    "CLIP models: requests in progress at once (each waits on its downloads "
-                    "and the batched forward)")
-        ->capture_default_str();
+    keep(sub->add_option("--image-workers", f->image_workers,
+                         "CLIP models: requests in progress at once (each waits on its downloads "
+                         "and the batched forward)")
+             ->capture_default_str());
   }
 }
 
-std::vector<std::string> GivenImageFlags(const CLI::App& sub) {
+std::vector<std::string> GivenImageFlags(const ImageFlags& f) {
   std::vector<std::string> given;
-  for (const char* name :
-       {"--allow-private-media-urls", "--allowed-media-address", "--allowed-local-media-path",
-        "--image-fetch-concurrency", "--image-connect-timeout", "--image-fetch-timeout",
-        "--max-image-bytes", "--image-cache-mb", "--image-decode", "--max-image-pixels",
-        "--image-decode-threads", "--max-image-batch", "--max-queued-images", "--image-workers"}) {
-    const CLI::Option* o = sub.get_option_no_throw(name);
-    if (o != nullptr && o->count() > 0) given.emplace_back(name);
+  for (const CLI::Option* o : f.options) {
+    if (o->count() > 0 && !o->get_lnames().empty()) given.push_back("--" + o->get_lnames()[0]);
   }
   return given;
 }

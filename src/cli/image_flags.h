@@ -29,13 +29,16 @@ struct ImageFlags {
   // The image flags given on the command line (GivenImageFlags, after parsing): they must
   // reach a CLIP model.
   std::vector<std::string> given;
+  // The options AddImageFlags registered (owned by the command's CLI::App), in order.
+  std::vector<const CLI::Option*> options;
 };
 
 // offline: the commands read local files by default (--allowed-local-media-path "/").
 void AddImageFlags(CLI::App* app, ImageFlags* f, bool offline);
 Status CheckImageFlags(const ImageFlags& f);
-// The image flags (AddImageFlags) given to `sub`, as "--name" in registration order.
-std::vector<std::string> GivenImageFlags(const CLI::App& sub);
+// The image flags (AddImageFlags registered them in f.options) given on the command line,
+// as "--name" in registration order.
+std::vector<std::string> GivenImageFlags(const ImageFlags& f);
 // The embedder's options for model directory `mf.model` (device, dtype, threads from mf).
 // The other settings of `mf` are the text engine's: see ClipUnusedModelFlags.
 StatusOr<server::ClipEmbedderOptions> ToEmbedderOptions(const ImageFlags& f, const ModelFlags& mf);
