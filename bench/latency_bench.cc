@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   }
   const std::vector<int64_t> counts = SplitInts(tokens_list);
   std::vector<Row> rows;
-  for (int mode = 0; mode < 2; ++mode) {
+  const bool cpu = device == "cpu";  // no graphs on the CPU: the eager column only
+  for (int mode = 0; mode < (cpu ? 1 : 2); ++mode) {
     EngineOptions o;
     o.model_dir = model;
     o.dtype = dtype;
@@ -195,6 +196,11 @@ int main(int argc, char** argv) {
       "\n| batch | tokens | eager p50 / p95 ms | graphs p50 / p95 ms | eager / graphs (p50) "
       "|\n|---|---|---|---|---|\n");
   for (const Row& r : rows) {
+    if (cpu) {
+      std::printf("| %s | %lld | %.3f / %.3f | - | - |\n", r.shape.c_str(),
+                  static_cast<long long>(r.tokens), r.p50[0], r.p95[0]);
+      continue;
+    }
     std::printf("| %s | %lld | %.3f / %.3f | %.3f / %.3f | %.2fx |\n", r.shape.c_str(),
                 static_cast<long long>(r.tokens), r.p50[0], r.p95[0], r.p50[1], r.p95[1],
                 r.p50[0] / r.p50[1]);
