@@ -186,6 +186,20 @@ bool Same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Batches the Stack's recordings replay: sequence lengths, a shared prefix (sequence 0) of
+// that many tokens when > 0, and the batch's token count.
+struct ReplayCase {
+  std::vector<int32_t> lens;
+  int prefix;
+  int64_t tokens;
+};
+std::vector<ReplayCase> ReplayCases() {
+  return {{{kTokens}, 0, kTokens},
+          {{40, 1, 30, 25}, 0, 96},
+          {{7, 33}, 0, 40},            // padding rows after the batch
+          {{12, 20, 5, 30}, 12, 67}};  // a shared prefix of 12 tokens
+}
+
 TEST(CudaExecution, RecordingReplaysBitForBit) {
   auto gpu = Cuda();
   REQUIRE_CUDA(gpu);
@@ -203,17 +217,9 @@ TEST(CudaExecution, RecordingReplaysBitForBit) {
   EXPECT_EQ((*rec)->graph_segments(), 3);
   EXPECT_EQ(gpu->EndRecording().status().code(), StatusCode::kFailedPrecondition);
 
-  struct Case {
-    std::vector<int32_t> lens;
-    int prefix;
-    int64_t tokens;
-  };
-  const Case cases[] = {{{kTokens}, 0, kTokens},
-                        {{40, 1, 30, 25}, 0, 96},
-                        {{7, 33}, 0, 40},            // padding rows after the batch
-                        {{12, 20, 5, 30}, 12, 67}};  // a shared prefix of 12 tokens
+  const std::vector<ReplayCase> cases = ReplayCases();
   std::vector<std::vector<float>> replayed;
-  for (const Case& c : cases) {
+  for (const ReplayCase& c : cases) {
     const ReplayShape s = st.Write(c.lens, c.prefix);
     st.Forward(s);
     const auto eager = st.Out(c.tokens);
@@ -247,7 +253,7 @@ TEST(CudaExecution, RecordingReplaysBitForBit) {
     gpu->QkNormRope(rp, st.qn, 1e-6f);
     gpu->Synchronize();
   }
-  const Case& c = cases[3];
+  const ReplayCase& c = cases[3];
   const ReplayShape s = st.Write(c.lens, c.prefix);
   gpu->Replay(**rec, s);
   EXPECT_TRUE(Same(st.Out(c.tokens), replayed[3]));
@@ -270,18 +276,10 @@ TEST(CudaExecution, CapturedAttentionReplaysBitForBit) {
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   EXPECT_EQ((*rec)->attention_calls(), 0);
   EXPECT_EQ((*rec)->graph_segments(), 1);
-  struct Case {
-    std::vector<int32_t> lens;
-    int prefix;
-    int64_t tokens;
-  };
-  const Case cases[] = {{{kTokens}, 0, kTokens},
-                        {{40, 1, 30, 25}, 0, 96},
-                        {{7, 33}, 0, 40},
-                        {{12, 20, 5, 30}, 12, 67},
-                        {std::vector<int32_t>(24, 4), 0, 96},  // 24 query blocks, a grid of 4
-                        {std::vector<int32_t>(45, 2), 0, 90}};
-  for (const Case& c : cases) {
+  std::vector<ReplayCase> cases = ReplayCases();
+  cases.push_back({std::vector<int32_t>(24, 4), 0, 96});  // 24 query blocks, a grid of 4
+  cases.push_back({std::vector<int32_t>(45, 2), 0, 90});
+  for (const ReplayCase& c : cases) {
     const ReplayShape s = st.Write(c.lens, c.prefix);
     st.Forward(s);
     const auto eager = st.Out(c.tokens);
@@ -340,6 +338,19 @@ bool SameOutputs(const std::vector<PooledOutput>& a, const std::vector<PooledOut
   return true;
 }
 
+// The golden inputs in turn, the last one cut, until they hold exactly `total` tokens.
+std::vector<TokenSequence> FillBucket(const std::vector<TokenSequence>& golden, int64_t total) {
+  std::vector<TokenSequence> in;
+  int64_t t = 0;
+  for (size_t i = 0; t < total; ++i) {
+    TokenSequence s = golden[i % golden.size()];
+    if (t + static_cast<int64_t>(s.ids.size()) > total) s.ids.resize(total - t);
+    t += static_cast<int64_t>(s.ids.size());
+    in.push_back(std::move(s));
+  }
+  return in;
+}
+
 // A batch that fills its bucket exactly runs the same kernels with and without the graph:
 // bit-identical (MEAN pooling, so the eager forward computes every row too).
 TEST(CudaEngineGraphs, ExactBucketIsBitIdenticalToEager) {
@@ -352,14 +363,7 @@ TEST(CudaEngineGraphs, ExactBucketIsBitIdenticalToEager) {
   EXPECT_TRUE(off->graph_buckets().empty());
   const auto golden = GoldenInputs("qwen3_pool_mean");
   for (int64_t total : {16, 64, 192}) {
-    std::vector<TokenSequence> in;
-    int64_t t = 0;
-    for (size_t i = 0; t < total; ++i) {
-      TokenSequence s = golden[i % golden.size()];
-      if (t + static_cast<int64_t>(s.ids.size()) > total) s.ids.resize(total - t);
-      t += static_cast<int64_t>(s.ids.size());
-      in.push_back(std::move(s));
-    }
+    const std::vector<TokenSequence> in = FillBucket(golden, total);
     const int64_t before = on->graph_batches();
     auto a = on->Run(in);
     auto b = off->Run(in);
@@ -388,14 +392,7 @@ TEST(CudaEngineGraphs, Bf16AttentionIsCapturedAndMatchesEager) {
   EXPECT_EQ(on->graph_eager_attention_calls(), 0);
   const auto golden = GoldenInputs(name);
   for (int64_t total : {16, 64, 192}) {
-    std::vector<TokenSequence> in;
-    int64_t t = 0;
-    for (size_t i = 0; t < total; ++i) {
-      TokenSequence s = golden[i % golden.size()];
-      if (t + static_cast<int64_t>(s.ids.size()) > total) s.ids.resize(total - t);
-      t += static_cast<int64_t>(s.ids.size());
-      in.push_back(std::move(s));
-    }
+    const std::vector<TokenSequence> in = FillBucket(golden, total);
     const int64_t before = on->graph_batches();
     auto a = on->Run(in);
     auto b = off->Run(in);
