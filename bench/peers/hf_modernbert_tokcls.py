@@ -204,15 +204,23 @@ def variant_env(variant):
     """os.environ plus a variant's NAME=VALUE assignments (space-separated; "" = none)."""
     env = dict(os.environ)
     for kv in variant.split():
+        if kv.startswith("--"):
+            continue  # a sluice flag: variant_flags
         k, v = kv.split("=", 1)
         env[k] = v
     return env
 
 
+def variant_flags(variant):
+    """A variant's sluice flags: its words that start with -- (e.g. --residual-dtype=activation)."""
+    return [w for w in variant.split() if w.startswith("--")]
+
+
 def sluice_offline(args, model_dir, texts_path, max_num_seqs, variant=""):
     r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
                         "--dtype", args.dtype, "--task", "token-classify", "--input", texts_path,
-                        "--output", "/dev/null", "--max-num-seqs", str(max_num_seqs)],
+                        "--output", "/dev/null", "--max-num-seqs", str(max_num_seqs)] +
+                       variant_flags(variant),
                        capture_output=True, text=True, env=variant_env(variant))
     txt = r.stdout + r.stderr
     for line in txt.splitlines():
@@ -235,7 +243,8 @@ def main():
                     "are fp32; bfloat16 shows the tensor-core figures next to them)")
     ap.add_argument("--variants", default="",
                     help="';'-separated sluice environments to A/B in the same run, each "
-                    "'NAME=VALUE ...' ('' = as is): the offline batches, the profile and the "
+                    "'NAME=VALUE ... --flag=value ...' ('' = as is; words starting with -- are "
+                    "sluice flags): the offline batches, the profile and the "
                     "served single request run once per variant; the table shows the first")
     args = ap.parse_args()
     variants = args.variants.split(";") if args.variants else [""]
@@ -288,7 +297,8 @@ def main():
                 f.write(json.dumps({"text": a, "text_pair": r}) + "\n")
         r = subprocess.run([args.sluice, "classify", "--model", model_dir, "--device", "cuda",
                             "--dtype", args.dtype, "--task", "token-classify", "--input", first,
-                            "--output", "/dev/null", "--max-num-seqs", "1", "--profile"],
+                            "--output", "/dev/null", "--max-num-seqs", "1", "--profile"] +
+                           variant_flags(variant),
                            capture_output=True, text=True, env=variant_env(variant))
         prof = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("|")]
         log(f"{tag}sluice single-sequence profile (64 pairs, --max-num-seqs 1 --profile):\n" +
@@ -297,7 +307,8 @@ def main():
         log_path = os.path.join(args.out, f"serve{key}.log".replace("_.", "."))
         with open(log_path, "w") as lf:
             srv = subprocess.Popen([args.sluice, "serve", "--model", model_dir, "--device", "cuda",
-                                    "--dtype", args.dtype, "--port", str(args.port)], stdout=lf,
+                                    "--dtype", args.dtype, "--port", str(args.port)] +
+                                   variant_flags(variant), stdout=lf,
                                    stderr=subprocess.STDOUT, env=variant_env(variant))
         try:
             wait_ready(srv, args.port, log_path, 600)

@@ -87,7 +87,10 @@ void ProfilingBackend::Attention(const AttentionParams& p) {
       flops += 4.0 * len * keys * p.head_dim * p.num_heads * (p.causal ? 0.5 : 1.0);
     }
   }
-  Time(p.paged() ? "Attention (paged KV)" : "Attention", flops, [&] { inner_->Attention(p); });
+  // Windowed (local) and global layers apart: their costs differ (ModernBERT alternates).
+  std::string name = p.paged() ? "Attention (paged KV)" : "Attention";
+  if (p.window > 0) name += " (window " + std::to_string(p.window) + ")";
+  Time(name.c_str(), flops, [&] { inner_->Attention(p); });
 }
 void ProfilingBackend::WriteKv(const KvWriteParams& p) {
   Time("WriteKv", 0, [&] { inner_->WriteKv(p); });

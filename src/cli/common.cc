@@ -43,7 +43,8 @@ void AddModelFlags(CLI::App* app, ModelFlags* f, bool model_option) {
                   "eagerly)")
       ->capture_default_str();
   app->add_option("--residual-dtype", f->residual_dtype,
-                  "f32 | activation: the residual stream of pre-norm decoders (Qwen3) in f32, or "
+                  "f32 | activation: the residual stream of pre-norm decoders (Qwen3) and "
+                  "ModernBERT in f32, or "
                   "in the activation dtype (bf16/f16 on CUDA, as transformers and vLLM keep it; "
                   "a few percent faster, slightly less accurate)")
       ->capture_default_str();

@@ -54,8 +54,8 @@ constexpr double kDefaultGlobalTheta = 160000.0, kDefaultLocalTheta = 10000.0;
 
 class ModernBertModel final : public Model {
  public:
-  ModernBertModel(ModelConfig config, Backend* backend, DType dtype)
-      : Model(std::move(config), backend, dtype) {}
+  ModernBertModel(ModelConfig config, Backend* backend, DType dtype, bool activation_residual)
+      : Model(std::move(config), backend, dtype), activation_residual_(activation_residual) {}
 
   Status Load(const WeightStore& store, const std::string& prefix) {
     const auto& c = config_;
@@ -113,11 +113,14 @@ class ModernBertModel final : public Model {
     const auto& c = config_;
     const int64_t T = b.num_tokens, H = c.hidden_size, I = c.intermediate_size;
     const int heads = c.num_attention_heads, D = static_cast<int>(H / heads);
-    // The residual stream is f32; per-token intermediates (GEMM inputs and outputs,
-    // attention) are in the backend's inner activation dtype (bf16/f16 on CUDA next to
-    // bf16/f16 weights; bf16 on CPU next to bf16 weights; f32 otherwise).
+    // The residual stream is f32, or with activation_residual_ the backend's activation
+    // dtype (bf16/f16 on CUDA next to bf16/f16 weights, as transformers keeps it; f32 on
+    // CPU); per-token intermediates (GEMM inputs and outputs, attention) are in the
+    // backend's inner activation dtype (bf16/f16 on CUDA next to bf16/f16 weights; bf16 on
+    // CPU next to bf16 weights; f32 otherwise).
     const DType A = backend_->InnerActivationDType(dtype_);
-    Tensor res = ws.Get(kResidual, DType::kF32, T, H);
+    const DType R = activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
+    Tensor res = ws.Get(kResidual, R, T, H);
     Tensor x = ws.Get(kNormed, A, T, H);
     Tensor qkv = ws.Get(kQkv, A, T, 3 * H);
     Tensor attn = ws.Get(kAttn, A, T, H);
@@ -169,7 +172,7 @@ class ModernBertModel final : public Model {
       backend_->Attention(ap);
       if (prune && l + 1 == layers_.size()) {
         // Last layer: only the output rows need the o-proj, MLP and final norm.
-        Tensor rs = ws.Get(kResidualRows, DType::kF32, S, H);
+        Tensor rs = ws.Get(kResidualRows, R, S, H);
         Tensor as = ws.Get(kAttnRows, A, S, H);
         backend_->GatherRows(attn, rows, S, as);
         backend_->GatherRows(res, rows, S, rs);
@@ -213,6 +216,7 @@ class ModernBertModel final : public Model {
     backend_->Linear({L.wo.get(), act, res, Activation::kNone, &res});
   }
 
+  bool activation_residual_;
   Activation act_ = Activation::kGeluErf;
   float eps_ = 1e-5f;
   Buffer embed_, emb_norm_w_, emb_norm_b_, final_norm_w_, final_norm_b_;
@@ -222,7 +226,8 @@ class ModernBertModel final : public Model {
 StatusOr<std::unique_ptr<Model>> CreateModernBert(const ModelConfig& config,
                                                   const WeightStore& weights, Backend* backend,
                                                   const ModelLoadOptions& options) {
-  auto m = std::make_unique<ModernBertModel>(config, backend, options.dtype);
+  auto m = std::make_unique<ModernBertModel>(config, backend, options.dtype,
+                                             options.activation_residual);
   RETURN_IF_ERROR(m->Load(weights, options.prefix));
   return std::unique_ptr<Model>(std::move(m));
 }

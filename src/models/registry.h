@@ -77,7 +77,7 @@ StatusOr<std::string> ResolveWeightPrefix(const ArchitectureInfo& arch, const We
 struct ModelLoadOptions {
   DType dtype = DType::kF32;  // compute dtype of linear weights
   std::string prefix;         // weight-name prefix of the base model
-  // Pre-norm decoders: keep the residual stream in the backend's activation dtype
+  // Pre-norm decoders and ModernBERT: keep the residual stream in the backend's activation dtype
   // (bf16/f16 on CUDA, as transformers and vLLM do) instead of f32. f32 is the default:
   // more accurate, a few percent slower on CUDA.
   bool activation_residual = false;

@@ -178,6 +178,15 @@ __device__ __forceinline__ float2 CosSin(const float2* table, const float* inv_f
   return make_float2(static_cast<float>(cos(ang)), static_cast<float>(sin(ang)));
 }
 
+// The rotation of a pair (xa, xb) by (cos, sin), with the one contraction spelled out so
+// that every RoPE kernel rounds alike: xa cos - xb sin, xb cos + xa sin.
+__device__ __forceinline__ float RotA(float xa, float xb, float2 cs) {
+  return __fmaf_rn(xa, cs.x, -__fmul_rn(xb, cs.y));
+}
+__device__ __forceinline__ float RotB(float xa, float xb, float2 cs) {
+  return __fmaf_rn(xb, cs.x, __fmul_rn(xa, cs.y));
+}
+
 __global__ void RopeKernel(void* x, DType xt, int64_t ldx, const int32_t* pos,
                            const float* inv_freq, const float2* table, int64_t rows, int heads,
                            int head_dim, int half, bool neox) {
@@ -190,8 +199,39 @@ __global__ void RopeKernel(void* x, DType xt, int64_t ldx, const int32_t* pos,
   const int64_t xh = t * ldx + static_cast<int64_t>(h) * head_dim;
   const int a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
   const float xa = LoadAny(x, xt, xh + a), xb = LoadAny(x, xt, xh + b);
-  StoreAny(x, xt, xh + a, xa * cs.x - xb * cs.y);
-  StoreAny(x, xt, xh + b, xb * cs.x + xa * cs.y);
+  StoreAny(x, xt, xh + a, RotA(xa, xb, cs));
+  StoreAny(x, xt, xh + b, RotB(xa, xb, cs));
+}
+
+// Neox-style RoPE over 16-byte chunks, in place: one thread per (token, head, 16 bytes of the
+// first half); it rotates those N elements with their partners half away. The same fp32
+// arithmetic per element as RopeKernel (table or computed cos/sin, one rounding); n (threads)
+// < 2^31.
+template <typename T>
+__global__ void RopeNeoxVecKernel(T* x, int64_t ldx, const int32_t* pos, const float* inv_freq,
+                                  const float2* table, int n, int heads, int head_dim, int half) {
+  constexpr int N = 16 / sizeof(T);
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int chunks = half / N;
+  const int k0 = (i % chunks) * N;
+  const int th = i / chunks;  // token * heads + head
+  const int h = th % heads, t = th / heads;
+  T* xh = x + static_cast<int64_t>(t) * ldx + static_cast<int64_t>(h) * head_dim;
+  float a[N], b[N];
+  Load<T, N>(xh + k0, a);
+  Load<T, N>(xh + k0 + half, b);
+  const int p = pos[t];
+  float ra[N], rb[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const float2 cs = CosSin(table, inv_freq, p, k0 + j, half);
+    const float xa = a[j], xb = b[j];
+    ra[j] = RotA(xa, xb, cs);
+    rb[j] = RotB(xa, xb, cs);
+  }
+  Store<T, N>(xh + k0, ra);
+  Store<T, N>(xh + k0 + half, rb);
 }
 
 // Fused per-head RMSNorm + RoPE, in place: one warp per (token, head); the normalised head
@@ -576,6 +616,19 @@ void Rope(const RopeParams& p, const float* inv_freq, const float2* table, cudaS
   const int half = rot / 2;
   const int64_t n = p.x.rows * p.num_heads * half;
   if (n == 0) return;
+  const int vec = 16 / static_cast<int>(DTypeSize(p.x.dtype));
+  if (p.style == RopeStyle::kNeox && half % vec == 0 && Aligned(p.x.data, 16) &&
+      p.x.row_stride() % vec == 0 && p.head_dim % vec == 0 && n / vec < (int64_t{1} << 31)) {
+    const int nv = static_cast<int>(n / vec);
+    WithType(p.x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      RopeNeoxVecKernel<T><<<Blocks(nv), kThreads, 0, stream>>>(p.x.ptr<T>(), p.x.row_stride(),
+                                                                p.positions, inv_freq, table, nv,
+                                                                p.num_heads, p.head_dim, half);
+    });
+    CheckLaunch("Rope");
+    return;
+  }
   RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(p.x.data, p.x.dtype, p.x.row_stride(), p.positions,
                                                  inv_freq, table, p.x.rows, p.num_heads, p.head_dim,
                                                  half, p.style == RopeStyle::kNeox);

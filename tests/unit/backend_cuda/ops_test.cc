@@ -217,6 +217,46 @@ TEST_F(CudaOps, Rope) {
   }
 }
 
+// The 16-byte neox path (aligned half rows) against the element-wise kernel (the same rows
+// one element off 16-byte alignment), bf16 and f16, with the cos/sin table and without:
+// the same arithmetic per element, so the same bits.
+TEST_F(CudaOps, RopeVectorisedMatchesElementwise) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int dim : {32, 64, 128}) {
+      for (int max_position : {0, 6000}) {
+        const int heads = 5, T = 37, width = heads * dim + 16;
+        auto x = Random(T * width, 21, -2.f, 2.f);
+        std::vector<int32_t> pos(T);
+        for (int t = 0; t < T; ++t) pos[t] = (t * 131) % 5000;
+        std::vector<float> got[2];
+        for (int off : {0, 1}) {  // 0: 16-byte aligned (vectorised); 1: element-wise
+          std::vector<float> shifted(T * width, 0.f);
+          for (int t = 0; t < T; ++t) {
+            for (int c = 0; c < heads * dim; ++c) shifted[t * width + off + c] = x[t * width + c];
+          }
+          Tensor tx = gpu_.Table(shifted, T, width, dt), tp = gpu_.I32(pos);
+          RopeParams p;
+          p.x = tx.ColSlice(off, heads * dim);
+          p.positions = tp.ptr<int32_t>();
+          p.num_heads = heads;
+          p.head_dim = dim;
+          p.rotary_dim = dim;
+          p.theta = 160000.0;
+          p.style = RopeStyle::kNeox;
+          p.max_position = max_position;
+          gpu_.be->Rope(p);
+          auto all = gpu_.Get(tx);
+          for (int t = 0; t < T; ++t) {
+            got[off].insert(got[off].end(), all.begin() + t * width + off,
+                            all.begin() + t * width + off + heads * dim);
+          }
+        }
+        EXPECT_EQ(got[0], got[1]) << DTypeName(dt) << " dim " << dim << " table " << max_position;
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, GathersAndPooling) {
   const int64_t V = 211, H = 67;
   auto table = Random(V * H, 14);
