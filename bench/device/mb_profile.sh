@@ -3,7 +3,7 @@
 # from `sluice classify --profile` (each backend call synchronised and timed; graphs off),
 # at batches of 1, 8 and 64 sequences, then the offline rates with graphs on, for each
 # variant of MB_PROFILE_VARIANTS (';'-separated sluice flags and NAME=VALUE environment
-# words; default: as is, and --residual-dtype activation).
+# words, a flag and its value joined by =; default: as is, and --residual-dtype=activation).
 # Needs tests/fixtures/tokenizers/modernbert (bench/device/README.md).
 source scripts/device-unpack
 R=$OUT/mb_profile; mkdir -p $R; W=/tmp/mb_profile; mkdir -p $W
@@ -23,7 +23,7 @@ PY
 ) > $R/build.log 2>&1
 M=$W/model
 { nvidia-smi --query-gpu=name --format=csv,noheader; date -u; } | tee $R/host.txt
-IFS=';' read -ra VARIANTS <<< "${MB_PROFILE_VARIANTS-;--residual-dtype activation}"
+IFS=';' read -ra VARIANTS <<< "${MB_PROFILE_VARIANTS-;--residual-dtype=activation}"
 [ ${#VARIANTS[@]} -eq 0 ] && VARIANTS=("")
 cls() { # variant, then sluice classify flags
   local v=$1; shift; local envs=(X=1) flags=()

@@ -135,9 +135,10 @@ Status Engine::WarmUp() {
   RETURN_IF_ERROR(Complete());
   // The CUDA backend picks GEMM algorithms by timing them once per power-of-two class of
   // rows (from 1024 rows): one forward per class below the budget, so that no request pays
-  // for the timing (~50 ms the first time a batch of a new size class runs).
+  // for the timing (~50 ms the first time a batch of a new size class runs). Under --profile
+  // too (its backend is not asynchronous), so that no profiled batch times the candidates.
   int forwards = 1;
-  if (runner_->backend().asynchronous()) {
+  if (runner_->backend().kind() == DeviceKind::kCuda) {
     for (int64_t m = 1024; m < budget; m *= 2) {
       const int64_t k = std::max<int64_t>(1, m / static_cast<int64_t>(ids.size()));
       if (k > options_.max_num_seqs) break;

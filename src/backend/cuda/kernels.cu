@@ -101,10 +101,21 @@ __global__ void GatedKernelBf16x8(const uint4* gu, int64_t ldg8, Activation act,
 // hardware exponential and reciprocal (within a few fp32 ulps of x / (1 + expf(-x)), far
 // below the bf16 rounding of the output).
 __device__ __forceinline__ float SiluFast(float x) { return x * __frcp_rn(1.f + __expf(-x)); }
+// Other activations (GELU for GeGLU) the same way, with ApplyAct's exact arithmetic (the
+// bits of GatedKernelBf16x8).
 constexpr int kGatedPerThread = 2;
+template <Activation kAct>
+__device__ __forceinline__ float GateAct(float x) {
+  if constexpr (kAct == Activation::kSilu) {
+    return SiluFast(x);
+  } else {
+    return ApplyAct(x, kAct);
+  }
+}
+template <Activation kAct>
 __global__ void __launch_bounds__(kThreads)
-    SiluGatedBf16Kernel(const uint4* __restrict__ gu, int64_t ldg8, uint4* __restrict__ out,
-                        int64_t ldo8, uint32_t n, uint32_t cols8) {
+    GatedBf16Kernel(const uint4* __restrict__ gu, int64_t ldg8, uint4* __restrict__ out,
+                    int64_t ldo8, uint32_t n, uint32_t cols8) {
   const uint32_t i0 = blockIdx.x * (kThreads * kGatedPerThread) + threadIdx.x;
   uint4 g4[kGatedPerThread] = {}, u4[kGatedPerThread] = {};
   uint32_t r[kGatedPerThread], c[kGatedPerThread];
@@ -128,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float2 gf = __bfloat1622float2(g[j]), uf = __bfloat1622float2(u[j]);
-      o[j] = __floats2bfloat162_rn(SiluFast(gf.x) * uf.x, SiluFast(gf.y) * uf.y);
+      o[j] = __floats2bfloat162_rn(GateAct<kAct>(gf.x) * uf.x, GateAct<kAct>(gf.y) * uf.y);
     }
     out[r[k] * ldo8 + c[k]] = o4;
   }
@@ -228,10 +239,13 @@ void GatedActivate(const Tensor& gate_up, Activation act, const Tensor& out, cud
       gate_up.row_stride() % 8 == 0 && out.row_stride() % 8 == 0 && aligned(gate_up.data) &&
       aligned(out.data)) {
     const int64_t n = out.rows * (out.cols / 8);
-    if (act == Activation::kSilu && n < (int64_t{1} << 31) - 2 * kThreads * kGatedPerThread) {
+    if ((act == Activation::kSilu || act == Activation::kGeluErf) &&
+        n < (int64_t{1} << 31) - 2 * kThreads * kGatedPerThread) {
       const auto blocks = static_cast<unsigned>((n + kThreads * kGatedPerThread - 1) /
                                                 (kThreads * kGatedPerThread));
-      SiluGatedBf16Kernel<<<blocks, kThreads, 0, stream>>>(
+      auto* kernel = act == Activation::kSilu ? GatedBf16Kernel<Activation::kSilu>
+                                              : GatedBf16Kernel<Activation::kGeluErf>;
+      kernel<<<blocks, kThreads, 0, stream>>>(
           static_cast<const uint4*>(gate_up.data), gate_up.row_stride() / 8,
           static_cast<uint4*>(out.data), out.row_stride() / 8, static_cast<uint32_t>(n),
           static_cast<uint32_t>(out.cols / 8));
