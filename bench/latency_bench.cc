@@ -5,6 +5,7 @@
 //                               [--seq-len 140] [--prefix 40] [--reps 30]
 //                               [--graph-max-tokens 8192] [--max-batch-tokens 65536]
 //                               [--dtype bfloat16] [--task token-classify]
+//                               [--residual-dtype f32|activation]
 //   build/release/latency_bench --synthetic qwen3-0.6b [--dir /tmp/sluice-bench-models] ...
 //
 // For each token count n, two batch shapes: one sequence of n tokens, and n / seq-len
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   int64_t graph_max = 8192, max_batch_tokens = 65536;
   std::optional<DType> dtype;
   std::optional<Task> task;
+  bool activation_residual = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -92,6 +94,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       dtype = d;
+    } else if (k == "--residual-dtype") {
+      if (v != "f32" && v != "activation") {
+        std::fprintf(stderr, "--residual-dtype: expected f32 or activation, got %s\n", v.c_str());
+        return 2;
+      }
+      activation_residual = v == "activation";
     } else if (k == "--task") {
       Task t;
       if (!ParseTask(v, &t)) {
@@ -118,6 +126,7 @@ int main(int argc, char** argv) {
     EngineOptions o;
     o.model_dir = model;
     o.dtype = dtype;
+    o.activation_residual = activation_residual;
     o.task = task;
     o.backend.device = device == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
     o.max_batch_tokens = max_batch_tokens;
