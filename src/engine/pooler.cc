@@ -14,6 +14,10 @@ StatusOr<std::unique_ptr<Pooler>> Pooler::Create(ModelRunner* runner, HeadSpec h
   const HeadSpec& h = p->head_;
   Backend& backend = runner->backend();
   if (p->token_level()) {
+    // Token-level heads run over every token row: in the activation dtype (bf16/f16 on CUDA
+    // next to half weights, as transformers runs them in a half model; f32 otherwise), on
+    // tensor cores rather than as f32 GEMMs. Their outputs and norms stay f32.
+    const DType head_dtype = backend.ActivationDType(runner->compute_dtype());
     for (size_t i = 0; i < h.layers.size(); ++i) {
       const HostLinear& l = h.layers[i];
       TokenLayer t;
@@ -27,7 +31,7 @@ StatusOr<std::unique_ptr<Pooler>> Pooler::Create(ModelRunner* runner, HeadSpec h
       HostTensor hw{l.weight.data(), DType::kF32, {l.out, l.in}, "head " + l.name};
       HostTensor hb{l.bias.data(), DType::kF32, {l.out}, "head " + l.name + " bias"};
       ASSIGN_OR_RETURN(t.linear,
-                       backend.PrepareLinear(hw, l.bias.empty() ? nullptr : &hb, DType::kF32));
+                       backend.PrepareLinear(hw, l.bias.empty() ? nullptr : &hb, head_dtype));
       if (!l.norm_weight.empty()) {
         HostTensor nw{l.norm_weight.data(), DType::kF32, {l.out}, l.name + " norm"};
         ASSIGN_OR_RETURN(t.norm_weight, backend.Upload(nw, DType::kF32));

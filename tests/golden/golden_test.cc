@@ -242,6 +242,15 @@ TEST_P(GoldenTest, MatchesTransformers) {
     ASSERT_TRUE(o32.ok()) << o32.status().ToString();
     ExpectClose(c, *o32, c.outputs_f32, 1e-4, "as-f32");
   }
+  if (c.token_level && c.dtype == "f32" && TestDevice() == DeviceKind::kCuda) {
+    // Token-level models in bf16 on CUDA (the encoder and the token head on tensor cores)
+    // against transformers' fp32 outputs, within the bf16 tolerance of the bf16 fixtures.
+    auto eb = LoadEngine(c, DType::kBF16);
+    ASSERT_NE(eb, nullptr);
+    auto ob = RunAsReference(*eb, c.inputs);
+    ASSERT_TRUE(ob.ok()) << ob.status().ToString();
+    ExpectClose(c, *ob, c.outputs, 3e-2, "bf16");
+  }
 }
 
 // Each input alone vs inside mixed batches (shuffled, varied lengths, duplicates):
