@@ -244,12 +244,18 @@ TEST_P(GoldenTest, MatchesTransformers) {
   }
   if (c.token_level && c.dtype == "f32" && TestDevice() == DeviceKind::kCuda) {
     // Token-level models in bf16 on CUDA (the encoder and the token head on tensor cores)
-    // against transformers' fp32 outputs, within the bf16 tolerance of the bf16 fixtures.
+    // against transformers' fp32 outputs, within the bf16 tolerance of the bf16 fixtures
+    // (3e-2), relative to the outputs' scale where they are unnormalised hidden states
+    // (pooling ALL/STEP, values up to ~4: measured 0.041-0.046 on an H100).
+    double scale = 1.0;
+    for (const auto& o : c.outputs) {
+      for (float v : o) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    }
     auto eb = LoadEngine(c, DType::kBF16);
     ASSERT_NE(eb, nullptr);
     auto ob = RunAsReference(*eb, c.inputs);
     ASSERT_TRUE(ob.ok()) << ob.status().ToString();
-    ExpectClose(c, *ob, c.outputs, 3e-2, "bf16");
+    ExpectClose(c, *ob, c.outputs, 3e-2 * scale, "bf16");
   }
 }
 
