@@ -231,8 +231,25 @@ StatusOr<std::unique_ptr<Engine>> LoadEngine(const ModelFlags& f) {
                   engine->options().max_batch_tokens, engine->options().max_num_seqs,
                   i.max_sequence_length);
   SLUICE_LOG_INFO("shared-prefix reuse: {}", engine->prefix_reuse() ? "on" : "off");
-  SLUICE_LOG_INFO("residual stream (pre-norm decoders): {}",
-                  engine->options().activation_residual ? "activation dtype" : "f32");
+  // What the model keeps its residual stream in, and why --residual-dtype activation changed
+  // nothing where it could not (BERT-family encoders; the CPU, whose activations are f32).
+  if (!engine->options().activation_residual) {
+    SLUICE_LOG_INFO("residual stream: {}{}", DTypeName(i.residual_dtype),
+                    i.residual_selectable ? " (--residual-dtype f32)" : " (the activation dtype)");
+  } else if (!i.residual_selectable) {
+    SLUICE_LOG_WARN(
+        "residual stream: {}, the activation dtype: --residual-dtype activation has no effect "
+        "on {}, whose residual stream is always in the activation dtype",
+        DTypeName(i.residual_dtype), i.architecture);
+  } else if (i.residual_dtype == DType::kF32) {
+    SLUICE_LOG_WARN(
+        "residual stream: f32: --residual-dtype activation has no effect here, the activation "
+        "dtype next to {} weights on this device is f32",
+        DTypeName(i.compute_dtype));
+  } else {
+    SLUICE_LOG_INFO("residual stream: {} (--residual-dtype activation)",
+                    DTypeName(i.residual_dtype));
+  }
   const std::vector<int64_t> buckets = engine->graph_buckets();
   if (buckets.empty()) {
     SLUICE_LOG_INFO("CUDA graphs: off");

@@ -88,6 +88,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelBundle
   info.backend = e->runner_->backend().Describe();
   info.linear_layers = e->runner_->backend().DescribeLinearWeights();
   info.st_modules = b.st.module_types;
+  info.residual_dtype = model.ResidualDType();
+  info.residual_selectable = model.ResidualDTypeSelectable();
   e->limits_.vocab_size = b.config.vocab_size;
   e->limits_.type_vocab_size = b.config.type_vocab_size;
   e->limits_.max_tokens = info.max_sequence_length;

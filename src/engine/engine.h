@@ -81,6 +81,8 @@ struct ModelInfo {
   // e.g. "int8 sluice-int8(avx512_vnni) x36, f32 oneDNN-brgemm(avx512_core) x1".
   std::string linear_layers;
   std::vector<std::string> st_modules;
+  DType residual_dtype = DType::kF32;  // Model::ResidualDType
+  bool residual_selectable = false;    // Model::ResidualDTypeSelectable (--residual-dtype)
 };
 
 // Called after each batch with (sequences done, total sequences, tokens done).

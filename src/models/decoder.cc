@@ -158,6 +158,10 @@ class DecoderModel final : public Model {
 
   int max_sequence_length() const override { return config_.max_position_embeddings; }
   bool SupportsPrefixReuse() const override { return true; }
+  DType ResidualDType() const override {
+    return activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
+  }
+  bool ResidualDTypeSelectable() const override { return true; }
   bool SupportsKvCache() const override { return true; }
   int64_t kv_dim() const override {
     return static_cast<int64_t>(config_.num_key_value_heads) * config_.head_dim;
@@ -177,7 +181,7 @@ class DecoderModel final : public Model {
     // per-token intermediates (GEMM inputs and outputs, attention) are in the backend's
     // activation dtype (f32 on CPU, bf16/f16 on CUDA).
     const DType A = backend_->ActivationDType(dtype_);
-    const DType R = activation_residual_ ? A : DType::kF32;
+    const DType R = ResidualDType();
     Tensor res = ws.Get(kResidual, R, T, H);
     Tensor x = ws.Get(kNormed, A, T, H);
     Tensor qkv = ws.Get(kQkv, A, T, static_cast<int64_t>(Hq + 2 * Hkv) * D);

@@ -156,6 +156,12 @@ class Model {
   virtual bool SupportsKvCache() const { return false; }
   // Encoders whose Forward accepts key limits (ForwardBatch::key_lens).
   virtual bool SupportsKeyLimits() const { return false; }
+  // The dtype of the residual stream between layers: by default the backend's activation
+  // dtype (BERT-family encoders, CLIP); models with ResidualDTypeSelectable() keep it in f32
+  // unless ModelLoadOptions::activation_residual asks for the activation dtype.
+  virtual DType ResidualDType() const { return backend_->ActivationDType(dtype_); }
+  // Whether --residual-dtype (ModelLoadOptions::activation_residual) chooses ResidualDType().
+  virtual bool ResidualDTypeSelectable() const { return false; }
   // Per layer, the width of a key/value row in the cache (num_kv_heads * head_dim); 0
   // without KV cache support.
   virtual int64_t kv_dim() const { return 0; }

@@ -108,6 +108,10 @@ class ModernBertModel final : public Model {
   }
 
   bool SupportsKeyLimits() const override { return true; }
+  DType ResidualDType() const override {
+    return activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
+  }
+  bool ResidualDTypeSelectable() const override { return true; }
 
   StatusOr<Tensor> Forward(const DeviceBatch& b, Workspace& ws) override {
     const auto& c = config_;
@@ -119,7 +123,7 @@ class ModernBertModel final : public Model {
     // backend's inner activation dtype (bf16/f16 on CUDA next to bf16/f16 weights; bf16 on
     // CPU next to bf16 weights; f32 otherwise).
     const DType A = backend_->InnerActivationDType(dtype_);
-    const DType R = activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
+    const DType R = ResidualDType();
     Tensor res = ws.Get(kResidual, R, T, H);
     Tensor x = ws.Get(kNormed, A, T, H);
     Tensor qkv = ws.Get(kQkv, A, T, 3 * H);

@@ -430,14 +430,27 @@ TEST(Cli, BatchLimitsAndPrefixReuseFlags) {
   auto badr = RunSluice("score" + model + " --residual-dtype half");
   EXPECT_NE(badr.exit_code, 0);
   EXPECT_NE(badr.out.find("--residual-dtype"), std::string::npos) << badr.out;
-  // On the CPU the activation dtype is f32: the same scores, and the startup log says so.
+  // On the CPU the activation dtype is f32: the same scores, and the startup log says that
+  // the flag changed nothing.
+  EXPECT_NE(d.out.find("residual stream: f32 (--residual-dtype f32)"), std::string::npos) << d.out;
   auto act = RunSluice("score" + model + " --output " + TempPath("act.jsonl") +
                        " --prefix-reuse off --residual-dtype activation");
   ASSERT_EQ(act.exit_code, 0) << act.out;
-  EXPECT_NE(act.out.find("residual stream (pre-norm decoders): activation dtype"),
+  EXPECT_NE(act.out.find("residual stream: f32: --residual-dtype activation has no effect here"),
             std::string::npos)
       << act.out;
   expect_same_lines(TempPath("act.jsonl"), TempPath("off.jsonl"));
+  // A BERT-family model keeps its residual in the activation dtype whatever the flag says.
+  const std::string bert_in = TempPath("limits_bert.jsonl");
+  WriteInputs("bert_cross_encoder", bert_in);
+  auto bert =
+      RunSluice("score --model " + kFixtures + "/models/bert_cross_encoder --input " + bert_in +
+                " --output " + TempPath("bert.jsonl") + " --residual-dtype activation");
+  ASSERT_EQ(bert.exit_code, 0) << bert.out;
+  EXPECT_NE(
+      bert.out.find("--residual-dtype activation has no effect on BertForSequenceClassification"),
+      std::string::npos)
+      << bert.out;
   auto neg = RunSluice("score" + model + " --max-num-seqs -1");
   EXPECT_NE(neg.exit_code, 0);
   EXPECT_NE(neg.out.find("--max-num-seqs"), std::string::npos) << neg.out;
