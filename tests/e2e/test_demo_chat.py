@@ -90,26 +90,29 @@ with Server(None, "--model", "rr=" + RERANKER, "--model", "chat=" + MODEL,
     c.check(st == 400 and "3" in json.dumps(r), f"--max-inputs-per-request 3 reaches rr: {st} {r}")
 
 
-err = start_fails("--model", "chat=" + MODEL, "--max-inputs-per-request", "3")
-c.check("--max-inputs-per-request" in err and "scoring-model settings" in err,
-        f"one generation model refuses a scoring flag: {err[-300:]}")
-err = start_fails("--model", "a=" + RERANKER, "--model", "b=" + RERANKER,
-                  "--kv-cache-memory", "8000000")
-c.check("apply to generation models" in err and "none of the start-up models" in err,
-        f"a generation flag reaching no model stops start-up: {err[-300:]}")
-err = start_fails("--model", "a=" + MODEL, "--model", "b=" + MODEL,
-                  "--max-inputs-per-request", "3")
-c.check("--max-inputs-per-request" in err and "none of the start-up models" in err,
-        f"a scoring flag reaching no model stops start-up: {err[-300:]}")
-
-err = start_fails("--model", MODEL, "--gpu-memory-utilization", "0.5")
-c.check("--gpu-memory-utilization sizes the KV cache from CUDA device memory" in err,
-        f"--gpu-memory-utilization on a CPU generation model refused: {err[-300:]}")
-err = start_fails("--model", "a=" + MODEL, "--model", "b=" + RERANKER,
-                  "--gpu-memory-utilization", "0.5")
-c.check("--gpu-memory-utilization sizes the KV cache" in err and "no start-up model is one" in err,
-        f"--gpu-memory-utilization reaching no CUDA generation model stops start-up: {err[-300:]}")
-err = start_fails("--model", MODEL, "--gpu-memory-utilization", "2")
-c.check("must be in (0, 1]" in err, f"--gpu-memory-utilization out of range: {err[-300:]}")
+# Start-up refusals: (flags, phrases the error must contain, what the check is about).
+REFUSALS = [
+    (["--model", "chat=" + MODEL, "--max-inputs-per-request", "3"],
+     ["--max-inputs-per-request", "scoring-model settings"],
+     "one generation model refuses a scoring flag"),
+    (["--model", "a=" + RERANKER, "--model", "b=" + RERANKER, "--kv-cache-memory", "8000000"],
+     ["apply to generation models", "none of the start-up models"],
+     "a generation flag reaching no model stops start-up"),
+    (["--model", "a=" + MODEL, "--model", "b=" + MODEL, "--max-inputs-per-request", "3"],
+     ["--max-inputs-per-request", "none of the start-up models"],
+     "a scoring flag reaching no model stops start-up"),
+    (["--model", MODEL, "--gpu-memory-utilization", "0.5"],
+     ["--gpu-memory-utilization sizes the KV cache from CUDA device memory"],
+     "--gpu-memory-utilization on a CPU generation model refused"),
+    (["--model", "a=" + MODEL, "--model", "b=" + RERANKER, "--gpu-memory-utilization", "0.5"],
+     ["--gpu-memory-utilization sizes the KV cache", "no start-up model is one"],
+     "--gpu-memory-utilization reaching no CUDA generation model stops start-up"),
+    (["--model", MODEL, "--gpu-memory-utilization", "2"],
+     ["must be in (0, 1]"],
+     "--gpu-memory-utilization out of range"),
+]
+for flags, phrases, what in REFUSALS:
+    err = start_fails(*flags)
+    c.check(all(p in err for p in phrases), f"{what}: {err[-300:]}")
 
 c.finish("demo_chat")
