@@ -16,6 +16,21 @@ namespace sluice::cuda_test {
 
 using testing::Random;  // seeded uniform inputs, shared with the CPU backend tests
 
+// RoPE over `heads` heads of `dim` of x (columns from its first), positions from pos.
+inline RopeParams RopeOf(const Tensor& x, const Tensor& pos, int heads, int dim, int rotary_dim,
+                         double theta, RopeStyle style, int max_position = 0) {
+  RopeParams p;
+  p.x = x;
+  p.positions = pos.ptr<int32_t>();
+  p.num_heads = heads;
+  p.head_dim = dim;
+  p.rotary_dim = rotary_dim;
+  p.theta = theta;
+  p.style = style;
+  p.max_position = max_position;
+  return p;
+}
+
 // v rounded to dt (bf16/f16, nearest even) and widened back; f32 unchanged.
 inline std::vector<float> Rounded(const std::vector<float>& v, DType dt) {
   std::vector<float> r(v.size());

@@ -162,16 +162,9 @@ TEST_F(CudaHalfOps, QkNormRope) {
             auto run = [&](Backend* be, DType t_dt) {
               Tensor tx = Make(be, x, T, width, t_dt), tp = I32(be, pos);
               Tensor tw = Make(be, w, 1, dim, DType::kF32);
-              RopeParams p;
-              p.x = tx.ColSlice(dim, heads * dim);
-              p.positions = tp.ptr<int32_t>();
-              p.num_heads = heads;
-              p.head_dim = dim;
-              p.rotary_dim = rot;
-              p.theta = 1000000.0;
-              p.style = style;
-              p.max_position = max_position;
-              be->QkNormRope(p, tw, 1e-6f);
+              be->QkNormRope(cuda_test::RopeOf(tx.ColSlice(dim, heads * dim), tp, heads, dim, rot,
+                                               1000000.0, style, max_position),
+                             tw, 1e-6f);
               return Get(be, tx);
             };
             EXPECT_NEAR_ALL(run(gpu_.get(), dt), run(cpu_.get(), DType::kF32), tol.atol, tol.rtol)

@@ -198,15 +198,8 @@ TEST_F(CudaOps, Rope) {
           for (int t = 0; t < T; ++t) pos[t] = (t * 97) % 5000;
           auto [g, c] = Both([&](Dev& d) {
             Tensor tx = d.F32(x, T, width), tp = d.I32(pos);
-            RopeParams p;
-            p.x = tx.ColSlice(dim, heads * dim);
-            p.positions = tp.ptr<int32_t>();
-            p.num_heads = heads;
-            p.head_dim = dim;
-            p.rotary_dim = rot;
-            p.theta = theta;
-            p.style = style;
-            d.be->Rope(p);
+            d.be->Rope(cuda_test::RopeOf(tx.ColSlice(dim, heads * dim), tp, heads, dim, rot, theta,
+                                         style));
             return d.Get(tx);
           });
           EXPECT_NEAR_ALL(g, c, 1e-5, 1e-5)
@@ -235,16 +228,8 @@ TEST_F(CudaOps, RopeVectorisedMatchesElementwise) {
             for (int c = 0; c < heads * dim; ++c) shifted[t * width + off + c] = x[t * width + c];
           }
           Tensor tx = gpu_.Table(shifted, T, width, dt), tp = gpu_.I32(pos);
-          RopeParams p;
-          p.x = tx.ColSlice(off, heads * dim);
-          p.positions = tp.ptr<int32_t>();
-          p.num_heads = heads;
-          p.head_dim = dim;
-          p.rotary_dim = dim;
-          p.theta = 160000.0;
-          p.style = RopeStyle::kNeox;
-          p.max_position = max_position;
-          gpu_.be->Rope(p);
+          gpu_.be->Rope(cuda_test::RopeOf(tx.ColSlice(off, heads * dim), tp, heads, dim, dim,
+                                          160000.0, RopeStyle::kNeox, max_position));
           auto all = gpu_.Get(tx);
           for (int t = 0; t < T; ++t) {
             got[off].insert(got[off].end(), all.begin() + t * width + off,
