@@ -43,13 +43,12 @@ enum Slot {
   kOutRows
 };
 
-class DecoderModel final : public Model {
+class DecoderModel final : public SelectableResidualModel {
  public:
   DecoderModel(Family family, ModelConfig config, Backend* backend, DType dtype,
                bool activation_residual)
-      : Model(std::move(config), backend, dtype),
-        family_(family),
-        activation_residual_(activation_residual) {}
+      : SelectableResidualModel(std::move(config), backend, dtype, activation_residual),
+        family_(family) {}
 
   Status Load(const WeightStore& store, const std::string& prefix, bool lm_head) {
     const auto& c = config_;
@@ -158,10 +157,6 @@ class DecoderModel final : public Model {
 
   int max_sequence_length() const override { return config_.max_position_embeddings; }
   bool SupportsPrefixReuse() const override { return true; }
-  DType ResidualDType() const override {
-    return activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
-  }
-  bool ResidualDTypeSelectable() const override { return true; }
   bool SupportsKvCache() const override { return true; }
   int64_t kv_dim() const override {
     return static_cast<int64_t>(config_.num_key_value_heads) * config_.head_dim;
@@ -315,7 +310,6 @@ class DecoderModel final : public Model {
 
  private:
   Family family_;
-  bool activation_residual_;
   RopeScaling rope_scaling_;
   Buffer embed_, final_norm_;
   std::vector<DecoderLayer> layers_;

@@ -214,4 +214,21 @@ class Model {
   DType dtype_;
 };
 
+// A model whose residual stream --residual-dtype chooses (pre-norm decoders, ModernBERT): f32,
+// or the activation dtype with ModelLoadOptions::activation_residual.
+class SelectableResidualModel : public Model {
+ public:
+  DType ResidualDType() const override {
+    return activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
+  }
+  bool ResidualDTypeSelectable() const override { return true; }
+
+ protected:
+  SelectableResidualModel(ModelConfig config, Backend* backend, DType dtype,
+                          bool activation_residual)
+      : Model(std::move(config), backend, dtype), activation_residual_(activation_residual) {}
+
+  bool activation_residual_;
+};
+
 }  // namespace sluice

@@ -52,10 +52,10 @@ enum Slot {
 
 constexpr double kDefaultGlobalTheta = 160000.0, kDefaultLocalTheta = 10000.0;
 
-class ModernBertModel final : public Model {
+class ModernBertModel final : public SelectableResidualModel {
  public:
   ModernBertModel(ModelConfig config, Backend* backend, DType dtype, bool activation_residual)
-      : Model(std::move(config), backend, dtype), activation_residual_(activation_residual) {}
+      : SelectableResidualModel(std::move(config), backend, dtype, activation_residual) {}
 
   Status Load(const WeightStore& store, const std::string& prefix) {
     const auto& c = config_;
@@ -108,10 +108,6 @@ class ModernBertModel final : public Model {
   }
 
   bool SupportsKeyLimits() const override { return true; }
-  DType ResidualDType() const override {
-    return activation_residual_ ? backend_->ActivationDType(dtype_) : DType::kF32;
-  }
-  bool ResidualDTypeSelectable() const override { return true; }
 
   StatusOr<Tensor> Forward(const DeviceBatch& b, Workspace& ws) override {
     const auto& c = config_;
@@ -220,7 +216,6 @@ class ModernBertModel final : public Model {
     backend_->Linear({L.wo.get(), act, res, Activation::kNone, &res});
   }
 
-  bool activation_residual_;
   Activation act_ = Activation::kGeluErf;
   float eps_ = 1e-5f;
   Buffer embed_, emb_norm_w_, emb_norm_b_, final_norm_w_, final_norm_b_;
