@@ -479,6 +479,13 @@ StatusOr<std::unique_ptr<LinearWeight>> LinearRunner::Prepare(const HostTensor& 
                            [&](const auto& e) { return e.first == name; });
     if (it == impl_->prepared.end()) {
       impl_->prepared.emplace_back(name, 1);
+      // The portable int8 kernel is a correctness fallback, slower than f32 (docs/models.md):
+      // said once, when the first int8 weight lands on it.
+      if (path == Path::kInt8 && std::strcmp(x86::I8KernelName(), "portable") == 0) {
+        SLUICE_LOG_WARN(
+            "int8 runs the portable kernel on this CPU (no AVX512-VNNI or AMX): about 0.15-0.25x "
+            "the speed of float32 here; float32 or bfloat16 is faster (docs/models.md, int8)");
+      }
     } else {
       ++it->second;
     }
