@@ -5,15 +5,17 @@
 //   bf16 sluice-avx512fma (bf16 weights widened in registers, f32 FMA)
 //   int8 sluice-int8 (VNNI, or portable: run with the ISA capped below AMX)
 //   bf16 sluice-amx / int8 sluice-int8(amx) (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without
-//   usable AMX); amx-*-2x2 / amx-*-2x2pf: the same with the 2x2 tile schedules (gemm_x86.h
-//   AmxKernel)
+//   usable AMX); amx-*-2x2 / amx-*-2x2pf / amx-int8-1x4db: the same with the other tile
+//   schedules (gemm_x86.h AmxKernel); amx-int8-*tiles: int8 activations quantised into the
+//   A-tile layout (gemm_x86.h AmxI8TiledA)
 // The path is fixed per weight at load for every M (batch invariance), so the choice per
 // shape is made from the whole M range; docs/benchmarks.md has the figures.
 //
 // Usage: linear_paths_bench [--threads N] [--reps R] [--m 1,2,4,64,1024] [--set encoder|decode]
 //                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,
 //                                    amx-bf16,amx-int8,amx-bf16-2x2,amx-int8-2x2,amx-bf16-2x2pf,
-//                                    amx-int8-2x2pf]
+//                                    amx-int8-2x2pf,amx-int8-1x4db,amx-int8-tiles,
+//                                    amx-int8-1x4db-tiles,amx-int8-2x2-tiles]
 //                           [--cpu-time] [--only SHAPE-NAME-PART] [--act gelu|none]
 //                           [--amx-tunes CHUNK:GROUP:L2KB[:noepi],...]
 // --amx-tunes runs every amx-* path once per blocking (gemm_x86.h AmxTuning; columns
@@ -112,7 +114,8 @@ struct PathSpec {
   double weight_bytes;
   const char* cap = "";  // SLUICE_CPU_MAX_ISA while the weight is prepared ("": none)
   cpu::x86::AmxKernel amx = cpu::x86::AmxKernel::k1x4;  // the AMX paths' tile schedule
-  std::string tune;                                     // AmxTuning ("" = the defaults)
+  bool tiles = false;  // int8 AMX: activations in the A-tile layout (AmxI8TiledA)
+  std::string tune;    // AmxTuning ("" = the defaults)
   std::string label() const { return tune.empty() ? name : std::string(name) + "@" + tune; }
 };
 
@@ -189,7 +192,11 @@ int main(int argc, char** argv) {
       {"amx-bf16-2x2", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2},
       {"amx-int8-2x2", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2},
       {"amx-bf16-2x2pf", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2Prefetch},
-      {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2Prefetch}};
+      {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2Prefetch},
+      {"amx-int8-1x4db", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4Db},
+      {"amx-int8-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4, true},
+      {"amx-int8-1x4db-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4Db, true},
+      {"amx-int8-2x2-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2, true}};
   std::vector<PathSpec> paths;
   const std::vector<std::string> tunes = Split(tunes_arg);
   for (const auto& t : tunes) {
@@ -252,12 +259,14 @@ int main(int argc, char** argv) {
         LinearParams lp{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
                         Tensor{out.data(), DType::kF32, m, s.n, 0}, act};
         cpu::x86::SetAmxKernelForTesting(p.amx);
+        cpu::x86::SetAmxI8TiledAForTesting(p.tiles);
         cpu::x86::AmxTuning tune;
         if (!p.tune.empty()) cpu::x86::ParseAmxTuning(p.tune.c_str(), &tune);
         cpu::x86::SetAmxTuningForTesting(tune);
         Stats st = Time(reps, [&] { be->Linear(lp); });
         cpu::x86::ResetAmxTuningForTesting();
         cpu::x86::ResetAmxKernelForTesting();
+        cpu::x86::ResetAmxI8TiledAForTesting();
         const double f = 2.0 * m * s.n * s.k / 1e9;
         char buf[96];
         int len = std::snprintf(buf, sizeof(buf), "%.0f (%.0f..%.0f)", f / st.median, f / st.hi,

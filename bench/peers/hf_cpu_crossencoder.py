@@ -154,7 +154,12 @@ def main():
     ap.add_argument("--sluice-dtypes", default="float32",
                     help="comma list of sluice score --dtype values; DTYPE:VAR=VALUE runs that "
                          "dtype with an environment variable set (e.g. "
-                         "bfloat16:SLUICE_CPU_ACTIVATIONS=f32)")
+                         "bfloat16:SLUICE_CPU_ACTIVATIONS=f32; several joined by '+': "
+                         "int8:A=1+B=2)")
+    ap.add_argument("--fp32-once", action="store_true",
+                    help="run HF fp32 (the accuracy reference) once before the rounds instead "
+                         "of in every round: its batch sweep and one timed pass (the slowest "
+                         "column; no per-round fp32 ratios then)")
     ap.add_argument("--single-docs", type=int, default=0,
                     help="also time (MiniLM-L6) one request of this many pairs (query 16 + document 120 "
                          "token ids, `sluice bench`'s shape) as one HF batch, fp32 and bf16 "
@@ -190,6 +195,9 @@ def main():
         hf_bs = best_batch(hf_run_fn, pairs, not args.no_full_warmup)
         row["hf_batch"] = hf_bs
         timers = [("hf-fp32", lambda: timed_once(hf_run_fn, pairs, hf_bs), hf_bs)]
+        once = {}
+        if args.fp32_once:
+            once["hf-fp32"] = timers.pop()[1]()
         for peer in peers:
             if peer == "hf-bf16":
                 run = lambda p, b: hf_bf16_run(model, p, b)  # noqa: E731
@@ -207,8 +215,8 @@ def main():
         for variant in dtypes:
             dtype, _, env_kv = variant.partition(":")
             env = dict(os.environ)
-            if env_kv:
-                k, _, v = env_kv.partition("=")
+            for kv in filter(None, env_kv.split("+")):
+                k, _, v = kv.partition("=")
                 env[k] = v
             outp = os.path.join(args.out, f"{name}.{variant.replace(':', '.')}.out.jsonl")
 
@@ -226,6 +234,9 @@ def main():
             timers.append((f"sluice-{variant}", sluice_once, None))
         rates = {c: [] for c, _, _ in timers}
         scores = {}
+        for c, (rate, sc) in once.items():
+            rates[c] = [rate]
+            scores[c] = sc
         row["rounds"] = []  # per round {column: pairs/s}: paired ratios within a round
         for rep in range(args.reps):
             k = rep % len(timers)
@@ -237,7 +248,7 @@ def main():
         hf_scores = scores["hf-fp32"]
         row["hf_pairs_per_s"] = rates["hf-fp32"]
         row["hf_median"] = med(rates["hf-fp32"])
-        cols = [(c, rates[c], bs, scores[c]) for c, _, bs in timers[1:]]
+        cols = [(c, rates[c], bs, scores[c]) for c, _, bs in timers if c != "hf-fp32"]
         for col, rates, bs, scores in cols:
             d = [abs(a - b) for a, b in zip(hf_scores, scores)]
             row[col] = {"pairs_per_s": rates, "median": med(rates), "batch": bs,

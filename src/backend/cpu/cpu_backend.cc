@@ -73,6 +73,9 @@ std::string AmxNote() {
     note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
             std::to_string(t.l2_bytes >> 10);
   }
+  if (cpu::x86::AmxI8TiledA() != cpu::x86::kAmxI8TiledADefault) {
+    note += std::string(", amx int8 activations ") + (cpu::x86::AmxI8TiledA() ? "tiles" : "rows");
+  }
   return note;
 #else
   return "";
@@ -252,13 +255,14 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     return InvalidArgument("SLUICE_CPU_ACTIVATIONS=" + act_mode + ": expected auto or f32");
   }
 #if defined(__x86_64__)
-  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf) and SLUICE_CPU_AMX_TILES (CHUNK:GROUP:L2KB):
+  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf | 1x4db) and SLUICE_CPU_AMX_TILES (CHUNK:GROUP:L2KB):
   // the AMX GEMM's tile schedule and blocking (gemm_x86.h; the same bits whatever they are),
   // process-wide, for comparisons. Unset or empty: the defaults.
   if (const char* k = std::getenv("SLUICE_CPU_AMX_KERNEL"); k != nullptr && *k != '\0') {
     const std::string v = k;
     const cpu::x86::AmxKernel kernels[] = {cpu::x86::AmxKernel::k1x4, cpu::x86::AmxKernel::k2x2,
-                                           cpu::x86::AmxKernel::k2x2Prefetch};
+                                           cpu::x86::AmxKernel::k2x2Prefetch,
+                                           cpu::x86::AmxKernel::k1x4Db};
     bool found = false;
     for (auto kernel : kernels) {
       if (v == cpu::x86::AmxKernelName(kernel)) {
@@ -267,7 +271,16 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
       }
     }
     if (!found)
-      return InvalidArgument("SLUICE_CPU_AMX_KERNEL=" + v + ": expected 1x4, 2x2 or 2x2pf");
+      return InvalidArgument("SLUICE_CPU_AMX_KERNEL=" + v + ": expected 1x4, 2x2, 2x2pf or 1x4db");
+  }
+  // SLUICE_CPU_AMX_INT8_A (rows | tiles): the int8 AMX kernel's activation layout
+  // (gemm_x86.h AmxI8TiledA; the same bits either way).
+  if (const char* a = std::getenv("SLUICE_CPU_AMX_INT8_A"); a != nullptr && *a != '\0') {
+    const std::string v = a;
+    if (v != "rows" && v != "tiles") {
+      return InvalidArgument("SLUICE_CPU_AMX_INT8_A=" + v + ": expected rows or tiles");
+    }
+    cpu::x86::SetAmxI8TiledAForTesting(v == "tiles");
   }
   if (const char* t = std::getenv("SLUICE_CPU_AMX_TILES"); t != nullptr && *t != '\0') {
     cpu::x86::AmxTuning tune;

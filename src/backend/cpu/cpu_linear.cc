@@ -647,15 +647,24 @@ void LinearRunner::Run(const LinearParams& p) {
     return;
   }
   if (w.path == Path::kInt8 || w.path == Path::kAmxI8) {
-    auto* xq = im.ws_src.Get<uint8_t>(m * 4 * x86::KQuads(k));
+    // The AMX kernel may take its activations in the A-tile layout (gemm_x86.h
+    // AmxI8TiledA; the same bits).
+    const bool tiles = w.path == Path::kAmxI8 && x86::AmxI8TiledA();
+    auto* xq =
+        im.ws_src.Get<uint8_t>(tiles ? x86::QuantizedTilesSize(m, k) : m * 4 * x86::KQuads(k));
     float* xs = im.ws_scale.Get<float>(m);
-    if (x16) {
+    if (tiles && x16) {
+      x86::QuantizeI8Tiles(p.x.ptr<uint16_t>(), p.x.row_stride(), m, k, xq, xs);
+    } else if (tiles) {
+      x86::QuantizeI8Tiles(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
+    } else if (x16) {
       x86::QuantizeI8(p.x.ptr<uint16_t>(), p.x.row_stride(), m, k, xq, xs);
     } else {
       x86::QuantizeI8(p.x.ptr<float>(), p.x.row_stride(), m, k, xq, xs);
     }
     x86::I8Args a;
     a.x = xq;
+    a.x_tiles = tiles;
     a.x_scale = xs;
     a.m = m;
     a.k = k;

@@ -47,6 +47,18 @@ void SetAmxKernelForTesting(AmxKernel k) {
   g_amx_kernel.store(static_cast<int>(k), std::memory_order_relaxed);
 }
 void ResetAmxKernelForTesting() { g_amx_kernel.store(-1, std::memory_order_relaxed); }
+
+namespace {
+std::atomic<int> g_i8_tiled_a{-1};  // -1: the default
+}  // namespace
+bool AmxI8TiledA() {
+  const int v = g_i8_tiled_a.load(std::memory_order_relaxed);
+  return v >= 0 ? v != 0 : kAmxI8TiledADefault;
+}
+void SetAmxI8TiledAForTesting(bool tiles) {
+  g_i8_tiled_a.store(tiles ? 1 : 0, std::memory_order_relaxed);
+}
+void ResetAmxI8TiledAForTesting() { g_i8_tiled_a.store(-1, std::memory_order_relaxed); }
 namespace {
 // The tuning's fields, each atomic (the defaults unless a benchmark or test set them).
 std::atomic<int64_t> g_chunk{AmxTuning{}.chunk};
@@ -110,6 +122,8 @@ const char* AmxKernelName(AmxKernel k) {
       return "2x2";
     case AmxKernel::k2x2Prefetch:
       return "2x2pf";
+    case AmxKernel::k1x4Db:
+      return "1x4db";
   }
   return "?";
 }
@@ -227,6 +241,17 @@ struct AmxHwOps {
       _tile_loadd(6, p, stride);
     } else {
       _tile_loadd(7, p, stride);
+    }
+  }
+  // C += A x B for any accumulator C (0-3) and operand tiles A, B (4-7): the 1x4Db kernel.
+  // The tile numbers are printed into the instruction as constants ("i" operands, %c).
+  template <int C, int A, int B>
+  static void DpAny() {
+    static_assert(C >= 0 && C < 4 && A >= 4 && A < 8 && B >= 4 && B < 8 && A != B);
+    if constexpr (kInt8) {
+      __asm__ volatile("tdpbusd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+    } else {
+      __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
     }
   }
   // C += A x B for the 2x2 kernel's pairs: C = 2 * (A - 4) + (B - 6).

@@ -14,6 +14,9 @@
 //         64-column weight block (gemm_x86.h kBlockN)
 //   4     A: 16 activation rows x 16 k groups (k pairs of bf16 / k quads of uint8)
 //   5..7  B: 16 k groups x 16 columns; B_j for C_j is tile 5, 6, 7, 5 (j = 0..3)
+// (the 1x4 schedule; 2x2 uses A 4-5 and B 6-7, 1x4Db A 4 and 7 in turn and B 5-6).
+// A tiles come from activation rows (16 rows, the row stride apart) or, for int8, from
+// activations quantised into the A-tile layout (QuantizeI8Tiles: 1 KB per tile).
 // The packed weights already are B tiles: k group g of block b is 256 bytes, 64 columns
 // x 4 bytes, so B_j of the 16 groups from g is 16 rows of 64 bytes at w + g * 256 + 64 j,
 // row stride 256. K is padded to 16 groups (gemm_x86.h KPairs / KQuads), so K steps by
@@ -51,9 +54,16 @@ constexpr int AmxBTile(int j) { return j == 3 ? 5 : 5 + j; }
 
 struct AmxPlan {
   bool int8 = false;
-  const uint8_t* x = nullptr;  // ConvertBf16 or QuantizeI8 rows
-  int64_t ldx = 0;             // bytes: 4 * groups, or more (Bf16Args::ldx)
-  int64_t groups = 0;          // KPairs(k) or KQuads(k): a multiple of 16
+  const uint8_t* x = nullptr;  // ConvertBf16 or QuantizeI8 rows, or QuantizeI8Tiles tiles
+  // A tile (row tile t, k step s = 16 k groups) at x + t * a_tile + s * a_step, its rows ldx
+  // bytes apart: rows: ldx = 4 * groups (or more: Bf16Args::ldx), a_step 64, a_tile 16 ldx;
+  // tiles (I8Args::x_tiles): ldx 64, a_step 1024, a_tile groups / 16 * 1024, and the rows
+  // past m are already padding (no tail buffer).
+  int64_t ldx = 0;
+  int64_t a_step = 64;
+  int64_t a_tile = 0;
+  bool a_tiles = false;
+  int64_t groups = 0;  // KPairs(k) or KQuads(k): a multiple of 16
   const uint8_t* packed = nullptr;
   const int32_t* colsum = nullptr;  // int8: [Blocks(n) * 64]
   const float* x_scale = nullptr;
@@ -74,6 +84,7 @@ inline AmxPlan AmxPlanBf16(const Bf16Args& a) {
   p.x = static_cast<const uint8_t*>(a.x);
   p.groups = KPairs(a.k);
   p.ldx = a.ldx > 0 ? 2 * a.ldx : 4 * p.groups;
+  p.a_tile = kAmxRows * p.ldx;
   p.packed = reinterpret_cast<const uint8_t*>(a.packed);
   p.bias = a.bias;
   p.act = a.act;
@@ -92,6 +103,13 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
   p.x = a.x;
   p.groups = KQuads(a.k);
   p.ldx = 4 * p.groups;
+  p.a_tile = kAmxRows * p.ldx;
+  if (a.x_tiles) {
+    p.a_tiles = true;
+    p.ldx = 64;
+    p.a_step = 1024;
+    p.a_tile = p.groups / kAmxGroups * 1024;
+  }
   p.packed = reinterpret_cast<const uint8_t*>(a.packed);
   p.colsum = a.colsum;
   p.x_scale = a.x_scale;
@@ -107,14 +125,15 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
   return p;
 }
 
-// 16 rows (xa, row stride lda bytes) x one 64-column weight block w, k groups [g0, g1)
+// 16 rows (xa: the row tile's first A tile, row stride lda bytes, the next k step's tile
+// a_step bytes on) x one 64-column weight block w, k groups [g0, g1)
 // in order, onto acc [16, 64] (f32 for bf16, int32 for int8; row stride 256 bytes): the
 // accumulators start at zero when g0 == 0, else are loaded from acc (a tile store and
 // load copies the bits, so a K range split into chunks gives exactly the bits of one
 // pass: the same instructions on each element in the same order).
 template <class Ops>
-void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const uint8_t* w,
-                  void* acc) {
+void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, int64_t g1,
+                  const uint8_t* w, void* acc) {
   auto* a = static_cast<uint8_t*>(acc);
   if (g0 == 0) {
     Ops::ZeroAcc();
@@ -125,7 +144,7 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const 
     Ops::template LoadAcc<3>(a + 192, 256);
   }
   for (int64_t g = g0; g < g1; g += kAmxGroups) {
-    Ops::LoadA(xa + g * 4, lda);
+    Ops::LoadA(xa + g / kAmxGroups * a_step, lda);
     const uint8_t* wg = w + g * 256;
     Ops::template LoadB<0>(wg);
     Ops::template Dp<0>();
@@ -136,6 +155,51 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t g0, int64_t g1, const 
     Ops::template LoadB<3>(wg + 192);
     Ops::template Dp<3>();
   }
+  Ops::template StoreAcc<0>(a, 256);
+  Ops::template StoreAcc<1>(a + 64, 256);
+  Ops::template StoreAcc<2>(a + 128, 256);
+  Ops::template StoreAcc<3>(a + 192, 256);
+}
+
+// AmxMicroTile's work with the next k step's A tile loaded while this step's products run:
+// A in tiles 4 and 7 in turn, the B tiles of accumulators 0 / 2 in tile 5 and of 1 / 3 in
+// tile 6 (AmxKernel::k1x4Db). The same instructions on each accumulator in the same order.
+template <class Ops, int kA, int kNext>
+void AmxDbStep(const uint8_t* wg, const uint8_t* next_a, int64_t lda) {
+  Ops::template Load<5>(wg, 256);
+  Ops::template DpAny<0, kA, 5>();
+  Ops::template Load<6>(wg + 64, 256);
+  Ops::template DpAny<1, kA, 6>();
+  if (next_a != nullptr) Ops::template Load<kNext>(next_a, lda);
+  Ops::template Load<5>(wg + 128, 256);
+  Ops::template DpAny<2, kA, 5>();
+  Ops::template Load<6>(wg + 192, 256);
+  Ops::template DpAny<3, kA, 6>();
+}
+
+template <class Ops>
+void AmxMicroTileDb(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, int64_t g1,
+                    const uint8_t* w, void* acc) {
+  auto* a = static_cast<uint8_t*>(acc);
+  if (g0 == 0) {
+    Ops::ZeroAcc();
+  } else {
+    Ops::template LoadAcc<0>(a, 256);
+    Ops::template LoadAcc<1>(a + 64, 256);
+    Ops::template LoadAcc<2>(a + 128, 256);
+    Ops::template LoadAcc<3>(a + 192, 256);
+  }
+  const int64_t s0 = g0 / kAmxGroups;
+  const int64_t steps = (g1 - g0) / kAmxGroups;
+  auto at = [&](int64_t s) { return s < steps ? xa + (s0 + s) * a_step : nullptr; };
+  auto wat = [&](int64_t s) { return w + (s0 + s) * kAmxGroups * 256; };
+  Ops::template Load<4>(at(0), lda);
+  int64_t s = 0;
+  for (; s + 2 <= steps; s += 2) {
+    AmxDbStep<Ops, 4, 7>(wat(s), at(s + 1), lda);
+    AmxDbStep<Ops, 7, 4>(wat(s + 1), at(s + 2), lda);
+  }
+  if (s < steps) AmxDbStep<Ops, 4, 7>(wat(s), nullptr, lda);
   Ops::template StoreAcc<0>(a, 256);
   Ops::template StoreAcc<1>(a + 64, 256);
   Ops::template StoreAcc<2>(a + 128, 256);
@@ -171,9 +235,9 @@ struct AmxSchedule {
   int64_t pb = 1, tiles_m = 0, tiles_n = 0, tile_group = 1;
   bool parallel = false;
   const uint8_t* tail_x = nullptr;
-  // Row tile t's 16 rows of activations.
+  // Row tile t's first A tile.
   const uint8_t* RowX(const AmxPlan& p, int64_t t) const {
-    return t * kAmxRows < full_rows ? p.x + t * kAmxRows * p.ldx : tail_x;
+    return p.a_tiles || t * kAmxRows < full_rows ? p.x + t * p.a_tile : tail_x;
   }
 };
 
@@ -185,7 +249,7 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
   s.full_rows = p.m / kAmxRows * kAmxRows;
   const int64_t tail_rows = p.m - s.full_rows;
   static thread_local std::vector<uint8_t> tail;
-  if (tail_rows > 0) {
+  if (tail_rows > 0 && !p.a_tiles) {
     tail.assign(kAmxRows * p.ldx, p.int8 ? 128 : 0);
     for (int64_t r = 0; r < tail_rows; ++r) {  // rows may be strided (Bf16Args::ldx)
       std::memcpy(tail.data() + r * p.ldx, p.x + (s.full_rows + r) * p.ldx, 4 * p.groups);
@@ -201,13 +265,13 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
   return s;
 }
 
-// Two row tiles (xa0, xa1; row stride lda bytes) x 32 columns of a weight block (w: the
+// Two row tiles (xa0, xa1: first A tiles as in AmxMicroTile) x 32 columns of a weight block (w: the
 // block's first k group + 128 bytes for its second half), all k groups in order from
 // zero, onto acc0 / acc1 (each [16][64] with a 256-byte row stride, pointing at the
 // half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
 template <class Ops, bool kPrefetch>
-void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t groups,
-                 const uint8_t* w, uint8_t* acc0, uint8_t* acc1) {
+void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_step,
+                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1) {
   Ops::ZeroAcc();
   for (int64_t g = 0; g < groups; g += kAmxGroups) {
     const uint8_t* wg = w + g * 256;
@@ -220,12 +284,12 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t gr
         }
       }
     }
-    Ops::template Load<4>(xa0 + g * 4, lda);
+    Ops::template Load<4>(xa0 + g / kAmxGroups * a_step, lda);
     Ops::template Load<6>(wg, 256);
     Ops::template DpTiles<0, 4, 6>();
     Ops::template Load<7>(wg + 64, 256);
     Ops::template DpTiles<1, 4, 7>();
-    Ops::template Load<5>(xa1 + g * 4, lda);
+    Ops::template Load<5>(xa1 + g / kAmxGroups * a_step, lda);
     Ops::template DpTiles<2, 5, 6>();
     Ops::template DpTiles<3, 5, 7>();
   }
@@ -237,7 +301,7 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t gr
 
 // One weight block (w, its 64 columns) against row tiles t0 .. t_end - 1 of the plan, onto
 // their accumulators accs ([t - t0][16][64]), with p.kernel's schedule:
-//   k1x4: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
+//   k1x4 / k1x4Db: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
 //   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs, a lone last
 //   row tile as AmxMicroTile over the whole of K.
 // The same bits either way: every element is one lane over all k groups in order from zero.
@@ -245,12 +309,17 @@ template <class Ops>
 void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t t0, int64_t t_end,
               int32_t* accs) {
   auto acc = [&](int64_t t) { return accs + (t - t0) * kAmxRows * kBlockN; };
-  if (p.kernel == AmxKernel::k1x4) {
+  if (p.kernel == AmxKernel::k1x4 || p.kernel == AmxKernel::k1x4Db) {
     const int64_t chunk = std::max<int64_t>(kAmxGroups, p.tune.chunk / kAmxGroups * kAmxGroups);
     for (int64_t g0 = 0; g0 < p.groups; g0 += chunk) {
       const int64_t g1 = std::min(p.groups, g0 + chunk);
-      for (int64_t t = t0; t < t_end; ++t)
-        AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, g0, g1, w, acc(t));
+      for (int64_t t = t0; t < t_end; ++t) {
+        if (p.kernel == AmxKernel::k1x4Db) {
+          AmxMicroTileDb<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t));
+        } else {
+          AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t));
+        }
+      }
     }
     return;
   }
@@ -261,15 +330,15 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     auto* a1 = reinterpret_cast<uint8_t*>(acc(t + 1));
     for (int h = 0; h < 2; ++h) {
       if (prefetch) {
-        AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.groups, w + 128 * h,
-                               a0 + 128 * h, a1 + 128 * h);
+        AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
+                               w + 128 * h, a0 + 128 * h, a1 + 128 * h);
       } else {
-        AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.groups, w + 128 * h,
-                                a0 + 128 * h, a1 + 128 * h);
+        AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
+                                w + 128 * h, a0 + 128 * h, a1 + 128 * h);
       }
     }
   }
-  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, 0, p.groups, w, acc(t));
+  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t));
 }
 
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
@@ -382,6 +451,11 @@ struct AmxEmuOps {
   template <int C, int A, int B>
   static void DpTiles() {
     static_assert(A >= 4 && A <= 5 && B >= 6 && B <= 7 && C == 2 * (A - 4) + (B - 6));
+    Dot(C, A, B);
+  }
+  template <int C, int A, int B>
+  static void DpAny() {
+    static_assert(C >= 0 && C < 4 && A >= 4 && A < 8 && B >= 4 && B < 8 && A != B);
     Dot(C, A, B);
   }
 };

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
@@ -202,28 +205,50 @@ namespace {
 float Widen(float v) { return v; }
 float Widen(uint16_t v) { return BF16ToF32(v); }
 
+// One row of QuantizeI8: d [ld bytes] gets q + 128 (padding 128); returns the row's scale.
+template <typename E>
+float QuantizeRow(const E* xr, int64_t k, int64_t ld, uint8_t* d, bool simd) {
+  if (simd) return avx512::QuantizeRowI8(xr, k, ld, d) / 127.f;  // the same bits
+  float amax = 0.f;
+  for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(Widen(xr[c])));
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  for (int64_t c = 0; c < k; ++c) {
+    const int32_t q =
+        std::clamp(static_cast<int32_t>(std::nearbyint(Widen(xr[c]) * inv)), -127, 127);
+    d[c] = static_cast<uint8_t>(q + 128);
+  }
+  for (int64_t c = k; c < ld; ++c) d[c] = 128;
+  return amax / 127.f;
+}
+
 template <typename E>
 void Quantize(const E* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
   const int64_t ld = 4 * KQuads(k);
   const bool simd = Features().avx512;
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
-  for (int64_t r = 0; r < m; ++r) {
-    const E* xr = x + r * ldx;
-    uint8_t* d = xq + r * ld;
-    if (simd) {  // the same bits (avx512::QuantizeRowI8)
-      scale[r] = avx512::QuantizeRowI8(xr, k, ld, d) / 127.f;
-      continue;
+  for (int64_t r = 0; r < m; ++r) scale[r] = QuantizeRow(x + r * ldx, k, ld, xq + r * ld, simd);
+}
+
+// QuantizeI8's rows, each scattered into its 64-byte pieces of the A tiles.
+template <typename E>
+void QuantizeTiles(const E* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
+  const int64_t ld = 4 * KQuads(k);
+  const int64_t steps = KQuads(k) / 16;
+  const int64_t rows = (m + 15) / 16 * 16;
+  const bool simd = Features().avx512;
+#pragma omp parallel if (m * k >= 65536)
+  {
+    std::vector<uint8_t> row(static_cast<size_t>(ld));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r < m) {
+        scale[r] = QuantizeRow(x + r * ldx, k, ld, row.data(), simd);
+      } else {
+        std::memset(row.data(), 128, static_cast<size_t>(ld));
+      }
+      uint8_t* d = xq + (r / 16) * steps * 1024 + (r % 16) * 64;
+      for (int64_t s = 0; s < steps; ++s) std::memcpy(d + s * 1024, row.data() + s * 64, 64);
     }
-    float amax = 0.f;
-    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(Widen(xr[c])));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    scale[r] = amax / 127.f;
-    for (int64_t c = 0; c < k; ++c) {
-      const int32_t q =
-          std::clamp(static_cast<int32_t>(std::nearbyint(Widen(xr[c]) * inv)), -127, 127);
-      d[c] = static_cast<uint8_t>(q + 128);
-    }
-    for (int64_t c = k; c < ld; ++c) d[c] = 128;
   }
 }
 }  // namespace
@@ -234,9 +259,20 @@ void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, 
 void QuantizeI8(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
   Quantize(x, ldx, m, k, xq, scale);
 }
+void QuantizeI8Tiles(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale) {
+  QuantizeTiles(x, ldx, m, k, xq, scale);
+}
+void QuantizeI8Tiles(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq,
+                     float* scale) {
+  QuantizeTiles(x, ldx, m, k, xq, scale);
+}
 
 void GemmI8(const I8Args& a) {
   if (a.m <= 0 || a.n <= 0) return;
+  if (a.x_tiles) {
+    std::fprintf(stderr, "sluice: GemmI8 called with activations in the AMX tile layout\n");
+    std::abort();
+  }
   Plan p;
   p.x = a.x;
   p.ldx = KQuads(a.k) * 4;

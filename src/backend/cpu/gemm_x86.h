@@ -82,9 +82,21 @@ void PackI8(const float* w, int64_t n, int64_t k, int8_t* packed, float* scale, 
 void QuantizeI8(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale);
 // The same from bf16 rows (the quantisation of their exact f32 values).
 void QuantizeI8(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale);
+// The same bytes and scales in the AMX A-tile layout (I8Args::x_tiles): row tile t (rows
+// 16t .. 16t + 15) and k step s (k groups 16s .. 16s + 15, 64 bytes of each row) are one
+// contiguous 1 KB tile at xq + (t * KQuads(k) / 16 + s) * 1024, row i of it at + 64 i. Rows
+// past m up to the next multiple of 16 are 128 (int8 0). xq: QuantizedTilesSize(m, k) bytes.
+inline int64_t QuantizedTilesSize(int64_t m, int64_t k) {
+  return (m + 15) / 16 * 16 * 4 * KQuads(k);
+}
+void QuantizeI8Tiles(const float* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, float* scale);
+void QuantizeI8Tiles(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq,
+                     float* scale);
 
 struct I8Args {
   const uint8_t* x = nullptr;  // from QuantizeI8; row stride 4 * KQuads(k)
+  // x is from QuantizeI8Tiles instead (the AMX A-tile layout): GemmI8Amx only.
+  bool x_tiles = false;
   const float* x_scale = nullptr;
   int64_t m = 0, k = 0, n = 0;
   const int8_t* packed = nullptr;
@@ -153,15 +165,25 @@ void GemmI8Amx(const I8Args& a);
 //         groups with the accumulators stored and reloaded between chunks;
 //   k2x2: two A tiles (32 rows) against two B tiles (32 columns), the accumulators held
 //         in tiles over the whole of K (a lone last row tile runs as k1x4, unchunked);
-//   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1.
+//   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1;
+//   k1x4Db: k1x4 with two A tiles used in turn (and two B tiles), so that the next k
+//         step's A tile loads while this step's products run.
 // Default: k1x4 for both dtypes (measured, gemm_amx.cc).
-enum class AmxKernel { k1x4, k2x2, k2x2Prefetch };
+enum class AmxKernel { k1x4, k2x2, k2x2Prefetch, k1x4Db };
 AmxKernel CurrentAmxKernel();
 const char* AmxKernelName(AmxKernel k);
 // For benchmarks and tests: process-wide (both dtypes), not synchronised with running
 // GEMMs; Reset goes back to the defaults.
 void SetAmxKernelForTesting(AmxKernel k);
 void ResetAmxKernelForTesting();
+// Whether int8 Linear layers on the AMX path quantise their activations into the A-tile
+// layout (QuantizeI8Tiles: each tile load reads 1 KB of consecutive bytes) rather than rows
+// (16 rows 4 * KQuads(k) bytes apart). The same bits either way. Process-wide;
+// SLUICE_CPU_AMX_INT8_A=rows|tiles (cpu_backend.cc) sets it.
+constexpr bool kAmxI8TiledADefault = false;
+bool AmxI8TiledA();
+void SetAmxI8TiledAForTesting(bool tiles);
+void ResetAmxI8TiledAForTesting();
 
 // The AMX drivers' blocking (gemm_amx_inl.h). None of it changes a result's bits: K chunks
 // store and reload the exact accumulators, and the tiles only decide which thread computes

@@ -38,8 +38,10 @@ namespace x86 = cpu::x86;
 
 enum class Impl { kEmu, kHw, kAvx512 };
 
-// The AMX tile schedule the kEmu and kHw runs use (every schedule gives the same bits).
+// The AMX tile schedule the kEmu and kHw runs use (every schedule gives the same bits),
+// and whether int8 activations are in the A-tile layout (QuantizeI8Tiles) rather than rows.
 x86::AmxKernel g_kernel = x86::AmxKernel::k1x4;
+bool g_tiles = false;
 
 template <class Ops>
 void DriveEmu(const x86::AmxPlan& plan) {
@@ -61,7 +63,13 @@ struct KernelScope {  // g_kernel (and the library's choice for kHw) for one sco
 };
 
 const x86::AmxKernel kKernels[] = {x86::AmxKernel::k1x4, x86::AmxKernel::k2x2,
-                                   x86::AmxKernel::k2x2Prefetch};
+                                   x86::AmxKernel::k2x2Prefetch, x86::AmxKernel::k1x4Db};
+
+struct TilesScope {  // g_tiles for one scope
+  explicit TilesScope(bool t) : saved(g_tiles) { g_tiles = t; }
+  ~TilesScope() { g_tiles = saved; }
+  bool saved;
+};
 
 // bf16 operands packed as the kernels read them.
 struct Bf16Case {
@@ -111,7 +119,7 @@ struct I8Case {
   std::vector<int8_t> packed;
   std::vector<float> w_scale, x_scale, w, x, bias;
   std::vector<int32_t> colsum;
-  std::vector<uint8_t> xq;
+  std::vector<uint8_t> xq, xt;  // rows and tiles (the same bytes, two layouts)
   I8Case(int64_t m_, int64_t k_, int64_t n_, uint32_t seed) : m(m_), k(k_), n(n_) {
     w = Random(n * k, seed);
     x = Random(m * k, seed + 1, -3.f, 3.f);
@@ -126,6 +134,10 @@ struct I8Case {
     xq.resize(m * 4 * x86::KQuads(k));
     x_scale.resize(m);
     x86::QuantizeI8(x.data(), k, m, k, xq.data(), x_scale.data());
+    xt.assign(x86::QuantizedTilesSize(m, k), 0);
+    std::vector<float> scale_t(m);
+    x86::QuantizeI8Tiles(x.data(), k, m, k, xt.data(), scale_t.data());
+    EXPECT_EQ(0, std::memcmp(scale_t.data(), x_scale.data(), m * sizeof(float)));
   }
   void SetRow(int64_t r, const std::vector<float>& row) {
     std::memcpy(x.data() + r * k, row.data(), k * 4);
@@ -135,7 +147,9 @@ struct I8Case {
 
 void RunI8(Impl impl, const I8Case& c, Activation act, bool sum, std::vector<float>* out) {
   x86::I8Args a;
-  a.x = c.xq.data();
+  const bool tiles = g_tiles && impl != Impl::kAvx512;
+  a.x = tiles ? c.xt.data() : c.xq.data();
+  a.x_tiles = tiles;
   a.x_scale = c.x_scale.data();
   a.m = c.m;
   a.k = c.k;
@@ -243,9 +257,45 @@ void CheckI8VsGemmI8(Impl impl) {
 }
 
 TEST(AmxGemm, EmuI8MatchesGemmI8BitForBit) {
-  for (auto k : kKernels) {
-    KernelScope scope(k);
-    CheckI8VsGemmI8(Impl::kEmu);
+  for (bool tiles : {false, true}) {
+    TilesScope ts(tiles);
+    for (auto k : kKernels) {
+      KernelScope scope(k);
+      CheckI8VsGemmI8(Impl::kEmu);
+    }
+  }
+}
+
+// QuantizeI8Tiles: QuantizeI8's bytes and scales, rearranged into 1 KB A tiles (row tile t,
+// k step s at (t * steps + s) * 1024, row i at + 64 i), the rows past m up to a multiple of
+// 16 all 128; from f32 and from bf16 rows with a row stride.
+TEST(AmxGemm, QuantizeTilesIsQuantizeRearranged) {
+  for (auto [m, k] : {std::array<int64_t, 2>{1, 7}, {16, 64}, {17, 100}, {40, 1100}}) {
+    const int64_t ld = 4 * x86::KQuads(k), steps = x86::KQuads(k) / 16, ldx = k + 5;
+    auto x = Random(m * ldx, static_cast<uint32_t>(m + k), -3.f, 3.f);
+    std::vector<uint16_t> x16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x16[i] = F32ToBF16(x[i]);
+    for (bool bf16 : {false, true}) {
+      std::vector<uint8_t> rows(m * ld), tiles(x86::QuantizedTilesSize(m, k), 7);
+      std::vector<float> sr(m), st(m);
+      if (bf16) {
+        x86::QuantizeI8(x16.data(), ldx, m, k, rows.data(), sr.data());
+        x86::QuantizeI8Tiles(x16.data(), ldx, m, k, tiles.data(), st.data());
+      } else {
+        x86::QuantizeI8(x.data(), ldx, m, k, rows.data(), sr.data());
+        x86::QuantizeI8Tiles(x.data(), ldx, m, k, tiles.data(), st.data());
+      }
+      EXPECT_EQ(0, std::memcmp(sr.data(), st.data(), m * sizeof(float)));
+      ASSERT_EQ(static_cast<int64_t>(tiles.size()), (m + 15) / 16 * 16 * ld);
+      int64_t bad = 0;
+      for (int64_t r = 0; r < (m + 15) / 16 * 16; ++r) {
+        for (int64_t c = 0; c < ld; ++c) {
+          const uint8_t want = r < m ? rows[r * ld + c] : 128;
+          bad += tiles[((r / 16) * steps + c / 64) * 1024 + (r % 16) * 64 + c % 64] != want;
+        }
+      }
+      EXPECT_EQ(0, bad) << "m=" << m << " k=" << k << " bf16=" << bf16;
+    }
   }
 }
 
@@ -278,10 +328,17 @@ void CheckKernelsAgree(Impl impl) {
         if (kernel == x86::AmxKernel::k1x4 && tune == tunings[0]) continue;  // the reference
         KernelScope scope(kernel);
         x86::SetAmxTuningForTesting(t);
-        std::vector<float> got_b = res, got_i = res;
+        std::vector<float> got_b = res, got_i = res, got_t = res;
         RunBf16(impl, bc, bc.bias.data(), Activation::kGeluErf, true, &got_b);
         RunI8(impl, ic, Activation::kGeluErf, true, &got_i);
+        {
+          TilesScope ts(true);
+          RunI8(impl, ic, Activation::kGeluErf, true, &got_t);
+        }
         x86::ResetAmxTuningForTesting();
+        EXPECT_EQ(0, std::memcmp(want_i.data(), got_t.data(), want_i.size() * 4))
+            << "int8 tiles m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel)
+            << " " << tune;
         EXPECT_EQ(0, std::memcmp(want_b.data(), got_b.data(), want_b.size() * 4))
             << "bf16 m=" << m << " k=" << k << " n=" << n << " " << x86::AmxKernelName(kernel)
             << " " << tune;
@@ -363,6 +420,8 @@ TEST(AmxGemm, EmuRowIndependentOfMPositionAndThreads) {
     for (int64_t k : {200, 1100}) {  // 1100: several K chunks (AmxTuning::chunk) for bf16 and int8
       CheckRowInvariance(Impl::kEmu, false, k, kInvarianceMs);
       CheckRowInvariance(Impl::kEmu, true, k, kInvarianceMs);
+      TilesScope ts(true);
+      CheckRowInvariance(Impl::kEmu, true, k, kInvarianceMs);
     }
   }
 }
@@ -425,6 +484,13 @@ TEST(AmxGemm, HwBf16NearEmulationAndVdpbf16) {
 TEST(AmxGemm, HwI8MatchesGemmI8BitForBit) {
   SKIP_WITHOUT_AMX(x86::AmxI8Usable(), "INT8");
   CheckI8VsGemmI8(Impl::kHw);
+  {
+    TilesScope ts(true);
+    for (auto k : kKernels) {
+      KernelScope scope(k);
+      CheckI8VsGemmI8(Impl::kHw);
+    }
+  }
   I8Case c(40, 300, 70, 61);  // and the emulation: the same integers
   std::vector<float> hw(40 * 73), emu(40 * 73);
   RunI8(Impl::kHw, c, Activation::kNone, false, &hw);
@@ -440,6 +506,8 @@ TEST(AmxGemm, HwRowIndependentOfMPositionAndThreads) {
     KernelScope scope(kernel);
     for (int64_t k : {200, 1100, 3072}) {
       CheckRowInvariance(Impl::kHw, false, k, ms);
+      CheckRowInvariance(Impl::kHw, true, k, ms);
+      TilesScope ts(true);
       CheckRowInvariance(Impl::kHw, true, k, ms);
     }
   }

@@ -368,6 +368,19 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   auto bad_tiles = CreateBackend(BackendOptions{});
   setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:noepi", 1);
   auto no_epilogue = CreateBackend(BackendOptions{});
+  unsetenv("SLUICE_CPU_AMX_TILES");
+  setenv("SLUICE_CPU_AMX_INT8_A", "tiles", 1);
+  auto tiles = CreateBackend(BackendOptions{});
+  const bool tiled = cpu::x86::AmxI8TiledA();
+  const std::string tiles_line = tiles.ok() ? (*tiles)->Describe() : "";
+  cpu::x86::ResetAmxI8TiledAForTesting();
+  setenv("SLUICE_CPU_AMX_INT8_A", "cols", 1);
+  auto bad_layout = CreateBackend(BackendOptions{});
+  unsetenv("SLUICE_CPU_AMX_INT8_A");
+  setenv("SLUICE_CPU_AMX_KERNEL", "1x4db", 1);
+  auto db = CreateBackend(BackendOptions{});
+  const cpu::x86::AmxKernel db_kernel = cpu::x86::CurrentAmxKernel();
+  cpu::x86::ResetAmxKernelForTesting();
   unsetenv("SLUICE_CPU_AMX_KERNEL");
   unsetenv("SLUICE_CPU_AMX_TILES");
   cpu::x86::ResetAmxKernelForTesting();
@@ -383,10 +396,18 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   ASSERT_FALSE(bad_tiles.ok());
   EXPECT_NE(bad_tiles.status().message().find("SLUICE_CPU_AMX_TILES=64:9:2048"), std::string::npos);
   EXPECT_FALSE(no_epilogue.ok());  // benchmarks only
+  ASSERT_TRUE(tiles.ok()) << tiles.status().ToString();
+  EXPECT_TRUE(tiled);
+  EXPECT_NE(tiles_line.find("amx int8 activations tiles"), std::string::npos) << tiles_line;
+  ASSERT_FALSE(bad_layout.ok());
+  EXPECT_NE(bad_layout.status().message().find("SLUICE_CPU_AMX_INT8_A=cols"), std::string::npos);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  EXPECT_EQ(db_kernel, cpu::x86::AmxKernel::k1x4Db);
   auto plain = CreateBackend(BackendOptions{});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ((*plain)->Describe().find("amx kernel"), std::string::npos);
   EXPECT_EQ((*plain)->Describe().find("amx tiles"), std::string::npos);
+  EXPECT_EQ((*plain)->Describe().find("amx int8 activations"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CpuLinear,

@@ -1,0 +1,40 @@
+#!/bin/bash
+# Issue 19: the int8 AMX kernel's activation layout (rows / A tiles, SLUICE_CPU_AMX_INT8_A) and
+# tile schedules (1x4, 1x4db, 2x2) on real tiles: the hardware tests, the BERT-base GEMMs in
+# linear_paths_bench (twice, the path order reversed), then BERT-base end to end against ORT
+# int8 dynamic and HF bf16 autocast in interleaved rounds (bench/device/README.md prepares it).
+source scripts/device-unpack
+R=$OUT/int8_amx; mkdir -p $R
+CPUS=${CPU_PEERS_CPUS:-$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++ {print $1}' | head -2 | paste -sd,)}
+{ lscpu | grep -iE "model name|^cpu\(s\)|thread"; lscpu | grep -o 'amx[a-z0-9_]*' | sort -u | paste -sd' '; echo "pinned to CPUs $CPUS"; date -u; } > $R/host.txt
+cat $R/host.txt
+timeout ${HW_TIMEOUT:-150} taskset -c $CPUS backend_test --gtest_filter='AmxGemm.*:Int8Linear.*:CpuAttention*' > $R/hwtests.log 2>&1
+echo "hw tests rc $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" $R/hwtests.log | head -20
+P=${LP_PATHS:-amx-int8,amx-int8-tiles,amx-int8-1x4db,amx-int8-1x4db-tiles,amx-int8-2x2,amx-int8-2x2-tiles}
+PR=$(echo $P | tr ',' '\n' | tac | paste -sd,)
+for paths in $P $PR; do
+  timeout 90 taskset -c $CPUS linear_paths_bench --threads 2 --reps 5 --m 1024,4096 --only BERT --paths $paths >> $R/linear_paths.md 2>&1
+  echo "linear_paths rc $?" >> $R/linear_paths.md
+done
+cat $R/linear_paths.md
+V=${PEER_VARIANTS:-int8,int8:SLUICE_CPU_AMX_INT8_A=tiles,int8:SLUICE_CPU_AMX_INT8_A=tiles+SLUICE_CPU_AMX_KERNEL=1x4db}
+timeout ${PEERS_TIMEOUT:-360} taskset -c $CPUS python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
+  --workload .carry/rerank_1200.jsonl --out /tmp/int8_amx --shapes ${PEER_SHAPES:-bert-base} \
+  --pairs bert-base=64,minilm-l6=256 --reps ${PEER_REPS:-6} --fp32-once \
+  --peers hf-bf16,ort-int8 --sluice-dtypes bfloat16,$V > $R/peers.log 2>&1
+echo "peers rc $?"
+cp /tmp/int8_amx/results.json $R/ 2>/dev/null
+python3 - <<'PY' $R/results.json | tee $R/ratios.txt
+import json,sys,statistics as st
+try: rows=json.load(open(sys.argv[1]))
+except Exception as e: print("no results", e); sys.exit()
+for r in rows:
+  for c in r["columns"]:
+    b = "hf-bf16" if "bfloat16" in c else "ort-int8" if "int8" in c else None
+    if b and c.startswith("sluice"):
+      xs=[x[c]/x[b] for x in r["rounds"] if c in x and b in x]
+      print(r["model"],c,"/",b,["%.2f"%x for x in xs],"median %.2f"%st.median(xs), "rounds>=%s: %d of %d" % ("1.5" if b=="hf-bf16" else "2", sum(x >= (1.5 if b=="hf-bf16" else 2) for x in xs), len(xs)))
+  for c in r["columns"]: print(r["model"],c,["%.1f"%x for x in r[c]["pairs_per_s"]],"median %.1f"%r[c]["median"],"maxdiff %.1e"%r[c]["max_abs_score_diff"])
+  print(r["model"],"hf-fp32 %.1f"%r["hf_median"])
+PY
+tail -3 $R/peers.log
