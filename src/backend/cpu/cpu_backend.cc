@@ -69,9 +69,10 @@ std::string AmxNote() {
   if (cpu::x86::CurrentAmxKernel() != cpu::x86::AmxKernel::k1x4) {
     note += std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel());
   }
-  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes) {
+  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes ||
+      t.overlap != d.overlap) {
     note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
-            std::to_string(t.l2_bytes >> 10);
+            std::to_string(t.l2_bytes >> 10) + (t.overlap ? ":ovl" : "");
   }
   if (cpu::x86::AmxI8TiledA() != cpu::x86::kAmxI8TiledADefault) {
     note += std::string(", amx int8 activations ") + (cpu::x86::AmxI8TiledA() ? "tiles" : "rows");
@@ -286,8 +287,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     cpu::x86::AmxTuning tune;
     if (!cpu::x86::ParseAmxTuning(t, &tune) || !tune.epilogue) {
       return InvalidArgument(std::string("SLUICE_CPU_AMX_TILES=") + t +
-                             ": expected CHUNK:GROUP:L2KB (e.g. 128:4:1024: K chunk in 4-byte "
-                             "groups, a multiple of 16; 1-8 row tiles; weight KiB per tile)");
+                             ": expected CHUNK:GROUP:L2KB[:ovl] (e.g. 128:4:1024: K chunk in "
+                             "4-byte groups, a multiple of 16; 1-8 row tiles; weight KiB per "
+                             "tile; ovl: each block's epilogue between the next block's steps)");
     }
     cpu::x86::SetAmxTuningForTesting(tune);
   }

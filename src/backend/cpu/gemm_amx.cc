@@ -65,6 +65,7 @@ std::atomic<int64_t> g_chunk{AmxTuning{}.chunk};
 std::atomic<int64_t> g_tile_group{AmxTuning{}.tile_group};
 std::atomic<int64_t> g_l2_bytes{AmxTuning{}.l2_bytes};
 std::atomic<bool> g_epilogue{true};
+std::atomic<bool> g_overlap{AmxTuning{}.overlap};
 
 bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* v) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
@@ -81,6 +82,7 @@ AmxTuning CurrentAmxTuning() {
   t.tile_group = g_tile_group.load(std::memory_order_relaxed);
   t.l2_bytes = g_l2_bytes.load(std::memory_order_relaxed);
   t.epilogue = g_epilogue.load(std::memory_order_relaxed);
+  t.overlap = g_overlap.load(std::memory_order_relaxed);
   return t;
 }
 
@@ -93,7 +95,7 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
       f.back() += *c;
     }
   }
-  if (f.size() != 3 && !(f.size() == 4 && f[3] == "noepi")) return false;
+  if (f.size() != 3 && !(f.size() == 4 && (f[3] == "noepi" || f[3] == "ovl"))) return false;
   AmxTuning r;
   int64_t kb = 0;
   if (!ParseInt(f[0], 16, 1 << 20, &r.chunk) || r.chunk % 16 != 0 ||
@@ -101,7 +103,8 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
     return false;
   }
   r.l2_bytes = kb << 10;
-  r.epilogue = f.size() == 3;
+  r.epilogue = f.size() == 3 || f[3] == "ovl";
+  r.overlap = f.size() == 4 && f[3] == "ovl";
   *t = r;
   return true;
 }
@@ -111,6 +114,7 @@ void SetAmxTuningForTesting(const AmxTuning& t) {
   g_tile_group.store(t.tile_group, std::memory_order_relaxed);
   g_l2_bytes.store(t.l2_bytes, std::memory_order_relaxed);
   g_epilogue.store(t.epilogue, std::memory_order_relaxed);
+  g_overlap.store(t.overlap, std::memory_order_relaxed);
 }
 void ResetAmxTuningForTesting() { SetAmxTuningForTesting(AmxTuning{}); }
 

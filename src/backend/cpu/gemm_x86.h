@@ -193,9 +193,13 @@ struct AmxTuning {
   int64_t tile_group = 4;      // row tiles (16 rows each) per scheduling tile, 1..8
   int64_t l2_bytes = 1 << 20;  // packed weight bytes per scheduling tile (at most)
   bool epilogue = true;        // false skips the epilogue: benchmarks only (output not written)
+  // The epilogue of each weight block runs in slices between the next block's k steps
+  // (gemm_amx_inl.h AmxPendingEpilogue) instead of after the block: the same bits.
+  bool overlap = false;
 };
 AmxTuning CurrentAmxTuning();
-// "CHUNK:GROUP:L2KB[:noepi]" (e.g. "128:4:1024"); false on malformed or out-of-range input.
+// "CHUNK:GROUP:L2KB[:noepi|:ovl]" (e.g. "128:4:1024"; ovl: overlap); false on malformed or
+// out-of-range input.
 bool ParseAmxTuning(const char* s, AmxTuning* t);
 // For benchmarks and tests: process-wide, not synchronised with running GEMMs.
 void SetAmxTuningForTesting(const AmxTuning& t);

@@ -368,6 +368,11 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   auto bad_tiles = CreateBackend(BackendOptions{});
   setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:noepi", 1);
   auto no_epilogue = CreateBackend(BackendOptions{});
+  setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:ovl", 1);
+  auto ovl = CreateBackend(BackendOptions{});
+  const bool overlap = cpu::x86::CurrentAmxTuning().overlap;
+  const std::string ovl_line = ovl.ok() ? (*ovl)->Describe() : "";
+  cpu::x86::ResetAmxTuningForTesting();
   unsetenv("SLUICE_CPU_AMX_TILES");
   setenv("SLUICE_CPU_AMX_INT8_A", "tiles", 1);
   auto tiles = CreateBackend(BackendOptions{});
@@ -396,6 +401,9 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   ASSERT_FALSE(bad_tiles.ok());
   EXPECT_NE(bad_tiles.status().message().find("SLUICE_CPU_AMX_TILES=64:9:2048"), std::string::npos);
   EXPECT_FALSE(no_epilogue.ok());  // benchmarks only
+  ASSERT_TRUE(ovl.ok()) << ovl.status().ToString();
+  EXPECT_TRUE(overlap);
+  EXPECT_NE(ovl_line.find("amx tiles 64:8:2048:ovl"), std::string::npos) << ovl_line;
   ASSERT_TRUE(tiles.ok()) << tiles.status().ToString();
   EXPECT_TRUE(tiled);
   EXPECT_NE(tiles_line.find("amx int8 activations tiles"), std::string::npos) << tiles_line;
