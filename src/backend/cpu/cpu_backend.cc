@@ -70,9 +70,9 @@ std::string AmxNote() {
     note += std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel());
   }
   if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes ||
-      t.overlap != d.overlap) {
+      t.overlap != d.overlap || t.stream != d.stream) {
     note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
-            std::to_string(t.l2_bytes >> 10) + (t.overlap ? ":ovl" : "");
+            std::to_string(t.l2_bytes >> 10) + (t.overlap ? ":ovl" : "") + (t.stream ? ":t1" : "");
   }
   if (cpu::x86::AmxI8TiledA() != cpu::x86::kAmxI8TiledADefault) {
     note += std::string(", amx int8 activations ") + (cpu::x86::AmxI8TiledA() ? "tiles" : "rows");

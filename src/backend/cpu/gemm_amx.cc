@@ -66,6 +66,7 @@ std::atomic<int64_t> g_tile_group{AmxTuning{}.tile_group};
 std::atomic<int64_t> g_l2_bytes{AmxTuning{}.l2_bytes};
 std::atomic<bool> g_epilogue{true};
 std::atomic<bool> g_overlap{AmxTuning{}.overlap};
+std::atomic<bool> g_stream{AmxTuning{}.stream};
 
 bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* v) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
@@ -83,6 +84,7 @@ AmxTuning CurrentAmxTuning() {
   t.l2_bytes = g_l2_bytes.load(std::memory_order_relaxed);
   t.epilogue = g_epilogue.load(std::memory_order_relaxed);
   t.overlap = g_overlap.load(std::memory_order_relaxed);
+  t.stream = g_stream.load(std::memory_order_relaxed);
   return t;
 }
 
@@ -95,16 +97,29 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
       f.back() += *c;
     }
   }
-  if (f.size() != 3 && !(f.size() == 4 && (f[3] == "noepi" || f[3] == "ovl"))) return false;
+  if (f.size() < 3) return false;
   AmxTuning r;
+  r.epilogue = true;
+  for (size_t i = 3; i < f.size(); ++i) {  // flags, each at most once
+    const bool seen = std::find(f.begin() + 3, f.begin() + i, f[i]) != f.begin() + i;
+    if (seen) return false;
+    if (f[i] == "noepi") {
+      r.epilogue = false;
+    } else if (f[i] == "ovl") {
+      r.overlap = true;
+    } else if (f[i] == "t1") {
+      r.stream = true;
+    } else {
+      return false;
+    }
+  }
+  if (r.overlap && !r.epilogue) return false;
   int64_t kb = 0;
   if (!ParseInt(f[0], 16, 1 << 20, &r.chunk) || r.chunk % 16 != 0 ||
       !ParseInt(f[1], 1, 8, &r.tile_group) || !ParseInt(f[2], 1, 1 << 20, &kb)) {
     return false;
   }
   r.l2_bytes = kb << 10;
-  r.epilogue = f.size() == 3 || f[3] == "ovl";
-  r.overlap = f.size() == 4 && f[3] == "ovl";
   *t = r;
   return true;
 }
@@ -115,6 +130,7 @@ void SetAmxTuningForTesting(const AmxTuning& t) {
   g_l2_bytes.store(t.l2_bytes, std::memory_order_relaxed);
   g_epilogue.store(t.epilogue, std::memory_order_relaxed);
   g_overlap.store(t.overlap, std::memory_order_relaxed);
+  g_stream.store(t.stream, std::memory_order_relaxed);
 }
 void ResetAmxTuningForTesting() { SetAmxTuningForTesting(AmxTuning{}); }
 
@@ -162,6 +178,18 @@ struct AmxHwOps {
     _tile_zero(3);
   }
   static void LoadA(const void* p, int64_t stride) { _tile_loadd(4, p, stride); }
+  // tileloaddt1: the same load with a hint that the data is not reused (AmxTuning::stream).
+  static void LoadAStream(const void* p, int64_t stride) { _tile_stream_loadd(4, p, stride); }
+  template <int T>
+  static void LoadStream(const void* p, int64_t stride) {
+    static_assert(T == 6 || T == 7);
+    __asm__ volatile("" ::: "memory");
+    if constexpr (T == 6) {
+      _tile_stream_loadd(6, p, stride);
+    } else {
+      _tile_stream_loadd(7, p, stride);
+    }
+  }
   // GCC's tileloadd asm names no memory operand: the barrier keeps every store to the
   // accumulator buffer before it (they are tilestored, which clobbers memory, anyway).
   template <int J>

@@ -133,7 +133,7 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
 // pass: the same instructions on each element in the same order).
 template <class Ops, class Hook>
 void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, int64_t g1,
-                  const uint8_t* w, void* acc, Hook& hook) {
+                  const uint8_t* w, void* acc, Hook& hook, bool stream = false) {
   auto* a = static_cast<uint8_t*>(acc);
   if (g0 == 0) {
     Ops::ZeroAcc();
@@ -144,7 +144,11 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, in
     Ops::template LoadAcc<3>(a + 192, 256);
   }
   for (int64_t g = g0; g < g1; g += kAmxGroups) {
-    Ops::LoadA(xa + g / kAmxGroups * a_step, lda);
+    if (stream) {
+      Ops::LoadAStream(xa + g / kAmxGroups * a_step, lda);
+    } else {
+      Ops::LoadA(xa + g / kAmxGroups * a_step, lda);
+    }
     const uint8_t* wg = w + g * 256;
     Ops::template LoadB<0>(wg);
     Ops::template Dp<0>();
@@ -299,7 +303,8 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
 // half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
 template <class Ops, bool kPrefetch, class Hook>
 void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_step,
-                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, Hook& hook) {
+                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, Hook& hook,
+                 bool stream) {
   Ops::ZeroAcc();
   for (int64_t g = 0; g < groups; g += kAmxGroups) {
     const uint8_t* wg = w + g * 256;
@@ -313,9 +318,17 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_
       }
     }
     Ops::template Load<4>(xa0 + g / kAmxGroups * a_step, lda);
-    Ops::template Load<6>(wg, 256);
+    if (stream) {
+      Ops::template LoadStream<6>(wg, 256);
+    } else {
+      Ops::template Load<6>(wg, 256);
+    }
     Ops::template DpTiles<0, 4, 6>();
-    Ops::template Load<7>(wg + 64, 256);
+    if (stream) {
+      Ops::template LoadStream<7>(wg + 64, 256);
+    } else {
+      Ops::template Load<7>(wg + 64, 256);
+    }
     Ops::template DpTiles<1, 4, 7>();
     Ops::template Load<5>(xa1 + g / kAmxGroups * a_step, lda);
     Ops::template DpTiles<2, 5, 6>();
@@ -348,7 +361,7 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
         if (p.kernel == AmxKernel::k1x4Db) {
           AmxMicroTileDb<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), hook);
         } else {
-          AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), hook);
+          AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), hook, p.tune.stream);
         }
       }
     }
@@ -362,10 +375,10 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     for (int h = 0; h < 2; ++h) {
       if (prefetch) {
         AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                               w + 128 * h, a0 + 128 * h, a1 + 128 * h, hook);
+                               w + 128 * h, a0 + 128 * h, a1 + 128 * h, hook, p.tune.stream);
       } else {
         AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                                w + 128 * h, a0 + 128 * h, a1 + 128 * h, hook);
+                                w + 128 * h, a0 + 128 * h, a1 + 128 * h, hook, p.tune.stream);
       }
     }
   }
@@ -460,6 +473,11 @@ struct AmxEmuOps {
     }
   }
   static void LoadA(const void* p, int64_t stride) { Load(4, p, stride); }
+  static void LoadAStream(const void* p, int64_t stride) { Load(4, p, stride); }
+  template <int T>
+  static void LoadStream(const void* p, int64_t stride) {
+    Load(T, p, stride);
+  }
   template <int J>
   static void LoadB(const void* p) {
     Load(AmxBTile(J), p, 256);

@@ -196,10 +196,13 @@ struct AmxTuning {
   // The epilogue of each weight block runs in slices between the next block's k steps
   // (gemm_amx_inl.h AmxPendingEpilogue) instead of after the block: the same bits.
   bool overlap = false;
+  // The operand each tile is loaded for once per use (1x4: A; 2x2: B) is loaded with
+  // tileloaddt1 (a hint that it is not reused), to keep the reused operand in L1.
+  bool stream = false;
 };
 AmxTuning CurrentAmxTuning();
-// "CHUNK:GROUP:L2KB[:noepi|:ovl]" (e.g. "128:4:1024"; ovl: overlap); false on malformed or
-// out-of-range input.
+// "CHUNK:GROUP:L2KB[:FLAG...]" (e.g. "128:4:1024:t1"; flags noepi, ovl (overlap), t1 (stream),
+// each at most once, ovl not with noepi); false on malformed or out-of-range input.
 bool ParseAmxTuning(const char* s, AmxTuning* t);
 // For benchmarks and tests: process-wide, not synchronised with running GEMMs.
 void SetAmxTuningForTesting(const AmxTuning& t);

@@ -321,9 +321,10 @@ void CheckKernelsAgree(Impl impl) {
     // The other schedules, and every schedule under other blockings (AmxTuning: K chunks of
     // one tile row or of more than K, 1 to 8 row tiles per tile, weight tiles of 1 block).
     // ":ovl": each block's epilogue in slices between the next block's k steps.
-    const char* tunings[] = {"128:4:1024",     "16:1:16",        "48:8:64",     "512:3:4096",
-                             "32:2:1",         "128:4:1024:ovl", "16:1:16:ovl", "48:8:64:ovl",
-                             "512:3:4096:ovl", "32:2:1:ovl"};
+    const char* tunings[] = {"128:4:1024",     "16:1:16",        "48:8:64",       "512:3:4096",
+                             "32:2:1",         "128:4:1024:ovl", "16:1:16:ovl",   "48:8:64:ovl",
+                             "512:3:4096:ovl", "32:2:1:ovl",     "128:4:1024:t1", "48:8:64:t1:ovl",
+                             "16:1:16:t1"};
     for (auto kernel : kKernels) {
       for (const char* tune : tunings) {
         x86::AmxTuning t;
@@ -369,8 +370,14 @@ TEST(AmxGemm, TuningParsesAndRefuses) {
   ASSERT_TRUE(x86::ParseAmxTuning("64:2:256:ovl", &t));
   EXPECT_TRUE(t.epilogue);
   EXPECT_TRUE(t.overlap);
-  for (const char* bad : {"", "128", "128:4", "8:4:1024", "100:4:1024", "128:0:1024", "128:9:1024",
-                          "128:4:0", "128:4:1024:x", "a:4:1024", "128:4:1024:"}) {
+  EXPECT_FALSE(t.stream);
+  ASSERT_TRUE(x86::ParseAmxTuning("64:2:256:t1:noepi", &t));
+  EXPECT_FALSE(t.epilogue);
+  EXPECT_FALSE(t.overlap);
+  EXPECT_TRUE(t.stream);
+  for (const char* bad :
+       {"", "128", "128:4", "8:4:1024", "100:4:1024", "128:0:1024", "128:9:1024", "128:4:0",
+        "128:4:1024:x", "a:4:1024", "128:4:1024:", "128:4:1024:t1:t1", "128:4:1024:noepi:ovl"}) {
     EXPECT_FALSE(x86::ParseAmxTuning(bad, &t)) << bad;
   }
   const x86::AmxTuning d = x86::CurrentAmxTuning();  // the defaults
