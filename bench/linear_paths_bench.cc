@@ -5,7 +5,7 @@
 //   bf16 sluice-avx512fma (bf16 weights widened in registers, f32 FMA)
 //   int8 sluice-int8 (VNNI, or portable: run with the ISA capped below AMX)
 //   bf16 sluice-amx / int8 sluice-int8(amx) (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without
-//   usable AMX); amx-*-2x2 / amx-*-2x2pf / amx-int8-1x4db: the same with the other tile
+//   usable AMX); amx-*-2x2 / amx-*-2x2pf: the same with the other tile
 //   schedules (gemm_x86.h AmxKernel); amx-int8-*tiles: int8 activations quantised into the
 //   A-tile layout (gemm_x86.h AmxI8TiledA)
 // The path is fixed per weight at load for every M (batch invariance), so the choice per
@@ -14,8 +14,7 @@
 // Usage: linear_paths_bench [--threads N] [--reps R] [--m 1,2,4,64,1024] [--set encoder|decode]
 //                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,
 //                                    amx-bf16,amx-int8,amx-bf16-2x2,amx-int8-2x2,amx-bf16-2x2pf,
-//                                    amx-int8-2x2pf,amx-int8-1x4db,amx-int8-tiles,
-//                                    amx-int8-1x4db-tiles,amx-int8-2x2-tiles]
+//                                    amx-int8-2x2pf,amx-int8-tiles,amx-int8-2x2-tiles]
 //                           [--cpu-time] [--only SHAPE-NAME-PART] [--act gelu|none]
 //                           [--amx-tunes CHUNK:GROUP:L2KB[:noepi],...]
 // --amx-tunes runs every amx-* path once per blocking (gemm_x86.h AmxTuning; columns
@@ -193,9 +192,7 @@ int main(int argc, char** argv) {
       {"amx-int8-2x2", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2},
       {"amx-bf16-2x2pf", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2Prefetch},
       {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2Prefetch},
-      {"amx-int8-1x4db", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4Db},
       {"amx-int8-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4, true},
-      {"amx-int8-1x4db-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4Db, true},
       {"amx-int8-2x2-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2, true}};
   std::vector<PathSpec> paths;
   const std::vector<std::string> tunes = Split(tunes_arg);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 19: the int8 AMX kernel's activation layout (rows / A tiles, SLUICE_CPU_AMX_INT8_A),
-# tile schedules (1x4, 1x4db, 2x2) and the epilogue overlapped with the next block's tile
-# steps (SLUICE_CPU_AMX_TILES=...:ovl) on real tiles: the hardware tests, the BERT-base GEMMs in
+# tile schedules (1x4, 2x2) and tileloaddt1 for the once-used operand (SLUICE_CPU_AMX_TILES=...:t1)
+# on real tiles: the hardware tests, the BERT-base GEMMs in
 # linear_paths_bench (twice, the path order reversed), then BERT-base end to end against ORT
 # int8 dynamic and HF bf16 autocast in interleaved rounds (bench/device/README.md prepares it).
 source scripts/device-unpack
@@ -11,16 +11,16 @@ CPUS=${CPU_PEERS_CPUS:-$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++
 cat $R/host.txt
 timeout ${HW_TIMEOUT:-150} taskset -c $CPUS backend_test --gtest_filter='AmxGemm.*:Int8Linear.*:CpuAttention*' > $R/hwtests.log 2>&1
 echo "hw tests rc $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" $R/hwtests.log | head -20
-P=${LP_PATHS:-amx-int8,amx-int8-tiles,amx-int8-1x4db,amx-int8-1x4db-tiles,amx-int8-2x2,amx-int8-2x2-tiles}
+P=${LP_PATHS:-amx-int8,amx-int8-tiles,amx-int8-2x2,amx-int8-2x2-tiles}
 PR=$(echo $P | tr ',' '\n' | tac | paste -sd,)
 for paths in $P $PR; do
   timeout 100 taskset -c $CPUS linear_paths_bench --threads 2 --reps 5 --m 1024,4096 --only BERT --paths $paths \
-    --amx-tunes ${LP_TUNES:-128:4:1024,128:4:1024:ovl} >> $R/linear_paths.md 2>&1
+    --amx-tunes ${LP_TUNES:-128:4:1024,128:4:1024:t1} >> $R/linear_paths.md 2>&1
   echo "linear_paths rc $?" >> $R/linear_paths.md
 done
 cat $R/linear_paths.md
-T=SLUICE_CPU_AMX_INT8_A=tiles; O=SLUICE_CPU_AMX_TILES=128:4:1024:ovl; D=SLUICE_CPU_AMX_KERNEL=1x4db
-V=${PEER_VARIANTS:-int8,int8:$T,int8:$T+$D,int8:$T+$O,int8:$T+$D+$O}
+T=SLUICE_CPU_AMX_INT8_A=tiles; K=SLUICE_CPU_AMX_KERNEL=2x2; S=SLUICE_CPU_AMX_TILES=128:4:1024:t1
+V=${PEER_VARIANTS:-int8,int8:$T,int8:$T+$S,int8:$T+$K,int8:$T+$K+$S}
 timeout ${PEERS_TIMEOUT:-360} taskset -c $CPUS python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
   --workload .carry/rerank_1200.jsonl --out /tmp/int8_amx --shapes ${PEER_SHAPES:-bert-base} \
   --pairs bert-base=64,minilm-l6=256 --reps ${PEER_REPS:-5} --fp32-once \

@@ -70,9 +70,9 @@ std::string AmxNote() {
     note += std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel());
   }
   if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes ||
-      t.overlap != d.overlap || t.stream != d.stream) {
+      t.stream != d.stream) {
     note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
-            std::to_string(t.l2_bytes >> 10) + (t.overlap ? ":ovl" : "") + (t.stream ? ":t1" : "");
+            std::to_string(t.l2_bytes >> 10) + (t.stream ? ":t1" : "");
   }
   if (cpu::x86::AmxI8TiledA() != cpu::x86::kAmxI8TiledADefault) {
     note += std::string(", amx int8 activations ") + (cpu::x86::AmxI8TiledA() ? "tiles" : "rows");
@@ -256,14 +256,13 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     return InvalidArgument("SLUICE_CPU_ACTIVATIONS=" + act_mode + ": expected auto or f32");
   }
 #if defined(__x86_64__)
-  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf | 1x4db) and SLUICE_CPU_AMX_TILES (CHUNK:GROUP:L2KB):
+  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf) and SLUICE_CPU_AMX_TILES (CHUNK:GROUP:L2KB):
   // the AMX GEMM's tile schedule and blocking (gemm_x86.h; the same bits whatever they are),
   // process-wide, for comparisons. Unset or empty: the defaults.
   if (const char* k = std::getenv("SLUICE_CPU_AMX_KERNEL"); k != nullptr && *k != '\0') {
     const std::string v = k;
     const cpu::x86::AmxKernel kernels[] = {cpu::x86::AmxKernel::k1x4, cpu::x86::AmxKernel::k2x2,
-                                           cpu::x86::AmxKernel::k2x2Prefetch,
-                                           cpu::x86::AmxKernel::k1x4Db};
+                                           cpu::x86::AmxKernel::k2x2Prefetch};
     bool found = false;
     for (auto kernel : kernels) {
       if (v == cpu::x86::AmxKernelName(kernel)) {
@@ -272,7 +271,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
       }
     }
     if (!found)
-      return InvalidArgument("SLUICE_CPU_AMX_KERNEL=" + v + ": expected 1x4, 2x2, 2x2pf or 1x4db");
+      return InvalidArgument("SLUICE_CPU_AMX_KERNEL=" + v + ": expected 1x4, 2x2 or 2x2pf");
   }
   // SLUICE_CPU_AMX_INT8_A (rows | tiles): the int8 AMX kernel's activation layout
   // (gemm_x86.h AmxI8TiledA; the same bits either way).
@@ -287,9 +286,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     cpu::x86::AmxTuning tune;
     if (!cpu::x86::ParseAmxTuning(t, &tune) || !tune.epilogue) {
       return InvalidArgument(std::string("SLUICE_CPU_AMX_TILES=") + t +
-                             ": expected CHUNK:GROUP:L2KB[:ovl] (e.g. 128:4:1024: K chunk in "
+                             ": expected CHUNK:GROUP:L2KB[:t1] (e.g. 128:4:1024: K chunk in "
                              "4-byte groups, a multiple of 16; 1-8 row tiles; weight KiB per "
-                             "tile; ovl: each block's epilogue between the next block's steps)");
+                             "tile; t1: the once-used operand loaded with tileloaddt1)");
     }
     cpu::x86::SetAmxTuningForTesting(tune);
   }

@@ -65,7 +65,6 @@ std::atomic<int64_t> g_chunk{AmxTuning{}.chunk};
 std::atomic<int64_t> g_tile_group{AmxTuning{}.tile_group};
 std::atomic<int64_t> g_l2_bytes{AmxTuning{}.l2_bytes};
 std::atomic<bool> g_epilogue{true};
-std::atomic<bool> g_overlap{AmxTuning{}.overlap};
 std::atomic<bool> g_stream{AmxTuning{}.stream};
 
 bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* v) {
@@ -83,7 +82,6 @@ AmxTuning CurrentAmxTuning() {
   t.tile_group = g_tile_group.load(std::memory_order_relaxed);
   t.l2_bytes = g_l2_bytes.load(std::memory_order_relaxed);
   t.epilogue = g_epilogue.load(std::memory_order_relaxed);
-  t.overlap = g_overlap.load(std::memory_order_relaxed);
   t.stream = g_stream.load(std::memory_order_relaxed);
   return t;
 }
@@ -105,15 +103,12 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
     if (seen) return false;
     if (f[i] == "noepi") {
       r.epilogue = false;
-    } else if (f[i] == "ovl") {
-      r.overlap = true;
     } else if (f[i] == "t1") {
       r.stream = true;
     } else {
       return false;
     }
   }
-  if (r.overlap && !r.epilogue) return false;
   int64_t kb = 0;
   if (!ParseInt(f[0], 16, 1 << 20, &r.chunk) || r.chunk % 16 != 0 ||
       !ParseInt(f[1], 1, 8, &r.tile_group) || !ParseInt(f[2], 1, 1 << 20, &kb)) {
@@ -129,7 +124,6 @@ void SetAmxTuningForTesting(const AmxTuning& t) {
   g_tile_group.store(t.tile_group, std::memory_order_relaxed);
   g_l2_bytes.store(t.l2_bytes, std::memory_order_relaxed);
   g_epilogue.store(t.epilogue, std::memory_order_relaxed);
-  g_overlap.store(t.overlap, std::memory_order_relaxed);
   g_stream.store(t.stream, std::memory_order_relaxed);
 }
 void ResetAmxTuningForTesting() { SetAmxTuningForTesting(AmxTuning{}); }
@@ -142,8 +136,6 @@ const char* AmxKernelName(AmxKernel k) {
       return "2x2";
     case AmxKernel::k2x2Prefetch:
       return "2x2pf";
-    case AmxKernel::k1x4Db:
-      return "1x4db";
   }
   return "?";
 }
@@ -273,17 +265,6 @@ struct AmxHwOps {
       _tile_loadd(6, p, stride);
     } else {
       _tile_loadd(7, p, stride);
-    }
-  }
-  // C += A x B for any accumulator C (0-3) and operand tiles A, B (4-7): the 1x4Db kernel.
-  // The tile numbers are printed into the instruction as constants ("i" operands, %c).
-  template <int C, int A, int B>
-  static void DpAny() {
-    static_assert(C >= 0 && C < 4 && A >= 4 && A < 8 && B >= 4 && B < 8 && A != B);
-    if constexpr (kInt8) {
-      __asm__ volatile("tdpbusd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
-    } else {
-      __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
     }
   }
   // C += A x B for the 2x2 kernel's pairs: C = 2 * (A - 4) + (B - 6).

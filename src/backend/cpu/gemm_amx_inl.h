@@ -14,7 +14,7 @@
 //         64-column weight block (gemm_x86.h kBlockN)
 //   4     A: 16 activation rows x 16 k groups (k pairs of bf16 / k quads of uint8)
 //   5..7  B: 16 k groups x 16 columns; B_j for C_j is tile 5, 6, 7, 5 (j = 0..3)
-// (the 1x4 schedule; 2x2 uses A 4-5 and B 6-7, 1x4Db A 4 and 7 in turn and B 5-6).
+// (the 1x4 schedule; 2x2 uses A 4-5 and B 6-7).
 // A tiles come from activation rows (16 rows, the row stride apart) or, for int8, from
 // activations quantised into the A-tile layout (QuantizeI8Tiles: 1 KB per tile).
 // The packed weights already are B tiles: k group g of block b is 256 bytes, 64 columns
@@ -131,9 +131,9 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
 // accumulators start at zero when g0 == 0, else are loaded from acc (a tile store and
 // load copies the bits, so a K range split into chunks gives exactly the bits of one
 // pass: the same instructions on each element in the same order).
-template <class Ops, class Hook>
+template <class Ops>
 void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, int64_t g1,
-                  const uint8_t* w, void* acc, Hook& hook, bool stream = false) {
+                  const uint8_t* w, void* acc, bool stream) {
   auto* a = static_cast<uint8_t*>(acc);
   if (g0 == 0) {
     Ops::ZeroAcc();
@@ -158,57 +158,6 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, in
     Ops::template Dp<2>();
     Ops::template LoadB<3>(wg + 192);
     Ops::template Dp<3>();
-    hook();
-  }
-  Ops::template StoreAcc<0>(a, 256);
-  Ops::template StoreAcc<1>(a + 64, 256);
-  Ops::template StoreAcc<2>(a + 128, 256);
-  Ops::template StoreAcc<3>(a + 192, 256);
-}
-
-// AmxMicroTile's work with the next k step's A tile loaded while this step's products run:
-// A in tiles 4 and 7 in turn, the B tiles of accumulators 0 / 2 in tile 5 and of 1 / 3 in
-// tile 6 (AmxKernel::k1x4Db). The same instructions on each accumulator in the same order.
-template <class Ops, int kA, int kNext>
-void AmxDbStep(const uint8_t* wg, const uint8_t* next_a, int64_t lda) {
-  Ops::template Load<5>(wg, 256);
-  Ops::template DpAny<0, kA, 5>();
-  Ops::template Load<6>(wg + 64, 256);
-  Ops::template DpAny<1, kA, 6>();
-  if (next_a != nullptr) Ops::template Load<kNext>(next_a, lda);
-  Ops::template Load<5>(wg + 128, 256);
-  Ops::template DpAny<2, kA, 5>();
-  Ops::template Load<6>(wg + 192, 256);
-  Ops::template DpAny<3, kA, 6>();
-}
-
-template <class Ops, class Hook>
-void AmxMicroTileDb(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, int64_t g1,
-                    const uint8_t* w, void* acc, Hook& hook) {
-  auto* a = static_cast<uint8_t*>(acc);
-  if (g0 == 0) {
-    Ops::ZeroAcc();
-  } else {
-    Ops::template LoadAcc<0>(a, 256);
-    Ops::template LoadAcc<1>(a + 64, 256);
-    Ops::template LoadAcc<2>(a + 128, 256);
-    Ops::template LoadAcc<3>(a + 192, 256);
-  }
-  const int64_t s0 = g0 / kAmxGroups;
-  const int64_t steps = (g1 - g0) / kAmxGroups;
-  auto at = [&](int64_t s) { return s < steps ? xa + (s0 + s) * a_step : nullptr; };
-  auto wat = [&](int64_t s) { return w + (s0 + s) * kAmxGroups * 256; };
-  Ops::template Load<4>(at(0), lda);
-  int64_t s = 0;
-  for (; s + 2 <= steps; s += 2) {
-    AmxDbStep<Ops, 4, 7>(wat(s), at(s + 1), lda);
-    hook();
-    AmxDbStep<Ops, 7, 4>(wat(s + 1), at(s + 2), lda);
-    hook();
-  }
-  if (s < steps) {
-    AmxDbStep<Ops, 4, 7>(wat(s), nullptr, lda);
-    hook();
   }
   Ops::template StoreAcc<0>(a, 256);
   Ops::template StoreAcc<1>(a + 64, 256);
@@ -220,38 +169,16 @@ void AmxMicroTileDb(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, 
 // columns c0 .. c0 + cols of block c0 / 64: the epilogue into p.out. int8: tdpbusd's
 // integers minus 128 * column sum (q + 128 encoding), as the VNNI kernel, converted inside
 // the epilogue's pass (gemm::EpilogueArgs::iacc).
-// Rows r .. r + n - 1 of the tile only (rows past m skipped): AmxPendingEpilogue's slices.
 inline void AmxTileEpilogue(const AmxPlan& p, int64_t t, int64_t c0, int64_t cols,
-                            const int32_t* ia, int64_t r = 0, int64_t n = kAmxRows) {
-  const int64_t r0 = t * kAmxRows + r;
-  const int64_t rows = std::min<int64_t>(n, p.m - r0);
-  if (rows <= 0) return;
-  ia += r * kBlockN;
+                            const int32_t* ia) {
+  const int64_t r0 = t * kAmxRows;
+  const int64_t rows = std::min<int64_t>(kAmxRows, p.m - r0);
   if (p.int8) {
     PlanEpilogue(p, nullptr, r0, rows, c0, cols, ia, p.colsum + c0);
   } else {
     PlanEpilogue(p, reinterpret_cast<const float*>(ia), r0, rows, c0, cols);  // f32 bits
   }
 }
-
-// AmxTuning::overlap: the epilogue of one weight block's row tiles (their accumulators in one
-// of two buffers) runs in slices of rows between the k steps of the next block, so that the
-// vector units convert and store while the tile unit multiplies. Each output element gets
-// the same epilogue arithmetic either way: only when it runs changes.
-struct AmxPendingEpilogue {
-  const int32_t* accs = nullptr;  // [t_end - t0][16][64]
-  int64_t t0 = 0, c0 = 0, cols = 0;
-  int64_t done = 0, total = 0;  // rows of the tile group, 16 per row tile
-  // Runs rows [done, upto).
-  void Rows(const AmxPlan& p, int64_t upto) {
-    while (done < upto) {
-      const int64_t t = t0 + done / kAmxRows, r = done % kAmxRows;
-      const int64_t n = std::min(upto - done, kAmxRows - r);
-      AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN, r, n);
-      done += n;
-    }
-  }
-};
 
 // The blocking (AmxTuning, gemm_x86.h): K chunks of tune.chunk k groups (by default 128:
 // the weight block's chunk, 32 KB, stays in L1 while the row tiles of a tile pass over it;
@@ -301,10 +228,9 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
 // block's first k group + 128 bytes for its second half), all k groups in order from
 // zero, onto acc0 / acc1 (each [16][64] with a 256-byte row stride, pointing at the
 // half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
-template <class Ops, bool kPrefetch, class Hook>
+template <class Ops, bool kPrefetch>
 void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_step,
-                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, Hook& hook,
-                 bool stream) {
+                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, bool stream) {
   Ops::ZeroAcc();
   for (int64_t g = 0; g < groups; g += kAmxGroups) {
     const uint8_t* wg = w + g * 256;
@@ -333,7 +259,6 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_
     Ops::template Load<5>(xa1 + g / kAmxGroups * a_step, lda);
     Ops::template DpTiles<2, 5, 6>();
     Ops::template DpTiles<3, 5, 7>();
-    hook();
   }
   Ops::template StoreAcc<0>(acc0, 256);
   Ops::template StoreAcc<1>(acc0 + 64, 256);
@@ -343,26 +268,20 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_
 
 // One weight block (w, its 64 columns) against row tiles t0 .. t_end - 1 of the plan, onto
 // their accumulators accs ([t - t0][16][64]), with p.kernel's schedule:
-//   k1x4 / k1x4Db: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
+//   k1x4: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
 //   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs, a lone last
 //   row tile as AmxMicroTile over the whole of K.
 // The same bits either way: every element is one lane over all k groups in order from zero.
-// hook() runs after every k step (tile_count x groups / 16 steps per call, whatever the
-// schedule).
-template <class Ops, class Hook>
+template <class Ops>
 void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t t0, int64_t t_end,
-              int32_t* accs, Hook& hook) {
+              int32_t* accs) {
   auto acc = [&](int64_t t) { return accs + (t - t0) * kAmxRows * kBlockN; };
-  if (p.kernel == AmxKernel::k1x4 || p.kernel == AmxKernel::k1x4Db) {
+  if (p.kernel == AmxKernel::k1x4) {
     const int64_t chunk = std::max<int64_t>(kAmxGroups, p.tune.chunk / kAmxGroups * kAmxGroups);
     for (int64_t g0 = 0; g0 < p.groups; g0 += chunk) {
       const int64_t g1 = std::min(p.groups, g0 + chunk);
       for (int64_t t = t0; t < t_end; ++t) {
-        if (p.kernel == AmxKernel::k1x4Db) {
-          AmxMicroTileDb<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), hook);
-        } else {
-          AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), hook, p.tune.stream);
-        }
+        AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), p.tune.stream);
       }
     }
     return;
@@ -375,14 +294,14 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     for (int h = 0; h < 2; ++h) {
       if (prefetch) {
         AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                               w + 128 * h, a0 + 128 * h, a1 + 128 * h, hook, p.tune.stream);
+                               w + 128 * h, a0 + 128 * h, a1 + 128 * h, p.tune.stream);
       } else {
         AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                                w + 128 * h, a0 + 128 * h, a1 + 128 * h, hook, p.tune.stream);
+                                w + 128 * h, a0 + 128 * h, a1 + 128 * h, p.tune.stream);
       }
     }
   }
-  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t), hook);
+  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t), false);
 }
 
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
@@ -393,54 +312,26 @@ template <class Ops>
 void AmxDrive(const AmxPlan& p) {
   if (p.m <= 0 || p.n <= 0) return;
   const AmxSchedule sc = AmxScheduleFor(p);
-  const bool overlap = p.tune.epilogue && p.tune.overlap;
 #pragma omp parallel if (sc.parallel)
   {
     Ops::Begin();
-    // Accumulators of the tile's row tiles: [tile_group][16][64] (f32 or int32); with
-    // overlap, two such buffers used in turn by consecutive weight blocks.
-    alignas(64) int32_t accs[2][kAmxMaxTileGroup * kAmxRows * kBlockN];
-    auto no_hook = [] {};
+    // Accumulators of the tile's row tiles: [tile_group][16][64] (f32 or int32).
+    alignas(64) int32_t accs[kAmxMaxTileGroup * kAmxRows * kBlockN];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t tn = 0; tn < sc.tiles_n; ++tn) {
       for (int64_t tm = 0; tm < sc.tiles_m; ++tm) {
         const int64_t b_end = std::min(sc.blocks, (tn + 1) * sc.pb);
         const int64_t t0 = tm * sc.tile_group;
         const int64_t t_end = std::min(sc.row_tiles, t0 + sc.tile_group);
-        if (!overlap) {
-          for (int64_t b = tn * sc.pb; b < b_end; ++b) {
-            const int64_t c0 = b * kBlockN;
-            const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
-            AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs[0], no_hook);
-            if (!p.tune.epilogue) continue;
-            for (int64_t t = t0; t < t_end; ++t) {
-              AmxTileEpilogue(p, t, c0, cols, accs[0] + (t - t0) * kAmxRows * kBlockN);
-            }
-          }
-          continue;
-        }
-        // The previous block's epilogue, spread evenly over this block's k steps.
-        AmxPendingEpilogue pending;
-        const int64_t steps = (t_end - t0) * (p.groups / kAmxGroups);
-        int64_t step = 0;
-        auto hook = [&] {
-          ++step;
-          pending.Rows(p, pending.total * std::min(step, steps) / steps);
-        };
-        int buf = 0;
         for (int64_t b = tn * sc.pb; b < b_end; ++b) {
-          step = 0;
-          AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs[buf], hook);
-          pending.Rows(p, pending.total);
-          pending.accs = accs[buf];
-          pending.t0 = t0;
-          pending.c0 = b * kBlockN;
-          pending.cols = std::min<int64_t>(kBlockN, p.n - pending.c0);
-          pending.done = 0;
-          pending.total = (t_end - t0) * kAmxRows;
-          buf ^= 1;
+          const int64_t c0 = b * kBlockN;
+          const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
+          AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs);
+          if (!p.tune.epilogue) continue;
+          for (int64_t t = t0; t < t_end; ++t) {
+            AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN);
+          }
         }
-        pending.Rows(p, pending.total);
       }
     }
     Ops::End();
@@ -528,11 +419,6 @@ struct AmxEmuOps {
   template <int C, int A, int B>
   static void DpTiles() {
     static_assert(A >= 4 && A <= 5 && B >= 6 && B <= 7 && C == 2 * (A - 4) + (B - 6));
-    Dot(C, A, B);
-  }
-  template <int C, int A, int B>
-  static void DpAny() {
-    static_assert(C >= 0 && C < 4 && A >= 4 && A < 8 && B >= 4 && B < 8 && A != B);
     Dot(C, A, B);
   }
 };

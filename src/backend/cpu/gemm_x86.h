@@ -165,11 +165,9 @@ void GemmI8Amx(const I8Args& a);
 //         groups with the accumulators stored and reloaded between chunks;
 //   k2x2: two A tiles (32 rows) against two B tiles (32 columns), the accumulators held
 //         in tiles over the whole of K (a lone last row tile runs as k1x4, unchunked);
-//   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1;
-//   k1x4Db: k1x4 with two A tiles used in turn (and two B tiles), so that the next k
-//         step's A tile loads while this step's products run.
+//   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1.
 // Default: k1x4 for both dtypes (measured, gemm_amx.cc).
-enum class AmxKernel { k1x4, k2x2, k2x2Prefetch, k1x4Db };
+enum class AmxKernel { k1x4, k2x2, k2x2Prefetch };
 AmxKernel CurrentAmxKernel();
 const char* AmxKernelName(AmxKernel k);
 // For benchmarks and tests: process-wide (both dtypes), not synchronised with running
@@ -193,16 +191,13 @@ struct AmxTuning {
   int64_t tile_group = 4;      // row tiles (16 rows each) per scheduling tile, 1..8
   int64_t l2_bytes = 1 << 20;  // packed weight bytes per scheduling tile (at most)
   bool epilogue = true;        // false skips the epilogue: benchmarks only (output not written)
-  // The epilogue of each weight block runs in slices between the next block's k steps
-  // (gemm_amx_inl.h AmxPendingEpilogue) instead of after the block: the same bits.
-  bool overlap = false;
   // The operand each tile is loaded for once per use (1x4: A; 2x2: B) is loaded with
   // tileloaddt1 (a hint that it is not reused), to keep the reused operand in L1.
   bool stream = false;
 };
 AmxTuning CurrentAmxTuning();
-// "CHUNK:GROUP:L2KB[:FLAG...]" (e.g. "128:4:1024:t1"; flags noepi, ovl (overlap), t1 (stream),
-// each at most once, ovl not with noepi); false on malformed or out-of-range input.
+// "CHUNK:GROUP:L2KB[:FLAG...]" (e.g. "128:4:1024:t1"; flags noepi, t1 (stream), each at most
+// once); false on malformed or out-of-range input.
 bool ParseAmxTuning(const char* s, AmxTuning* t);
 // For benchmarks and tests: process-wide, not synchronised with running GEMMs.
 void SetAmxTuningForTesting(const AmxTuning& t);

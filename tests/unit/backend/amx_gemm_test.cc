@@ -63,7 +63,7 @@ struct KernelScope {  // g_kernel (and the library's choice for kHw) for one sco
 };
 
 const x86::AmxKernel kKernels[] = {x86::AmxKernel::k1x4, x86::AmxKernel::k2x2,
-                                   x86::AmxKernel::k2x2Prefetch, x86::AmxKernel::k1x4Db};
+                                   x86::AmxKernel::k2x2Prefetch};
 
 struct TilesScope {  // g_tiles for one scope
   explicit TilesScope(bool t) : saved(g_tiles) { g_tiles = t; }
@@ -320,11 +320,9 @@ void CheckKernelsAgree(Impl impl) {
     }
     // The other schedules, and every schedule under other blockings (AmxTuning: K chunks of
     // one tile row or of more than K, 1 to 8 row tiles per tile, weight tiles of 1 block).
-    // ":ovl": each block's epilogue in slices between the next block's k steps.
-    const char* tunings[] = {"128:4:1024",     "16:1:16",        "48:8:64",       "512:3:4096",
-                             "32:2:1",         "128:4:1024:ovl", "16:1:16:ovl",   "48:8:64:ovl",
-                             "512:3:4096:ovl", "32:2:1:ovl",     "128:4:1024:t1", "48:8:64:t1:ovl",
-                             "16:1:16:t1"};
+    // ":t1": the streamed operand's loads with tileloaddt1.
+    const char* tunings[] = {"128:4:1024", "16:1:16",       "48:8:64",    "512:3:4096",
+                             "32:2:1",     "128:4:1024:t1", "48:8:64:t1", "16:1:16:t1"};
     for (auto kernel : kKernels) {
       for (const char* tune : tunings) {
         x86::AmxTuning t;
@@ -363,21 +361,19 @@ TEST(AmxGemm, TuningParsesAndRefuses) {
   EXPECT_EQ(8, t.tile_group);
   EXPECT_EQ(512 << 10, t.l2_bytes);
   EXPECT_FALSE(t.epilogue);
-  EXPECT_FALSE(t.overlap);
+  EXPECT_FALSE(t.stream);
   ASSERT_TRUE(x86::ParseAmxTuning("128:4:1024", &t));
   EXPECT_TRUE(t.epilogue);
-  EXPECT_FALSE(t.overlap);
-  ASSERT_TRUE(x86::ParseAmxTuning("64:2:256:ovl", &t));
-  EXPECT_TRUE(t.epilogue);
-  EXPECT_TRUE(t.overlap);
   EXPECT_FALSE(t.stream);
   ASSERT_TRUE(x86::ParseAmxTuning("64:2:256:t1:noepi", &t));
   EXPECT_FALSE(t.epilogue);
-  EXPECT_FALSE(t.overlap);
+  EXPECT_TRUE(t.stream);
+  ASSERT_TRUE(x86::ParseAmxTuning("64:2:256:t1", &t));
+  EXPECT_TRUE(t.epilogue);
   EXPECT_TRUE(t.stream);
   for (const char* bad :
        {"", "128", "128:4", "8:4:1024", "100:4:1024", "128:0:1024", "128:9:1024", "128:4:0",
-        "128:4:1024:x", "a:4:1024", "128:4:1024:", "128:4:1024:t1:t1", "128:4:1024:noepi:ovl"}) {
+        "128:4:1024:x", "a:4:1024", "128:4:1024:", "128:4:1024:t1:t1", "128:4:1024:ovl"}) {
     EXPECT_FALSE(x86::ParseAmxTuning(bad, &t)) << bad;
   }
   const x86::AmxTuning d = x86::CurrentAmxTuning();  // the defaults
@@ -385,7 +381,7 @@ TEST(AmxGemm, TuningParsesAndRefuses) {
   EXPECT_EQ(4, d.tile_group);
   EXPECT_EQ(1 << 20, d.l2_bytes);
   EXPECT_TRUE(d.epilogue);
-  EXPECT_FALSE(d.overlap);
+  EXPECT_FALSE(d.stream);
 }
 
 // A probe row's output bits vs alone (M = 1): at positions in batches of many M, with 1

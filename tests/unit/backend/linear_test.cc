@@ -368,10 +368,10 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   auto bad_tiles = CreateBackend(BackendOptions{});
   setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:noepi", 1);
   auto no_epilogue = CreateBackend(BackendOptions{});
-  setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:ovl", 1);
-  auto ovl = CreateBackend(BackendOptions{});
-  const bool overlap = cpu::x86::CurrentAmxTuning().overlap;
-  const std::string ovl_line = ovl.ok() ? (*ovl)->Describe() : "";
+  setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:t1", 1);
+  auto t1 = CreateBackend(BackendOptions{});
+  const bool stream = cpu::x86::CurrentAmxTuning().stream;
+  const std::string t1_line = t1.ok() ? (*t1)->Describe() : "";
   cpu::x86::ResetAmxTuningForTesting();
   unsetenv("SLUICE_CPU_AMX_TILES");
   setenv("SLUICE_CPU_AMX_INT8_A", "tiles", 1);
@@ -382,10 +382,7 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   setenv("SLUICE_CPU_AMX_INT8_A", "cols", 1);
   auto bad_layout = CreateBackend(BackendOptions{});
   unsetenv("SLUICE_CPU_AMX_INT8_A");
-  setenv("SLUICE_CPU_AMX_KERNEL", "1x4db", 1);
-  auto db = CreateBackend(BackendOptions{});
-  const cpu::x86::AmxKernel db_kernel = cpu::x86::CurrentAmxKernel();
-  cpu::x86::ResetAmxKernelForTesting();
+
   unsetenv("SLUICE_CPU_AMX_KERNEL");
   unsetenv("SLUICE_CPU_AMX_TILES");
   cpu::x86::ResetAmxKernelForTesting();
@@ -401,16 +398,14 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   ASSERT_FALSE(bad_tiles.ok());
   EXPECT_NE(bad_tiles.status().message().find("SLUICE_CPU_AMX_TILES=64:9:2048"), std::string::npos);
   EXPECT_FALSE(no_epilogue.ok());  // benchmarks only
-  ASSERT_TRUE(ovl.ok()) << ovl.status().ToString();
-  EXPECT_TRUE(overlap);
-  EXPECT_NE(ovl_line.find("amx tiles 64:8:2048:ovl"), std::string::npos) << ovl_line;
+  ASSERT_TRUE(t1.ok()) << t1.status().ToString();
+  EXPECT_TRUE(stream);
+  EXPECT_NE(t1_line.find("amx tiles 64:8:2048:t1"), std::string::npos) << t1_line;
   ASSERT_TRUE(tiles.ok()) << tiles.status().ToString();
   EXPECT_TRUE(tiled);
   EXPECT_NE(tiles_line.find("amx int8 activations tiles"), std::string::npos) << tiles_line;
   ASSERT_FALSE(bad_layout.ok());
   EXPECT_NE(bad_layout.status().message().find("SLUICE_CPU_AMX_INT8_A=cols"), std::string::npos);
-  ASSERT_TRUE(db.ok()) << db.status().ToString();
-  EXPECT_EQ(db_kernel, cpu::x86::AmxKernel::k1x4Db);
   auto plain = CreateBackend(BackendOptions{});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ((*plain)->Describe().find("amx kernel"), std::string::npos);
