@@ -5,16 +5,18 @@
 //   bf16 sluice-avx512fma (bf16 weights widened in registers, f32 FMA)
 //   int8 sluice-int8 (VNNI, or portable: run with the ISA capped below AMX)
 //   bf16 sluice-amx / int8 sluice-int8(amx) (tdpbf16ps / tdpbusd, gemm_amx.cc; n/a without
-//   usable AMX); amx-*-2x2 / amx-*-2x2pf: the same with the other tile
-//   schedules (gemm_x86.h AmxKernel); amx-int8-*tiles: int8 activations quantised into the
-//   A-tile layout (gemm_x86.h AmxI8TiledA)
+//   usable AMX; the defaults: bf16 1x4, int8 2x2 with A tiles); amx-*-1x4 / -2x2 / -2x2pf:
+//   the tile schedules (gemm_x86.h AmxKernel); amx-int8-*rows / *tiles: int8 activations
+//   quantised into rows or into the A-tile layout (gemm_x86.h AmxI8TiledA); amx-int8-tiles is
+//   1x4 with tiles (the name of runs 9-10)
 // The path is fixed per weight at load for every M (batch invariance), so the choice per
 // shape is made from the whole M range; docs/benchmarks.md has the figures.
 //
 // Usage: linear_paths_bench [--threads N] [--reps R] [--m 1,2,4,64,1024] [--set encoder|decode]
 //                           [--paths onednn-f32,onednn-bf16,sluice-bf16,avx512bf16,avx512fma,int8,
 //                                    amx-bf16,amx-int8,amx-bf16-2x2,amx-int8-2x2,amx-bf16-2x2pf,
-//                                    amx-int8-2x2pf,amx-int8-tiles,amx-int8-2x2-tiles]
+//                                    amx-int8-1x4,amx-int8-2x2pf,amx-int8-rows,
+//                                    amx-int8-1x4-rows,amx-int8-tiles,amx-int8-2x2-tiles]
 //                           [--cpu-time] [--only SHAPE-NAME-PART] [--act gelu|none]
 //                           [--amx-tunes CHUNK:GROUP:L2KB[:noepi],...]
 // --amx-tunes runs every amx-* path once per blocking (gemm_x86.h AmxTuning; columns
@@ -112,9 +114,9 @@ struct PathSpec {
   const char* mode;  // SLUICE_CPU_LINEAR
   double weight_bytes;
   const char* cap = "";  // SLUICE_CPU_MAX_ISA while the weight is prepared ("": none)
-  cpu::x86::AmxKernel amx = cpu::x86::AmxKernel::k1x4;  // the AMX paths' tile schedule
-  bool tiles = false;  // int8 AMX: activations in the A-tile layout (AmxI8TiledA)
-  std::string tune;    // AmxTuning ("" = the defaults)
+  int amx = -1;          // the AMX paths' tile schedule (cpu::x86::AmxKernel), -1: the default
+  int tiles = -1;        // int8 AMX: activations in the A-tile layout (AmxI8TiledA), -1: default
+  std::string tune;      // AmxTuning ("" = the defaults)
   std::string label() const { return tune.empty() ? name : std::string(name) + "@" + tune; }
 };
 
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
   }
   std::vector<int64_t> ms;
   for (auto& s : Split(ms_arg)) ms.push_back(std::atoll(s.c_str()));
+  auto K = [](cpu::x86::AmxKernel k) { return static_cast<int>(k); };
   const std::vector<PathSpec> all = {
       {"onednn-f32", DType::kF32, "onednn", 4},
       {"onednn-bf16", DType::kBF16, "onednn", 2},
@@ -188,12 +191,15 @@ int main(int argc, char** argv) {
       {"int8", DType::kI8, "auto", 1, "avx512_bf16"},
       {"amx-bf16", DType::kBF16, "amx", 2},
       {"amx-int8", DType::kI8, "amx", 1},
-      {"amx-bf16-2x2", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2},
-      {"amx-int8-2x2", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2},
-      {"amx-bf16-2x2pf", DType::kBF16, "amx", 2, "", cpu::x86::AmxKernel::k2x2Prefetch},
-      {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2Prefetch},
-      {"amx-int8-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k1x4, true},
-      {"amx-int8-2x2-tiles", DType::kI8, "amx", 1, "", cpu::x86::AmxKernel::k2x2, true}};
+      {"amx-bf16-2x2", DType::kBF16, "amx", 2, "", K(cpu::x86::AmxKernel::k2x2)},
+      {"amx-int8-1x4", DType::kI8, "amx", 1, "", K(cpu::x86::AmxKernel::k1x4)},
+      {"amx-int8-2x2", DType::kI8, "amx", 1, "", K(cpu::x86::AmxKernel::k2x2)},
+      {"amx-bf16-2x2pf", DType::kBF16, "amx", 2, "", K(cpu::x86::AmxKernel::k2x2Prefetch)},
+      {"amx-int8-2x2pf", DType::kI8, "amx", 1, "", K(cpu::x86::AmxKernel::k2x2Prefetch)},
+      {"amx-int8-rows", DType::kI8, "amx", 1, "", -1, 0},
+      {"amx-int8-1x4-rows", DType::kI8, "amx", 1, "", K(cpu::x86::AmxKernel::k1x4), 0},
+      {"amx-int8-tiles", DType::kI8, "amx", 1, "", K(cpu::x86::AmxKernel::k1x4), 1},
+      {"amx-int8-2x2-tiles", DType::kI8, "amx", 1, "", K(cpu::x86::AmxKernel::k2x2), 1}};
   std::vector<PathSpec> paths;
   const std::vector<std::string> tunes = Split(tunes_arg);
   for (const auto& t : tunes) {
@@ -255,8 +261,8 @@ int main(int argc, char** argv) {
         const int64_t m = ms[i];
         LinearParams lp{lw->get(), Tensor{x.data(), DType::kF32, m, s.k, 0},
                         Tensor{out.data(), DType::kF32, m, s.n, 0}, act};
-        cpu::x86::SetAmxKernelForTesting(p.amx);
-        cpu::x86::SetAmxI8TiledAForTesting(p.tiles);
+        if (p.amx >= 0) cpu::x86::SetAmxKernelForTesting(static_cast<cpu::x86::AmxKernel>(p.amx));
+        if (p.tiles >= 0) cpu::x86::SetAmxI8TiledAForTesting(p.tiles == 1);
         cpu::x86::AmxTuning tune;
         if (!p.tune.empty()) cpu::x86::ParseAmxTuning(p.tune.c_str(), &tune);
         cpu::x86::SetAmxTuningForTesting(tune);

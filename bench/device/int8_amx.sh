@@ -11,16 +11,16 @@ CPUS=${CPU_PEERS_CPUS:-$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++
 cat $R/host.txt
 timeout ${HW_TIMEOUT:-150} taskset -c $CPUS backend_test --gtest_filter='AmxGemm.*:Int8Linear.*:CpuAttention*' > $R/hwtests.log 2>&1
 echo "hw tests rc $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" $R/hwtests.log | head -20
-P=${LP_PATHS:-amx-int8,amx-int8-tiles,amx-int8-2x2,amx-int8-2x2-tiles}
+P=${LP_PATHS:-amx-int8,amx-int8-rows,amx-int8-1x4,amx-int8-1x4-rows}
 PR=$(echo $P | tr ',' '\n' | tac | paste -sd,)
 for paths in $P $PR; do
   timeout 100 taskset -c $CPUS linear_paths_bench --threads 2 --reps 5 --m 1024,4096 --only BERT --paths $paths \
-    --amx-tunes ${LP_TUNES:-128:4:1024,128:4:1024:t1} >> $R/linear_paths.md 2>&1
+    --amx-tunes ${LP_TUNES:-128:4:1024,128:4:1024:noepi} >> $R/linear_paths.md 2>&1
   echo "linear_paths rc $?" >> $R/linear_paths.md
 done
 cat $R/linear_paths.md
-T=SLUICE_CPU_AMX_INT8_A=tiles; K=SLUICE_CPU_AMX_KERNEL=2x2; S=SLUICE_CPU_AMX_TILES=128:4:1024:t1
-V=${PEER_VARIANTS:-int8,int8:$T,int8:$T+$S,int8:$T+$K,int8:$T+$K+$S}
+R8=SLUICE_CPU_AMX_INT8_A=rows; K4=SLUICE_CPU_AMX_KERNEL=1x4
+V=${PEER_VARIANTS:-int8,int8:$R8,int8:$K4,int8:$R8+$K4}
 timeout ${PEERS_TIMEOUT:-360} taskset -c $CPUS python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \
   --workload .carry/rerank_1200.jsonl --out /tmp/int8_amx --shapes ${PEER_SHAPES:-bert-base} \
   --pairs bert-base=64,minilm-l6=256 --reps ${PEER_REPS:-5} --fp32-once \

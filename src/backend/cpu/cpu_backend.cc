@@ -66,13 +66,13 @@ std::string AmxNote() {
 #if defined(__x86_64__)
   const cpu::x86::AmxTuning t = cpu::x86::CurrentAmxTuning(), d{};
   std::string note;
-  if (cpu::x86::CurrentAmxKernel() != cpu::x86::AmxKernel::k1x4) {
-    note += std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel());
+  if (cpu::x86::AmxKernelOverridden()) {
+    note +=
+        std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel(true));
   }
-  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes ||
-      t.stream != d.stream) {
+  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes) {
     note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
-            std::to_string(t.l2_bytes >> 10) + (t.stream ? ":t1" : "");
+            std::to_string(t.l2_bytes >> 10);
   }
   if (cpu::x86::AmxI8TiledA() != cpu::x86::kAmxI8TiledADefault) {
     note += std::string(", amx int8 activations ") + (cpu::x86::AmxI8TiledA() ? "tiles" : "rows");
@@ -286,9 +286,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     cpu::x86::AmxTuning tune;
     if (!cpu::x86::ParseAmxTuning(t, &tune) || !tune.epilogue) {
       return InvalidArgument(std::string("SLUICE_CPU_AMX_TILES=") + t +
-                             ": expected CHUNK:GROUP:L2KB[:t1] (e.g. 128:4:1024: K chunk in "
-                             "4-byte groups, a multiple of 16; 1-8 row tiles; weight KiB per "
-                             "tile; t1: the once-used operand loaded with tileloaddt1)");
+                             ": expected CHUNK:GROUP:L2KB (e.g. 128:4:1024: K chunk in 4-byte "
+                             "groups, a multiple of 16; 1-8 row tiles; weight KiB per tile)");
     }
     cpu::x86::SetAmxTuningForTesting(tune);
   }

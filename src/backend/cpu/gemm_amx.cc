@@ -32,17 +32,18 @@ namespace {
 std::atomic<int> g_amx_kernel{-1};  // -1: each dtype's default
 }  // namespace
 
-// The default is 1x4 for both dtypes. On 2 cores of a Sapphire Rapids-class Xeon
-// (docs/benchmarks.md, "AMX tile schedules") int8's 2x2 with prefetch was at or above 1x4 in
-// 30 of 32 encoder shapes x M up to 1,000 in the linear benchmark, but the MiniLM-L6 int8
-// forward (M = 8,192) ran at 12.2-12.8k tokens/s with it against 11.1-18.4k with 1x4 in three
-// alternated pairs on a noisy host: not shown better end to end, so not the default. For bf16,
-// 1x4's K chunks keep a K = 3072 block in L1 and win there (1.6x).
-AmxKernel CurrentAmxKernel() {
+// The defaults (docs/benchmarks.md, "AMX tile schedules" and runs 6-10 of the CPU peers):
+// int8 runs 2x2: on 2 cores of a Sapphire Rapids-class Xeon it leads 1x4 by 4-14% in the
+// BERT-base GEMMs at K = 768 and by 23-75% at K = 3,072, and end to end (BERT-base, A tiles)
+// 55.7 against 51.9 pairs/s median in 5 interleaved rounds (run 10), MiniLM-L6 ahead in runs
+// 6-7 as well. bf16 keeps 1x4, whose K chunks keep a K = 3072 block in L1 (1.6x there; bf16's
+// default path is oneDNN's kernel anyway).
+AmxKernel CurrentAmxKernel(bool int8) {
   const int k = g_amx_kernel.load(std::memory_order_relaxed);
   if (k >= 0) return static_cast<AmxKernel>(k);
-  return AmxKernel::k1x4;
+  return int8 ? AmxKernel::k2x2 : AmxKernel::k1x4;
 }
+bool AmxKernelOverridden() { return g_amx_kernel.load(std::memory_order_relaxed) >= 0; }
 void SetAmxKernelForTesting(AmxKernel k) {
   g_amx_kernel.store(static_cast<int>(k), std::memory_order_relaxed);
 }
@@ -65,7 +66,6 @@ std::atomic<int64_t> g_chunk{AmxTuning{}.chunk};
 std::atomic<int64_t> g_tile_group{AmxTuning{}.tile_group};
 std::atomic<int64_t> g_l2_bytes{AmxTuning{}.l2_bytes};
 std::atomic<bool> g_epilogue{true};
-std::atomic<bool> g_stream{AmxTuning{}.stream};
 
 bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* v) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
@@ -82,7 +82,6 @@ AmxTuning CurrentAmxTuning() {
   t.tile_group = g_tile_group.load(std::memory_order_relaxed);
   t.l2_bytes = g_l2_bytes.load(std::memory_order_relaxed);
   t.epilogue = g_epilogue.load(std::memory_order_relaxed);
-  t.stream = g_stream.load(std::memory_order_relaxed);
   return t;
 }
 
@@ -103,8 +102,6 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
     if (seen) return false;
     if (f[i] == "noepi") {
       r.epilogue = false;
-    } else if (f[i] == "t1") {
-      r.stream = true;
     } else {
       return false;
     }
@@ -124,7 +121,6 @@ void SetAmxTuningForTesting(const AmxTuning& t) {
   g_tile_group.store(t.tile_group, std::memory_order_relaxed);
   g_l2_bytes.store(t.l2_bytes, std::memory_order_relaxed);
   g_epilogue.store(t.epilogue, std::memory_order_relaxed);
-  g_stream.store(t.stream, std::memory_order_relaxed);
 }
 void ResetAmxTuningForTesting() { SetAmxTuningForTesting(AmxTuning{}); }
 
@@ -170,18 +166,6 @@ struct AmxHwOps {
     _tile_zero(3);
   }
   static void LoadA(const void* p, int64_t stride) { _tile_loadd(4, p, stride); }
-  // tileloaddt1: the same load with a hint that the data is not reused (AmxTuning::stream).
-  static void LoadAStream(const void* p, int64_t stride) { _tile_stream_loadd(4, p, stride); }
-  template <int T>
-  static void LoadStream(const void* p, int64_t stride) {
-    static_assert(T == 6 || T == 7);
-    __asm__ volatile("" ::: "memory");
-    if constexpr (T == 6) {
-      _tile_stream_loadd(6, p, stride);
-    } else {
-      _tile_stream_loadd(7, p, stride);
-    }
-  }
   // GCC's tileloadd asm names no memory operand: the barrier keeps every store to the
   // accumulator buffer before it (they are tilestored, which clobbers memory, anyway).
   template <int J>
@@ -313,7 +297,7 @@ void GemmBf16Amx(const Bf16Args& a) {
     std::abort();
   }
   AmxPlan p = AmxPlanBf16(a);
-  p.kernel = CurrentAmxKernel();
+  p.kernel = CurrentAmxKernel(false);
   DriveBf16(p);
 }
 
@@ -324,7 +308,7 @@ void GemmI8Amx(const I8Args& a) {
     std::abort();
   }
   AmxPlan p = AmxPlanI8(a);
-  p.kernel = CurrentAmxKernel();
+  p.kernel = CurrentAmxKernel(true);
   DriveI8(p);
 }
 

@@ -133,7 +133,7 @@ inline AmxPlan AmxPlanI8(const I8Args& a) {
 // pass: the same instructions on each element in the same order).
 template <class Ops>
 void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, int64_t g1,
-                  const uint8_t* w, void* acc, bool stream) {
+                  const uint8_t* w, void* acc) {
   auto* a = static_cast<uint8_t*>(acc);
   if (g0 == 0) {
     Ops::ZeroAcc();
@@ -144,11 +144,7 @@ void AmxMicroTile(const uint8_t* xa, int64_t lda, int64_t a_step, int64_t g0, in
     Ops::template LoadAcc<3>(a + 192, 256);
   }
   for (int64_t g = g0; g < g1; g += kAmxGroups) {
-    if (stream) {
-      Ops::LoadAStream(xa + g / kAmxGroups * a_step, lda);
-    } else {
-      Ops::LoadA(xa + g / kAmxGroups * a_step, lda);
-    }
+    Ops::LoadA(xa + g / kAmxGroups * a_step, lda);
     const uint8_t* wg = w + g * 256;
     Ops::template LoadB<0>(wg);
     Ops::template Dp<0>();
@@ -230,7 +226,7 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
 // half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
 template <class Ops, bool kPrefetch>
 void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_step,
-                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, bool stream) {
+                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1) {
   Ops::ZeroAcc();
   for (int64_t g = 0; g < groups; g += kAmxGroups) {
     const uint8_t* wg = w + g * 256;
@@ -244,17 +240,9 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_
       }
     }
     Ops::template Load<4>(xa0 + g / kAmxGroups * a_step, lda);
-    if (stream) {
-      Ops::template LoadStream<6>(wg, 256);
-    } else {
-      Ops::template Load<6>(wg, 256);
-    }
+    Ops::template Load<6>(wg, 256);
     Ops::template DpTiles<0, 4, 6>();
-    if (stream) {
-      Ops::template LoadStream<7>(wg + 64, 256);
-    } else {
-      Ops::template Load<7>(wg + 64, 256);
-    }
+    Ops::template Load<7>(wg + 64, 256);
     Ops::template DpTiles<1, 4, 7>();
     Ops::template Load<5>(xa1 + g / kAmxGroups * a_step, lda);
     Ops::template DpTiles<2, 5, 6>();
@@ -281,7 +269,7 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     for (int64_t g0 = 0; g0 < p.groups; g0 += chunk) {
       const int64_t g1 = std::min(p.groups, g0 + chunk);
       for (int64_t t = t0; t < t_end; ++t) {
-        AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t), p.tune.stream);
+        AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, g0, g1, w, acc(t));
       }
     }
     return;
@@ -294,14 +282,14 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     for (int h = 0; h < 2; ++h) {
       if (prefetch) {
         AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                               w + 128 * h, a0 + 128 * h, a1 + 128 * h, p.tune.stream);
+                               w + 128 * h, a0 + 128 * h, a1 + 128 * h);
       } else {
         AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                                w + 128 * h, a0 + 128 * h, a1 + 128 * h, p.tune.stream);
+                                w + 128 * h, a0 + 128 * h, a1 + 128 * h);
       }
     }
   }
-  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t), false);
+  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t));
 }
 
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
@@ -364,11 +352,6 @@ struct AmxEmuOps {
     }
   }
   static void LoadA(const void* p, int64_t stride) { Load(4, p, stride); }
-  static void LoadAStream(const void* p, int64_t stride) { Load(4, p, stride); }
-  template <int T>
-  static void LoadStream(const void* p, int64_t stride) {
-    Load(T, p, stride);
-  }
   template <int J>
   static void LoadB(const void* p) {
     Load(AmxBTile(J), p, 256);

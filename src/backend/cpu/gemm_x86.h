@@ -166,9 +166,11 @@ void GemmI8Amx(const I8Args& a);
 //   k2x2: two A tiles (32 rows) against two B tiles (32 columns), the accumulators held
 //         in tiles over the whole of K (a lone last row tile runs as k1x4, unchunked);
 //   k2x2Prefetch: k2x2, with the next step's B rows prefetched into L1.
-// Default: k1x4 for both dtypes (measured, gemm_amx.cc).
+// Default: k2x2 for int8, k1x4 for bf16 (measured, gemm_amx.cc).
 enum class AmxKernel { k1x4, k2x2, k2x2Prefetch };
-AmxKernel CurrentAmxKernel();
+AmxKernel CurrentAmxKernel(bool int8);
+// Whether SetAmxKernelForTesting (SLUICE_CPU_AMX_KERNEL) chose one schedule for both.
+bool AmxKernelOverridden();
 const char* AmxKernelName(AmxKernel k);
 // For benchmarks and tests: process-wide (both dtypes), not synchronised with running
 // GEMMs; Reset goes back to the defaults.
@@ -178,7 +180,9 @@ void ResetAmxKernelForTesting();
 // layout (QuantizeI8Tiles: each tile load reads 1 KB of consecutive bytes) rather than rows
 // (16 rows 4 * KQuads(k) bytes apart). The same bits either way. Process-wide;
 // SLUICE_CPU_AMX_INT8_A=rows|tiles (cpu_backend.cc) sets it.
-constexpr bool kAmxI8TiledADefault = false;
+// Default: tiles (measured: level in the GEMMs, 1-10% ahead end to end on BERT-base;
+// docs/benchmarks.md, run 9).
+constexpr bool kAmxI8TiledADefault = true;
 bool AmxI8TiledA();
 void SetAmxI8TiledAForTesting(bool tiles);
 void ResetAmxI8TiledAForTesting();
@@ -191,13 +195,9 @@ struct AmxTuning {
   int64_t tile_group = 4;      // row tiles (16 rows each) per scheduling tile, 1..8
   int64_t l2_bytes = 1 << 20;  // packed weight bytes per scheduling tile (at most)
   bool epilogue = true;        // false skips the epilogue: benchmarks only (output not written)
-  // The operand each tile is loaded for once per use (1x4: A; 2x2: B) is loaded with
-  // tileloaddt1 (a hint that it is not reused), to keep the reused operand in L1.
-  bool stream = false;
 };
 AmxTuning CurrentAmxTuning();
-// "CHUNK:GROUP:L2KB[:FLAG...]" (e.g. "128:4:1024:t1"; flags noepi, t1 (stream), each at most
-// once); false on malformed or out-of-range input.
+// "CHUNK:GROUP:L2KB[:noepi]" (e.g. "128:4:1024"); false on malformed or out-of-range input.
 bool ParseAmxTuning(const char* s, AmxTuning* t);
 // For benchmarks and tests: process-wide, not synchronised with running GEMMs.
 void SetAmxTuningForTesting(const AmxTuning& t);

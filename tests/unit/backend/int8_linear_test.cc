@@ -176,16 +176,16 @@ TEST(Int8Linear, AmxMatchesVnniBitForBit) {
                          {300, 1024, 200},
                          {33, 3072, 768}}) {
     auto w = Random(n * k, 73), x = Random(m * k, 74, -3.f, 3.f);
-    auto amx = RunInt8("", 2, w, x, m, k, n, "amx");
-    cpu::x86::SetAmxI8TiledAForTesting(true);  // activations in the A-tile layout
-    auto amx_tiles = RunInt8("", 2, w, x, m, k, n, "amx");
+    auto amx = RunInt8("", 2, w, x, m, k, n, "amx");  // the default: A tiles
+    cpu::x86::SetAmxI8TiledAForTesting(false);        // activations in rows
+    auto amx_rows = RunInt8("", 2, w, x, m, k, n, "amx");
     cpu::x86::ResetAmxI8TiledAForTesting();
     auto vnni = RunInt8("avx512_bf16", 2, w, x, m, k, n);  // cap below AMX: VNNI
     ASSERT_EQ(amx.size(), vnni.size());
     EXPECT_EQ(0, std::memcmp(amx.data(), vnni.data(), amx.size() * 4))
         << "m=" << m << " k=" << k << " n=" << n;
-    EXPECT_EQ(0, std::memcmp(amx_tiles.data(), vnni.data(), amx.size() * 4))
-        << "tiles m=" << m << " k=" << k << " n=" << n;
+    EXPECT_EQ(0, std::memcmp(amx_rows.data(), vnni.data(), amx.size() * 4))
+        << "rows m=" << m << " k=" << k << " n=" << n;
   }
 }
 

@@ -356,7 +356,7 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   setenv("SLUICE_CPU_AMX_KERNEL", "2x2", 1);
   setenv("SLUICE_CPU_AMX_TILES", "64:8:2048", 1);
   auto be = CreateBackend(BackendOptions{});
-  const cpu::x86::AmxKernel kernel = cpu::x86::CurrentAmxKernel();
+  const cpu::x86::AmxKernel kernel = cpu::x86::CurrentAmxKernel(true);
   const cpu::x86::AmxTuning tune = cpu::x86::CurrentAmxTuning();
   const std::string line = be.ok() ? (*be)->Describe() : "";
   cpu::x86::ResetAmxKernelForTesting();
@@ -369,15 +369,12 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:noepi", 1);
   auto no_epilogue = CreateBackend(BackendOptions{});
   setenv("SLUICE_CPU_AMX_TILES", "64:8:2048:t1", 1);
-  auto t1 = CreateBackend(BackendOptions{});
-  const bool stream = cpu::x86::CurrentAmxTuning().stream;
-  const std::string t1_line = t1.ok() ? (*t1)->Describe() : "";
-  cpu::x86::ResetAmxTuningForTesting();
+  auto bad_flag = CreateBackend(BackendOptions{});
   unsetenv("SLUICE_CPU_AMX_TILES");
-  setenv("SLUICE_CPU_AMX_INT8_A", "tiles", 1);
-  auto tiles = CreateBackend(BackendOptions{});
+  setenv("SLUICE_CPU_AMX_INT8_A", "rows", 1);  // the default is tiles
+  auto rows = CreateBackend(BackendOptions{});
   const bool tiled = cpu::x86::AmxI8TiledA();
-  const std::string tiles_line = tiles.ok() ? (*tiles)->Describe() : "";
+  const std::string rows_line = rows.ok() ? (*rows)->Describe() : "";
   cpu::x86::ResetAmxI8TiledAForTesting();
   setenv("SLUICE_CPU_AMX_INT8_A", "cols", 1);
   auto bad_layout = CreateBackend(BackendOptions{});
@@ -398,12 +395,10 @@ TEST(CpuBackend, AmxScheduleFromEnvironment) {
   ASSERT_FALSE(bad_tiles.ok());
   EXPECT_NE(bad_tiles.status().message().find("SLUICE_CPU_AMX_TILES=64:9:2048"), std::string::npos);
   EXPECT_FALSE(no_epilogue.ok());  // benchmarks only
-  ASSERT_TRUE(t1.ok()) << t1.status().ToString();
-  EXPECT_TRUE(stream);
-  EXPECT_NE(t1_line.find("amx tiles 64:8:2048:t1"), std::string::npos) << t1_line;
-  ASSERT_TRUE(tiles.ok()) << tiles.status().ToString();
-  EXPECT_TRUE(tiled);
-  EXPECT_NE(tiles_line.find("amx int8 activations tiles"), std::string::npos) << tiles_line;
+  EXPECT_FALSE(bad_flag.ok());
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_FALSE(tiled);
+  EXPECT_NE(rows_line.find("amx int8 activations rows"), std::string::npos) << rows_line;
   ASSERT_FALSE(bad_layout.ok());
   EXPECT_NE(bad_layout.status().message().find("SLUICE_CPU_AMX_INT8_A=cols"), std::string::npos);
   auto plain = CreateBackend(BackendOptions{});
