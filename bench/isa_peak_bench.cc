@@ -2,7 +2,8 @@
 // micro-kernels of our own (register-resident operands, independent accumulators), per
 // thread count: f32 FMA (AVX2 ymm, AVX-512 zmm), AVX512-BF16 vdpbf16ps, AVX512-VNNI
 // vpdpbusd, and AMX tdpbf16ps / tdpbssd (tiles loaded once, 16x16x32 per instruction; and
-// with the operand tiles loaded from L1 every step as the GEMM's 1x4 and 2x2 schedules do).
+// with the operand tiles loaded from L1 every step as the GEMM's 1x4 and 2x2 schedules do;
+// and int8 with the operands walking through buffers sized for L1, L2, L3 and memory).
 // Rows are skipped (n/a) where the CPU, the OS or the ISA cap lacks the feature. This is
 // the hardware limit that docs/benchmarks.md compares GEMMs against (issue 19 item 1).
 //
@@ -103,6 +104,10 @@ double AmxBf16L1x4(int64_t iters) { return sluice::cpu::amx::LoadLoopBf16(iters,
 double AmxBf16L2x2(int64_t iters) { return sluice::cpu::amx::LoadLoopBf16(iters, true); }
 double AmxInt8L1x4(int64_t iters) { return sluice::cpu::amx::LoadLoopInt8(iters, false); }
 double AmxInt8L2x2(int64_t iters) { return sluice::cpu::amx::LoadLoopInt8(iters, true); }
+template <bool k2x2, int kAKb, int kBKb>
+double AmxInt8Fp(int64_t iters) {
+  return sluice::cpu::amx::FootprintLoopInt8(iters, k2x2, kAKb, kBKb);
+}
 
 struct Row {
   const char* name;
@@ -150,16 +155,29 @@ int main(int argc, char** argv) {
   for (std::string t; std::getline(ss, t, ',');) threads.push_back(std::atoi(t.c_str()));
   const auto& f = sluice::cpu::Features();
   const bool amx = sluice::cpu::amx::Available();
-  const Row rows[] = {{"f32 FMA (AVX2 ymm)", &FmaAvx2, f.avx2, 200000},
-                      {"f32 FMA (AVX-512 zmm)", &FmaAvx512, f.avx512, 200000},
-                      {"bf16 vdpbf16ps (zmm)", &Dpbf16, f.avx512_bf16, 200000},
-                      {"int8 vpdpbusd (zmm)", &Vnni, f.avx512_vnni, 200000},
-                      {"bf16 AMX tdpbf16ps", &AmxBf16, amx && f.amx_bf16, 100000},
-                      {"int8 AMX tdpbssd", &AmxInt8, amx && f.amx_int8, 100000},
-                      {"bf16 AMX, 1x4 tile loads from L1", &AmxBf16L1x4, amx && f.amx_bf16, 50000},
-                      {"bf16 AMX, 2x2 tile loads from L1", &AmxBf16L2x2, amx && f.amx_bf16, 50000},
-                      {"int8 AMX, 1x4 tile loads from L1", &AmxInt8L1x4, amx && f.amx_int8, 50000},
-                      {"int8 AMX, 2x2 tile loads from L1", &AmxInt8L2x2, amx && f.amx_int8, 50000}};
+  const bool ai8 = amx && f.amx_int8;
+  const Row rows[] = {
+      {"f32 FMA (AVX2 ymm)", &FmaAvx2, f.avx2, 200000},
+      {"f32 FMA (AVX-512 zmm)", &FmaAvx512, f.avx512, 200000},
+      {"bf16 vdpbf16ps (zmm)", &Dpbf16, f.avx512_bf16, 200000},
+      {"int8 vpdpbusd (zmm)", &Vnni, f.avx512_vnni, 200000},
+      {"bf16 AMX tdpbf16ps", &AmxBf16, amx && f.amx_bf16, 100000},
+      {"int8 AMX tdpbssd", &AmxInt8, amx && f.amx_int8, 100000},
+      {"bf16 AMX, 1x4 tile loads from L1", &AmxBf16L1x4, amx && f.amx_bf16, 50000},
+      {"bf16 AMX, 2x2 tile loads from L1", &AmxBf16L2x2, amx && f.amx_bf16, 50000},
+      {"int8 AMX, 1x4 tile loads from L1", &AmxInt8L1x4, amx && f.amx_int8, 50000},
+      {"int8 AMX, 2x2 tile loads from L1", &AmxInt8L2x2, amx && f.amx_int8, 50000},
+      // Operands walking through buffers (A KiB, weights KiB): L1, L2, L3 sizes.
+      {"int8 AMX 1x4, A 8 KB, B 16 KB", &AmxInt8Fp<false, 8, 16>, ai8, 50000},
+      {"int8 AMX 1x4, A 8 KB, B 512 KB", &AmxInt8Fp<false, 8, 512>, ai8, 50000},
+      {"int8 AMX 1x4, A 512 KB, B 16 KB", &AmxInt8Fp<false, 512, 16>, ai8, 50000},
+      {"int8 AMX 1x4, A 512 KB, B 512 KB", &AmxInt8Fp<false, 512, 512>, ai8, 50000},
+      {"int8 AMX 1x4, A 64 MB, B 64 MB", &AmxInt8Fp<false, 65536, 65536>, ai8, 20000},
+      {"int8 AMX 2x2, A 16 KB, B 16 KB", &AmxInt8Fp<true, 16, 16>, ai8, 50000},
+      {"int8 AMX 2x2, A 16 KB, B 512 KB", &AmxInt8Fp<true, 16, 512>, ai8, 50000},
+      {"int8 AMX 2x2, A 512 KB, B 16 KB", &AmxInt8Fp<true, 512, 16>, ai8, 50000},
+      {"int8 AMX 2x2, A 512 KB, B 512 KB", &AmxInt8Fp<true, 512, 512>, ai8, 50000},
+      {"int8 AMX 2x2, A 64 MB, B 64 MB", &AmxInt8Fp<true, 65536, 65536>, ai8, 20000}};
   std::printf("features: %s; AMX usable: %s\n\n| instruction |",
               sluice::cpu::FeatureSummary().c_str(), amx ? "yes" : "no");
   for (int t : threads) std::printf(" %d thread%s |", t, t == 1 ? "" : "s");

@@ -11,6 +11,12 @@ CPUS=${CPU_PEERS_CPUS:-$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++
 cat $R/host.txt
 timeout ${HW_TIMEOUT:-150} taskset -c $CPUS backend_test --gtest_filter='AmxGemm.*:Int8Linear.*:CpuAttention*' > $R/hwtests.log 2>&1
 echo "hw tests rc $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" $R/hwtests.log | head -20
+# The tile loop against operands in L1, L2, L3 or memory (isa_peak_bench's footprint rows),
+# where the packed binaries include isa_peak_bench.
+if command -v isa_peak_bench > /dev/null; then
+  timeout 120 taskset -c $CPUS isa_peak_bench --threads 1,2 --seconds 0.5 > $R/isa_peak.md 2>&1
+  cat $R/isa_peak.md
+fi
 P=${LP_PATHS:-amx-int8,amx-int8-rows,amx-int8-1x4,amx-int8-1x4-rows}
 PR=$(echo $P | tr ',' '\n' | tac | paste -sd,)
 for paths in $P $PR; do

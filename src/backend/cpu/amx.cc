@@ -2,8 +2,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/cpu_features.h"
 
@@ -118,6 +120,61 @@ double LoadLoop(int64_t iters) {
   __asm__ volatile("" ::"r"(out[0]) : "memory");
   return 4.0 * 16 * 16 * (kInt8 ? 64 : 32) * 2 * iters;
 }
+// The int8 schedules with their operands walking through buffers of a_kb / b_kb KiB (each
+// step the next 1 KB A tile, or 2 KB for 2x2's pair, and the next 4 KB weight step, wrapping
+// around), so the footprints put the operands in L1, L2, L3 or memory: where the GEMM's tile
+// loads find their operands bounds its speed (docs/benchmarks.md, runs 9-10).
+template <bool k2x2>
+double FootprintLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
+  const int64_t a_step = k2x2 ? 2048 : 1024;
+  const int64_t na = std::max<int64_t>(1, (a_kb << 10) / a_step);
+  const int64_t nb = std::max<int64_t>(1, (b_kb << 10) / 4096);
+  static thread_local std::vector<uint8_t> buf;
+  const size_t need = static_cast<size_t>(na * a_step + nb * 4096 + 64);
+  if (buf.size() < need) buf.assign(need, 0);
+  uint8_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  const uint8_t* a = base;
+  const uint8_t* b = base + na * a_step;
+  alignas(64) int32_t out[16 * 16];
+  ConfigureSquareTiles();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  int64_t ia = 0, ib = 0;
+  for (int64_t i = 0; i < iters; ++i) {
+    const uint8_t* ap = a + ia * a_step;
+    const uint8_t* bp = b + ib * 4096;
+    if (++ia == na) ia = 0;
+    if (++ib == nb) ib = 0;
+    __asm__ volatile("" ::: "memory");
+    if constexpr (k2x2) {
+      _tile_loadd(4, ap, 64);
+      _tile_loadd(6, bp, 256);
+      _tile_dpbusd(0, 4, 6);
+      _tile_loadd(7, bp + 64, 256);
+      _tile_dpbusd(1, 4, 7);
+      _tile_loadd(5, ap + 1024, 64);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    } else {
+      _tile_loadd(4, ap, 64);
+      _tile_loadd(5, bp, 256);
+      _tile_dpbusd(0, 4, 5);
+      _tile_loadd(6, bp + 64, 256);
+      _tile_dpbusd(1, 4, 6);
+      _tile_loadd(7, bp + 128, 256);
+      _tile_dpbusd(2, 4, 7);
+      _tile_loadd(5, bp + 192, 256);
+      _tile_dpbusd(3, 4, 5);
+    }
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  __asm__ volatile("" ::"r"(out[0]) : "memory");
+  return 4.0 * 16 * 16 * 64 * 2 * iters;
+}
+
 #undef SLUICE_AMX_DP
 
 }  // namespace
@@ -129,6 +186,10 @@ double LoadLoopBf16(int64_t iters, bool two_by_two) {
 }
 double LoadLoopInt8(int64_t iters, bool two_by_two) {
   return two_by_two ? LoadLoop<true, true>(iters) : LoadLoop<true, false>(iters);
+}
+double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb) {
+  return two_by_two ? FootprintLoop<true>(iters, a_kb, b_kb)
+                    : FootprintLoop<false>(iters, a_kb, b_kb);
 }
 #pragma GCC pop_options
 

@@ -24,5 +24,8 @@ double PeakLoopInt8(int64_t iters);
 // do: 1x4 (1 A + 4 B tile loads per 4 multiply-adds) or 2x2 (2 A + 2 B).
 double LoadLoopBf16(int64_t iters, bool two_by_two);
 double LoadLoopInt8(int64_t iters, bool two_by_two);
+// int8 1x4 / 2x2 with each step's A tile(s) and weight step taken from buffers of a_kb and
+// b_kb KiB in turn (wrapping): the tile loop against operands in L1, L2, L3 or memory.
+double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb);
 
 }  // namespace sluice::cpu::amx
