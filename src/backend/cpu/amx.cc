@@ -79,53 +79,15 @@ double PeakLoop(int64_t iters) {
   return 4.0 * 16 * 16 * (kInt8 ? 64 : 32) * 2 * iters;
 }
 
-// The GEMM's schedules with their operand tiles loaded from L1 every step: 1x4 (one A
-// tile, B tiles 5, 6, 7, 5 from a packed 4 KB block at a 256-byte row stride, as
-// gemm_amx_inl.h's AmxMicroTile) or 2x2 (two A and two B tiles per step, as AmxMicro2x2).
+// The GEMM's schedules with their operand tiles loaded every step: 1x4 (one A tile, B tiles
+// 5, 6, 7, 5 from a packed 4 KB weight step at a 256-byte row stride, as gemm_amx_inl.h's
+// AmxMicroTile) or 2x2 (two A and two B tiles per step, as AmxMicro2x2). Each step takes the
+// next A tile (2 KB for 2x2's pair) of a buffer of a_kb KiB and the next weight step of a
+// buffer of b_kb KiB, wrapping around: the smallest buffers keep the operands in L1, larger
+// ones put them in L2, L3 or memory (where the GEMM's tile loads find their operands bounds
+// its speed: docs/benchmarks.md, runs 9-10).
 template <bool kInt8, bool k2x2>
-double LoadLoop(int64_t iters) {
-  alignas(64) static thread_local uint8_t a[2][16 * 64];
-  alignas(64) static thread_local uint8_t b[16 * 256];
-  alignas(64) float out[16 * 16];
-  ConfigureSquareTiles();
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t i = 0; i < iters; ++i) {
-    __asm__ volatile("" ::: "memory");
-    if constexpr (k2x2) {
-      _tile_loadd(4, a[0], 64);
-      _tile_loadd(6, b, 256);
-      _tile_loadd(7, b + 64, 256);
-      _tile_loadd(5, a[1], 64);
-      SLUICE_AMX_DP(0, 4, 6);
-      SLUICE_AMX_DP(1, 4, 7);
-      SLUICE_AMX_DP(2, 5, 6);
-      SLUICE_AMX_DP(3, 5, 7);
-    } else {
-      _tile_loadd(4, a[0], 64);
-      _tile_loadd(5, b, 256);
-      SLUICE_AMX_DP(0, 4, 5);
-      _tile_loadd(6, b + 64, 256);
-      SLUICE_AMX_DP(1, 4, 6);
-      _tile_loadd(7, b + 128, 256);
-      SLUICE_AMX_DP(2, 4, 7);
-      _tile_loadd(5, b + 192, 256);
-      SLUICE_AMX_DP(3, 4, 5);
-    }
-  }
-  _tile_stored(0, out, 64);
-  _tile_release();
-  __asm__ volatile("" ::"r"(out[0]) : "memory");
-  return 4.0 * 16 * 16 * (kInt8 ? 64 : 32) * 2 * iters;
-}
-// The int8 schedules with their operands walking through buffers of a_kb / b_kb KiB (each
-// step the next 1 KB A tile, or 2 KB for 2x2's pair, and the next 4 KB weight step, wrapping
-// around), so the footprints put the operands in L1, L2, L3 or memory: where the GEMM's tile
-// loads find their operands bounds its speed (docs/benchmarks.md, runs 9-10).
-template <bool k2x2>
-double FootprintLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
+double LoadLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
   const int64_t a_step = k2x2 ? 2048 : 1024;
   const int64_t na = std::max<int64_t>(1, (a_kb << 10) / a_step);
   const int64_t nb = std::max<int64_t>(1, (b_kb << 10) / 4096);
@@ -135,7 +97,7 @@ double FootprintLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
   uint8_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
   const uint8_t* a = base;
   const uint8_t* b = base + na * a_step;
-  alignas(64) int32_t out[16 * 16];
+  alignas(64) float out[16 * 16];
   ConfigureSquareTiles();
   _tile_zero(0);
   _tile_zero(1);
@@ -151,45 +113,45 @@ double FootprintLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
     if constexpr (k2x2) {
       _tile_loadd(4, ap, 64);
       _tile_loadd(6, bp, 256);
-      _tile_dpbusd(0, 4, 6);
       _tile_loadd(7, bp + 64, 256);
-      _tile_dpbusd(1, 4, 7);
       _tile_loadd(5, ap + 1024, 64);
-      _tile_dpbusd(2, 5, 6);
-      _tile_dpbusd(3, 5, 7);
+      SLUICE_AMX_DP(0, 4, 6);
+      SLUICE_AMX_DP(1, 4, 7);
+      SLUICE_AMX_DP(2, 5, 6);
+      SLUICE_AMX_DP(3, 5, 7);
     } else {
       _tile_loadd(4, ap, 64);
       _tile_loadd(5, bp, 256);
-      _tile_dpbusd(0, 4, 5);
+      SLUICE_AMX_DP(0, 4, 5);
       _tile_loadd(6, bp + 64, 256);
-      _tile_dpbusd(1, 4, 6);
+      SLUICE_AMX_DP(1, 4, 6);
       _tile_loadd(7, bp + 128, 256);
-      _tile_dpbusd(2, 4, 7);
+      SLUICE_AMX_DP(2, 4, 7);
       _tile_loadd(5, bp + 192, 256);
-      _tile_dpbusd(3, 4, 5);
+      SLUICE_AMX_DP(3, 4, 5);
     }
   }
   _tile_stored(0, out, 64);
   _tile_release();
   __asm__ volatile("" ::"r"(out[0]) : "memory");
-  return 4.0 * 16 * 16 * 64 * 2 * iters;
+  return 4.0 * 16 * 16 * (kInt8 ? 64 : 32) * 2 * iters;
 }
-
 #undef SLUICE_AMX_DP
 
 }  // namespace
 
 double PeakLoopBf16(int64_t iters) { return PeakLoop<false>(iters); }
 double PeakLoopInt8(int64_t iters) { return PeakLoop<true>(iters); }
+// From L1: one A tile (a pair for 2x2) and one 4 KB weight step.
 double LoadLoopBf16(int64_t iters, bool two_by_two) {
-  return two_by_two ? LoadLoop<false, true>(iters) : LoadLoop<false, false>(iters);
+  return two_by_two ? LoadLoop<false, true>(iters, 2, 4) : LoadLoop<false, false>(iters, 1, 4);
 }
 double LoadLoopInt8(int64_t iters, bool two_by_two) {
-  return two_by_two ? LoadLoop<true, true>(iters) : LoadLoop<true, false>(iters);
+  return two_by_two ? LoadLoop<true, true>(iters, 2, 4) : LoadLoop<true, false>(iters, 1, 4);
 }
 double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb) {
-  return two_by_two ? FootprintLoop<true>(iters, a_kb, b_kb)
-                    : FootprintLoop<false>(iters, a_kb, b_kb);
+  return two_by_two ? LoadLoop<true, true>(iters, a_kb, b_kb)
+                    : LoadLoop<true, false>(iters, a_kb, b_kb);
 }
 #pragma GCC pop_options
 

@@ -94,24 +94,15 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
       f.back() += *c;
     }
   }
-  if (f.size() < 3) return false;
+  if (f.size() != 3 && !(f.size() == 4 && f[3] == "noepi")) return false;
   AmxTuning r;
-  r.epilogue = true;
-  for (size_t i = 3; i < f.size(); ++i) {  // flags, each at most once
-    const bool seen = std::find(f.begin() + 3, f.begin() + i, f[i]) != f.begin() + i;
-    if (seen) return false;
-    if (f[i] == "noepi") {
-      r.epilogue = false;
-    } else {
-      return false;
-    }
-  }
   int64_t kb = 0;
   if (!ParseInt(f[0], 16, 1 << 20, &r.chunk) || r.chunk % 16 != 0 ||
       !ParseInt(f[1], 1, 8, &r.tile_group) || !ParseInt(f[2], 1, 1 << 20, &kb)) {
     return false;
   }
   r.l2_bytes = kb << 10;
+  r.epilogue = f.size() == 3;
   *t = r;
   return true;
 }

@@ -238,7 +238,8 @@ void QuantizeTiles(const E* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq, f
   const bool simd = Features().avx512;
 #pragma omp parallel if (m * k >= 65536)
   {
-    std::vector<uint8_t> row(static_cast<size_t>(ld));
+    static thread_local std::vector<uint8_t> row;  // one row of QuantizeI8's bytes
+    row.resize(static_cast<size_t>(ld));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       if (r < m) {
