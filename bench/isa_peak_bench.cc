@@ -104,9 +104,9 @@ double AmxBf16L1x4(int64_t iters) { return sluice::cpu::amx::LoadLoopBf16(iters,
 double AmxBf16L2x2(int64_t iters) { return sluice::cpu::amx::LoadLoopBf16(iters, true); }
 double AmxInt8L1x4(int64_t iters) { return sluice::cpu::amx::LoadLoopInt8(iters, false); }
 double AmxInt8L2x2(int64_t iters) { return sluice::cpu::amx::LoadLoopInt8(iters, true); }
-template <bool k2x2, int kAKb, int kBKb>
+template <bool k2x2, int kAKb, int kBKb, int kPf = 0>
 double AmxInt8Fp(int64_t iters) {
-  return sluice::cpu::amx::FootprintLoopInt8(iters, k2x2, kAKb, kBKb);
+  return sluice::cpu::amx::FootprintLoopInt8(iters, k2x2, kAKb, kBKb, kPf);
 }
 
 struct Row {
@@ -177,7 +177,17 @@ int main(int argc, char** argv) {
       {"int8 AMX 2x2, A 16 KB, B 512 KB", &AmxInt8Fp<true, 16, 512>, ai8, 50000},
       {"int8 AMX 2x2, A 512 KB, B 16 KB", &AmxInt8Fp<true, 512, 16>, ai8, 50000},
       {"int8 AMX 2x2, A 512 KB, B 512 KB", &AmxInt8Fp<true, 512, 512>, ai8, 50000},
-      {"int8 AMX 2x2, A 64 MB, B 64 MB", &AmxInt8Fp<true, 65536, 65536>, ai8, 20000}};
+      {"int8 AMX 2x2, A 64 MB, B 64 MB", &AmxInt8Fp<true, 65536, 65536>, ai8, 20000},
+      // The same with the operands of the step 2, 4 or 8 ahead prefetched into L1.
+      {"int8 AMX 1x4, A 512 KB, B 512 KB, prefetch 2", &AmxInt8Fp<false, 512, 512, 2>, ai8, 50000},
+      {"int8 AMX 1x4, A 512 KB, B 512 KB, prefetch 4", &AmxInt8Fp<false, 512, 512, 4>, ai8, 50000},
+      {"int8 AMX 2x2, A 16 KB, B 512 KB, prefetch 2", &AmxInt8Fp<true, 16, 512, 2>, ai8, 50000},
+      {"int8 AMX 2x2, A 16 KB, B 512 KB, prefetch 4", &AmxInt8Fp<true, 16, 512, 4>, ai8, 50000},
+      {"int8 AMX 2x2, A 512 KB, B 512 KB, prefetch 2", &AmxInt8Fp<true, 512, 512, 2>, ai8, 50000},
+      {"int8 AMX 2x2, A 512 KB, B 512 KB, prefetch 4", &AmxInt8Fp<true, 512, 512, 4>, ai8, 50000},
+      {"int8 AMX 2x2, A 512 KB, B 512 KB, prefetch 8", &AmxInt8Fp<true, 512, 512, 8>, ai8, 50000},
+      {"int8 AMX 2x2, A 64 MB, B 64 MB, prefetch 4", &AmxInt8Fp<true, 65536, 65536, 4>, ai8,
+       20000}};
   std::printf("features: %s; AMX usable: %s\n\n| instruction |",
               sluice::cpu::FeatureSummary().c_str(), amx ? "yes" : "no");
   for (int t : threads) std::printf(" %d thread%s |", t, t == 1 ? "" : "s");

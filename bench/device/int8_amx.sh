@@ -20,11 +20,25 @@ fi
 P=${LP_PATHS:-amx-int8,amx-int8-rows,amx-int8-1x4,amx-int8-1x4-rows}
 PR=$(echo $P | tr ',' '\n' | tac | paste -sd,)
 for paths in $P $PR; do
-  timeout 100 taskset -c $CPUS linear_paths_bench --threads 2 --reps 5 --m 1024,4096 --only BERT --paths $paths \
+  timeout ${LP_TIMEOUT:-100} taskset -c $CPUS linear_paths_bench --threads 2 --reps 5 --m ${LP_M:-1024,4096} \
+    --only ${LP_ONLY:-BERT} --paths $paths \
     --amx-tunes ${LP_TUNES:-128:4:1024,128:4:1024:noepi} >> $R/linear_paths.md 2>&1
   echo "linear_paths rc $?" >> $R/linear_paths.md
 done
 cat $R/linear_paths.md
+# Where a forward's time goes (forward_bench packed; FWD_ENVS: one profile per setting, e.g.
+# "- SLUICE_CPU_LINEAR=amx", "-" for none).
+if command -v forward_bench > /dev/null; then
+  for e in ${FWD_ENVS:--}; do
+    echo "## env $e" >> $R/forward.md
+    env $( [ "$e" = - ] || echo "$e" | tr '+' ' ') timeout 120 taskset -c $CPUS forward_bench \
+      --models ${FWD_MODELS:-minilm-l6,bert-base} --dtypes ${FWD_DTYPES:-bf16,int8} --threads 2 \
+      --reps 2 --profile >> $R/forward.md 2>&1
+    echo "forward rc $?" >> $R/forward.md
+  done
+  cat $R/forward.md
+fi
+[ "${SKIP_PEERS:-0}" = 1 ] && exit 0
 R8=SLUICE_CPU_AMX_INT8_A=rows; K4=SLUICE_CPU_AMX_KERNEL=1x4
 V=${PEER_VARIANTS:-int8,int8:$R8,int8:$K4,int8:$R8+$K4}
 timeout ${PEERS_TIMEOUT:-360} taskset -c $CPUS python3 bench/peers/hf_cpu_crossencoder.py --sluice sluice \

@@ -86,8 +86,10 @@ double PeakLoop(int64_t iters) {
 // buffer of b_kb KiB, wrapping around: the smallest buffers keep the operands in L1, larger
 // ones put them in L2, L3 or memory (where the GEMM's tile loads find their operands bounds
 // its speed: docs/benchmarks.md, runs 9-10).
+// pf > 0: the operands of step i + pf are prefetched into L1 (prefetcht0, each line a tile
+// load of that step will read) during step i.
 template <bool kInt8, bool k2x2>
-double LoadLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
+double LoadLoop(int64_t iters, int64_t a_kb, int64_t b_kb, int pf = 0) {
   const int64_t a_step = k2x2 ? 2048 : 1024;
   const int64_t na = std::max<int64_t>(1, (a_kb << 10) / a_step);
   const int64_t nb = std::max<int64_t>(1, (b_kb << 10) / 4096);
@@ -109,6 +111,21 @@ double LoadLoop(int64_t iters, int64_t a_kb, int64_t b_kb) {
     const uint8_t* bp = b + ib * 4096;
     if (++ia == na) ia = 0;
     if (++ib == nb) ib = 0;
+    if (pf > 0) {
+      const uint8_t* an = a + (ia + pf - 1) % na * a_step;
+      const uint8_t* bn = b + (ib + pf - 1) % nb * 4096;
+      for (int64_t l = 0; l < a_step; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(an + l), _MM_HINT_T0);
+      for (int r = 0; r < 16; ++r) {
+        const char* row = reinterpret_cast<const char*>(bn + r * 256);
+        _mm_prefetch(row, _MM_HINT_T0);
+        _mm_prefetch(row + 64, _MM_HINT_T0);
+        if constexpr (!k2x2) {
+          _mm_prefetch(row + 128, _MM_HINT_T0);
+          _mm_prefetch(row + 192, _MM_HINT_T0);
+        }
+      }
+    }
     __asm__ volatile("" ::: "memory");
     if constexpr (k2x2) {
       _tile_loadd(4, ap, 64);
@@ -149,9 +166,9 @@ double LoadLoopBf16(int64_t iters, bool two_by_two) {
 double LoadLoopInt8(int64_t iters, bool two_by_two) {
   return two_by_two ? LoadLoop<true, true>(iters, 2, 4) : LoadLoop<true, false>(iters, 1, 4);
 }
-double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb) {
-  return two_by_two ? LoadLoop<true, true>(iters, a_kb, b_kb)
-                    : LoadLoop<true, false>(iters, a_kb, b_kb);
+double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb, int prefetch) {
+  return two_by_two ? LoadLoop<true, true>(iters, a_kb, b_kb, prefetch)
+                    : LoadLoop<true, false>(iters, a_kb, b_kb, prefetch);
 }
 #pragma GCC pop_options
 

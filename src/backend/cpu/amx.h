@@ -26,6 +26,8 @@ double LoadLoopBf16(int64_t iters, bool two_by_two);
 double LoadLoopInt8(int64_t iters, bool two_by_two);
 // int8 1x4 / 2x2 with each step's A tile(s) and weight step taken from buffers of a_kb and
 // b_kb KiB in turn (wrapping): the tile loop against operands in L1, L2, L3 or memory.
-double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb);
+// prefetch > 0: each step prefetches (prefetcht0) the lines of the step that many ahead.
+double FootprintLoopInt8(int64_t iters, bool two_by_two, int64_t a_kb, int64_t b_kb,
+                         int prefetch = 0);
 
 }  // namespace sluice::cpu::amx

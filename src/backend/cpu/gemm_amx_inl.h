@@ -224,18 +224,24 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
 // block's first k group + 128 bytes for its second half), all k groups in order from
 // zero, onto acc0 / acc1 (each [16][64] with a 256-byte row stride, pointing at the
 // half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
+// kPrefetch: the A and B lines of the k step pf steps ahead are prefetched into L1.
 template <class Ops, bool kPrefetch>
 void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_step,
-                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1) {
+                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, int64_t pf = 1) {
   Ops::ZeroAcc();
   for (int64_t g = 0; g < groups; g += kAmxGroups) {
     const uint8_t* wg = w + g * 256;
     if constexpr (kPrefetch) {
-      if (g + kAmxGroups < groups) {  // the next step's 16 B rows: 2 lines each
-        const uint8_t* nb = wg + kAmxGroups * 256;
+      const int64_t gn = g + pf * kAmxGroups;
+      if (gn < groups) {  // that step's 16 B rows (2 lines each) and both A tiles' rows
+        const uint8_t* nb = w + gn * 256;
+        const uint8_t* na0 = xa0 + gn / kAmxGroups * a_step;
+        const uint8_t* na1 = xa1 + gn / kAmxGroups * a_step;
         for (int r = 0; r < kAmxGroups; ++r) {
           __builtin_prefetch(nb + r * 256, 0, 3);
           __builtin_prefetch(nb + r * 256 + 64, 0, 3);
+          __builtin_prefetch(na0 + r * lda, 0, 3);
+          __builtin_prefetch(na1 + r * lda, 0, 3);
         }
       }
     }
@@ -257,8 +263,8 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_
 // One weight block (w, its 64 columns) against row tiles t0 .. t_end - 1 of the plan, onto
 // their accumulators accs ([t - t0][16][64]), with p.kernel's schedule:
 //   k1x4: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
-//   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs, a lone last
-//   row tile as AmxMicroTile over the whole of K.
+//   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs (by pair, or
+//   by half with tune.b_stationary), a lone last row tile as AmxMicroTile over the whole of K.
 // The same bits either way: every element is one lane over all k groups in order from zero.
 template <class Ops>
 void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t t0, int64_t t_end,
@@ -275,21 +281,30 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     return;
   }
   const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;
-  int64_t t = t0;
-  for (; t + 1 < t_end; t += 2) {
-    auto* a0 = reinterpret_cast<uint8_t*>(acc(t));
-    auto* a1 = reinterpret_cast<uint8_t*>(acc(t + 1));
+  auto pass = [&](int64_t t, int h) {  // row tiles t, t + 1 x half h of the block
+    auto* a0 = reinterpret_cast<uint8_t*>(acc(t)) + 128 * h;
+    auto* a1 = reinterpret_cast<uint8_t*>(acc(t + 1)) + 128 * h;
+    if (prefetch) {
+      AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
+                             w + 128 * h, a0, a1, p.tune.prefetch);
+    } else {
+      AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
+                              w + 128 * h, a0, a1);
+    }
+  };
+  const int64_t pairs_end = t0 + (t_end - t0) / 2 * 2;
+  if (p.tune.b_stationary) {
     for (int h = 0; h < 2; ++h) {
-      if (prefetch) {
-        AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                               w + 128 * h, a0 + 128 * h, a1 + 128 * h);
-      } else {
-        AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                                w + 128 * h, a0 + 128 * h, a1 + 128 * h);
-      }
+      for (int64_t t = t0; t < pairs_end; t += 2) pass(t, h);
+    }
+  } else {
+    for (int64_t t = t0; t < pairs_end; t += 2) {
+      for (int h = 0; h < 2; ++h) pass(t, h);
     }
   }
-  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t));
+  if (pairs_end < t_end) {
+    AmxMicroTile<Ops>(sc.RowX(p, pairs_end), p.ldx, p.a_step, 0, p.groups, w, acc(pairs_end));
+  }
 }
 
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
