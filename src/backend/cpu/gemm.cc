@@ -127,60 +127,100 @@ void RunImpl(const Args& a) {
 
 int RowsPerTileImpl() { return kRows; }
 
-void EpilogueImpl(const EpilogueArgs& e) {
-  const hn::ScalableTag<float> d;
-  using V = hn::Vec<decltype(d)>;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t r = 0; r < e.rows; ++r) {
-    const float* a = e.acc != nullptr ? e.acc + r * e.ldacc : nullptr;
-    float* o = e.out16 ? nullptr : e.out + r * e.ldo;
-    uint16_t* o16 = e.out16 ? e.out16 + r * e.ldo : nullptr;
-    const V rs = hn::Set(d, e.row_scale ? e.row_scale[r] : 1.f);
-    for (int64_t c = 0; c < e.cols; c += lanes) {
-      const int64_t valid = std::min(lanes, e.cols - c);
-      const bool full = valid == lanes;
-      auto load = [&](const float* p) {
-        return full ? hn::LoadU(d, p) : sluice::cpu::HWY_NAMESPACE::LoadTail(d, p, valid);
-      };
-      V y;
-      if (e.iacc != nullptr) {
-        // The integer sums minus 128 * column sum, in uint32 (wrap-around, as the kernels),
-        // then to f32: what the int8 kernels' own conversion loops computed.
-        const hn::RebindToSigned<decltype(d)> di;
-        const hn::RebindToUnsigned<decltype(d)> du;
-        const int32_t* ia = e.iacc + r * e.ldacc + c;
-        hn::Vec<decltype(di)> s, cs;
-        if (full) {
-          s = hn::LoadU(di, ia);
-          cs = hn::LoadU(di, e.colsum + c);
-        } else {
-          alignas(64) int32_t bs[sluice::cpu::HWY_NAMESPACE::kMaxFloatLanes] = {};
-          alignas(64) int32_t bc[sluice::cpu::HWY_NAMESPACE::kMaxFloatLanes] = {};
-          std::memcpy(bs, ia, static_cast<size_t>(valid) * sizeof(int32_t));
-          std::memcpy(bc, e.colsum + c, static_cast<size_t>(valid) * sizeof(int32_t));
-          s = hn::Load(di, bs);
-          cs = hn::Load(di, bc);
-        }
-        const auto v = hn::Sub(hn::BitCast(du, s), hn::ShiftLeft<7>(hn::BitCast(du, cs)));
-        y = hn::ConvertTo(d, hn::BitCast(di, v));
-      } else {
-        y = load(a + c);
-      }
-      if (e.col_scale) y = hn::Mul(y, hn::Mul(rs, load(e.col_scale + c)));
-      if (e.bias) y = hn::Add(y, load(e.bias + c));
-      y = sluice::cpu::HWY_NAMESPACE::Act(d, y, e.act);
-      if (o16) {
-        if (e.sum) y = hn::Add(y, sluice::cpu::HWY_NAMESPACE::LoadBf16(d, o16 + c, valid));
-        sluice::cpu::HWY_NAMESPACE::StoreBf16(y, d, o16 + c, valid);
-        continue;
-      }
-      if (e.sum) y = hn::Add(y, load(o + c));
-      if (full) {
-        hn::StoreU(y, d, o + c);
-      } else {
-        sluice::cpu::HWY_NAMESPACE::StoreTail(y, d, o + c, valid);
-      }
+// One element vector of the epilogue (valid lanes from column c of row r; full: all lanes).
+// kInt / kAct / kOut16 are the call's constants: each combination is its own loop, with no
+// per-vector dispatch (the activation's switch and the accumulator type folded away).
+template <bool kInt, Activation kAct, bool kOut16, bool kFull, class D>
+HWY_INLINE void EpilogueVec(D d, const EpilogueArgs& e, int64_t r, int64_t c, int64_t valid,
+                            hn::Vec<D> rs) {
+  using V = hn::Vec<D>;
+  auto load = [&](const float* p) {
+    if constexpr (kFull) {
+      return hn::LoadU(d, p);
+    } else {
+      return sluice::cpu::HWY_NAMESPACE::LoadTail(d, p, valid);
     }
+  };
+  V y;
+  if constexpr (kInt) {
+    // The integer sums minus 128 * column sum, in uint32 (wrap-around, as the kernels),
+    // then to f32: what the int8 kernels' own conversion loops computed.
+    const hn::RebindToSigned<D> di;
+    const hn::RebindToUnsigned<D> du;
+    const int32_t* ia = e.iacc + r * e.ldacc + c;
+    hn::Vec<decltype(di)> s, cs;
+    if constexpr (kFull) {
+      s = hn::LoadU(di, ia);
+      cs = hn::LoadU(di, e.colsum + c);
+    } else {
+      alignas(64) int32_t bs[sluice::cpu::HWY_NAMESPACE::kMaxFloatLanes] = {};
+      alignas(64) int32_t bc[sluice::cpu::HWY_NAMESPACE::kMaxFloatLanes] = {};
+      std::memcpy(bs, ia, static_cast<size_t>(valid) * sizeof(int32_t));
+      std::memcpy(bc, e.colsum + c, static_cast<size_t>(valid) * sizeof(int32_t));
+      s = hn::Load(di, bs);
+      cs = hn::Load(di, bc);
+    }
+    const auto v = hn::Sub(hn::BitCast(du, s), hn::ShiftLeft<7>(hn::BitCast(du, cs)));
+    y = hn::ConvertTo(d, hn::BitCast(di, v));
+  } else {
+    y = load(e.acc + r * e.ldacc + c);
+  }
+  if (e.col_scale) y = hn::Mul(y, hn::Mul(rs, load(e.col_scale + c)));
+  if (e.bias) y = hn::Add(y, load(e.bias + c));
+  y = sluice::cpu::HWY_NAMESPACE::Act(d, y, kAct);
+  if constexpr (kOut16) {
+    uint16_t* o16 = e.out16 + r * e.ldo + c;
+    if (e.sum) y = hn::Add(y, sluice::cpu::HWY_NAMESPACE::LoadBf16(d, o16, valid));
+    sluice::cpu::HWY_NAMESPACE::StoreBf16(y, d, o16, valid);
+  } else {
+    float* o = e.out + r * e.ldo + c;
+    if (e.sum) y = hn::Add(y, load(o));
+    if constexpr (kFull) {
+      hn::StoreU(y, d, o);
+    } else {
+      sluice::cpu::HWY_NAMESPACE::StoreTail(y, d, o, valid);
+    }
+  }
+}
+
+template <bool kInt, Activation kAct, bool kOut16>
+void EpilogueLoop(const EpilogueArgs& e) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t full = e.cols / lanes * lanes;
+  for (int64_t r = 0; r < e.rows; ++r) {
+    const auto rs = hn::Set(d, e.row_scale ? e.row_scale[r] : 1.f);
+    for (int64_t c = 0; c < full; c += lanes) {
+      EpilogueVec<kInt, kAct, kOut16, true>(d, e, r, c, lanes, rs);
+    }
+    if (full < e.cols) EpilogueVec<kInt, kAct, kOut16, false>(d, e, r, full, e.cols - full, rs);
+  }
+}
+
+template <bool kInt, bool kOut16>
+void EpilogueByAct(const EpilogueArgs& e) {
+  switch (e.act) {
+    case Activation::kNone:
+      return EpilogueLoop<kInt, Activation::kNone, kOut16>(e);
+    case Activation::kGeluErf:
+      return EpilogueLoop<kInt, Activation::kGeluErf, kOut16>(e);
+    case Activation::kGeluTanh:
+      return EpilogueLoop<kInt, Activation::kGeluTanh, kOut16>(e);
+    case Activation::kSilu:
+      return EpilogueLoop<kInt, Activation::kSilu, kOut16>(e);
+    case Activation::kRelu:
+      return EpilogueLoop<kInt, Activation::kRelu, kOut16>(e);
+    case Activation::kQuickGelu:
+      return EpilogueLoop<kInt, Activation::kQuickGelu, kOut16>(e);
+  }
+}
+
+void EpilogueImpl(const EpilogueArgs& e) {
+  const bool out16 = e.out16 != nullptr;
+  if (e.iacc != nullptr) {
+    out16 ? EpilogueByAct<true, true>(e) : EpilogueByAct<true, false>(e);
+  } else {
+    out16 ? EpilogueByAct<false, true>(e) : EpilogueByAct<false, false>(e);
   }
 }
 
