@@ -11,16 +11,17 @@ CPUS=${CPU_PEERS_CPUS:-$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++
 cat $R/host.txt
 # SKIP_DIAG=1: straight to the peers (a second call on the same machine).
 if [ "${SKIP_DIAG:-0}" != 1 ]; then
-timeout ${HW_TIMEOUT:-150} taskset -c $CPUS backend_test --gtest_filter='AmxGemm.*:Int8Linear.*:CpuAttention*' > $R/hwtests.log 2>&1
+timeout ${HW_TIMEOUT:-150} taskset -c $CPUS backend_test --gtest_filter=${HW_FILTER:-'AmxGemm.*:Int8Linear.*:CpuAttention*'} > $R/hwtests.log 2>&1
 echo "hw tests rc $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" $R/hwtests.log | head -20
 # The tile loop against operands in L1, L2, L3 or memory (isa_peak_bench's footprint rows),
 # where the packed binaries include isa_peak_bench.
 if command -v isa_peak_bench > /dev/null; then
-  timeout 120 taskset -c $CPUS isa_peak_bench --threads 1,2 --seconds 0.5 > $R/isa_peak.md 2>&1
+  timeout 120 taskset -c $CPUS isa_peak_bench --threads 1,2 --seconds ${ISA_SECONDS:-0.5} > $R/isa_peak.md 2>&1
   cat $R/isa_peak.md
 fi
 P=${LP_PATHS:-amx-int8,amx-int8-rows,amx-int8-1x4,amx-int8-1x4-rows}
 PR=$(echo $P | tr ',' '\n' | tac | paste -sd,)
+[ "${LP_PASSES:-2}" = 1 ] && PR=
 for paths in $P $PR; do
   timeout ${LP_TIMEOUT:-100} taskset -c $CPUS linear_paths_bench --threads 2 --reps 5 --m ${LP_M:-1024,4096} \
     --only ${LP_ONLY:-BERT} --paths $paths \
@@ -30,7 +31,7 @@ done
 cat $R/linear_paths.md
 # Where a forward's time goes (forward_bench packed; FWD_ENVS: one profile per setting, e.g.
 # "- SLUICE_CPU_LINEAR=amx", "-" for none).
-if command -v forward_bench > /dev/null; then
+if command -v forward_bench > /dev/null && [ "${FWD_ENVS:-}" != none ]; then
   for e in ${FWD_ENVS:--}; do
     echo "## env $e" >> $R/forward.md
     env $( [ "$e" = - ] || echo "$e" | tr '+' ' ') timeout 120 taskset -c $CPUS forward_bench \
