@@ -70,12 +70,9 @@ std::string AmxNote() {
     note +=
         std::string(", amx kernel ") + cpu::x86::AmxKernelName(cpu::x86::CurrentAmxKernel(true));
   }
-  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes ||
-      t.prefetch != d.prefetch || t.b_stationary != d.b_stationary) {
+  if (t.chunk != d.chunk || t.tile_group != d.tile_group || t.l2_bytes != d.l2_bytes) {
     note += ", amx tiles " + std::to_string(t.chunk) + ":" + std::to_string(t.tile_group) + ":" +
             std::to_string(t.l2_bytes >> 10);
-    if (t.prefetch != d.prefetch) note += ":pf" + std::to_string(t.prefetch);
-    if (t.b_stationary) note += ":bs";
   }
   if (cpu::x86::AmxI8TiledA() != cpu::x86::kAmxI8TiledADefault) {
     note += std::string(", amx int8 activations ") + (cpu::x86::AmxI8TiledA() ? "tiles" : "rows");
@@ -259,9 +256,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     return InvalidArgument("SLUICE_CPU_ACTIVATIONS=" + act_mode + ": expected auto or f32");
   }
 #if defined(__x86_64__)
-  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf) and SLUICE_CPU_AMX_TILES
-  // (CHUNK:GROUP:L2KB[:pfN][:bs]): the AMX GEMM's tile schedule and blocking (gemm_x86.h; the same
-  // bits whatever they are), process-wide, for comparisons. Unset or empty: the defaults.
+  // SLUICE_CPU_AMX_KERNEL (1x4 | 2x2 | 2x2pf) and SLUICE_CPU_AMX_TILES (CHUNK:GROUP:L2KB):
+  // the AMX GEMM's tile schedule and blocking (gemm_x86.h; the same bits whatever they are),
+  // process-wide, for comparisons. Unset or empty: the defaults.
   if (const char* k = std::getenv("SLUICE_CPU_AMX_KERNEL"); k != nullptr && *k != '\0') {
     const std::string v = k;
     const cpu::x86::AmxKernel kernels[] = {cpu::x86::AmxKernel::k1x4, cpu::x86::AmxKernel::k2x2,
@@ -289,9 +286,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const BackendOptions& option
     cpu::x86::AmxTuning tune;
     if (!cpu::x86::ParseAmxTuning(t, &tune) || !tune.epilogue) {
       return InvalidArgument(std::string("SLUICE_CPU_AMX_TILES=") + t +
-                             ": expected CHUNK:GROUP:L2KB[:pfN][:bs] (e.g. 128:4:1024: K chunk "
-                             "in 4-byte groups, a multiple of 16; 1-8 row tiles; weight KiB per "
-                             "tile; 2x2pf's prefetch distance 1-16 steps; weight halves outer)");
+                             ": expected CHUNK:GROUP:L2KB (e.g. 128:4:1024: K chunk in 4-byte "
+                             "groups, a multiple of 16; 1-8 row tiles; weight KiB per tile)");
     }
     cpu::x86::SetAmxTuningForTesting(tune);
   }

@@ -66,8 +66,6 @@ std::atomic<int64_t> g_chunk{AmxTuning{}.chunk};
 std::atomic<int64_t> g_tile_group{AmxTuning{}.tile_group};
 std::atomic<int64_t> g_l2_bytes{AmxTuning{}.l2_bytes};
 std::atomic<bool> g_epilogue{true};
-std::atomic<int64_t> g_prefetch{AmxTuning{}.prefetch};
-std::atomic<bool> g_b_stationary{AmxTuning{}.b_stationary};
 
 bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* v) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
@@ -84,8 +82,6 @@ AmxTuning CurrentAmxTuning() {
   t.tile_group = g_tile_group.load(std::memory_order_relaxed);
   t.l2_bytes = g_l2_bytes.load(std::memory_order_relaxed);
   t.epilogue = g_epilogue.load(std::memory_order_relaxed);
-  t.prefetch = g_prefetch.load(std::memory_order_relaxed);
-  t.b_stationary = g_b_stationary.load(std::memory_order_relaxed);
   return t;
 }
 
@@ -98,7 +94,7 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
       f.back() += *c;
     }
   }
-  if (f.size() < 3) return false;
+  if (f.size() != 3 && !(f.size() == 4 && f[3] == "noepi")) return false;
   AmxTuning r;
   int64_t kb = 0;
   if (!ParseInt(f[0], 16, 1 << 20, &r.chunk) || r.chunk % 16 != 0 ||
@@ -106,21 +102,7 @@ bool ParseAmxTuning(const char* s, AmxTuning* t) {
     return false;
   }
   r.l2_bytes = kb << 10;
-  bool noepi = false, pf = false, bs = false;
-  for (size_t i = 3; i < f.size(); ++i) {
-    if (f[i] == "noepi" && !noepi) {
-      noepi = true;
-    } else if (f[i] == "bs" && !bs) {
-      bs = true;
-    } else if (f[i].size() > 2 && f[i].compare(0, 2, "pf") == 0 && !pf &&
-               ParseInt(f[i].substr(2), 1, 16, &r.prefetch)) {
-      pf = true;
-    } else {
-      return false;
-    }
-  }
-  r.epilogue = !noepi;
-  r.b_stationary = bs;
+  r.epilogue = f.size() == 3;
   *t = r;
   return true;
 }
@@ -130,8 +112,6 @@ void SetAmxTuningForTesting(const AmxTuning& t) {
   g_tile_group.store(t.tile_group, std::memory_order_relaxed);
   g_l2_bytes.store(t.l2_bytes, std::memory_order_relaxed);
   g_epilogue.store(t.epilogue, std::memory_order_relaxed);
-  g_prefetch.store(t.prefetch, std::memory_order_relaxed);
-  g_b_stationary.store(t.b_stationary, std::memory_order_relaxed);
 }
 void ResetAmxTuningForTesting() { SetAmxTuningForTesting(AmxTuning{}); }
 

@@ -224,41 +224,19 @@ inline AmxSchedule AmxScheduleFor(const AmxPlan& p) {
 // block's first k group + 128 bytes for its second half), all k groups in order from
 // zero, onto acc0 / acc1 (each [16][64] with a 256-byte row stride, pointing at the
 // half's first column). Tiles: accumulators 0-3 (C[r][j] = 2r + j), A 4-5, B 6-7.
-// kPrefetch: the A and B lines of the k step pf steps ahead are prefetched into L1; past
-// the pass's last step, those of the next pass's first steps (nw: its half-block's weights,
-// nxa0 / nxa1 its A tiles; nw null: no next pass known).
-struct AmxNextPass {
-  const uint8_t* w = nullptr;
-  const uint8_t* xa0 = nullptr;
-  const uint8_t* xa1 = nullptr;
-};
-
-inline void AmxPrefetchStep(const uint8_t* w, const uint8_t* xa0, const uint8_t* xa1, int64_t lda,
-                            int64_t a_step, int64_t g) {
-  const uint8_t* nb = w + g * 256;  // 16 B rows of 2 lines, both A tiles' 16 rows
-  const uint8_t* na0 = xa0 + g / kAmxGroups * a_step;
-  const uint8_t* na1 = xa1 + g / kAmxGroups * a_step;
-  for (int r = 0; r < kAmxGroups; ++r) {
-    __builtin_prefetch(nb + r * 256, 0, 3);
-    __builtin_prefetch(nb + r * 256 + 64, 0, 3);
-    __builtin_prefetch(na0 + r * lda, 0, 3);
-    __builtin_prefetch(na1 + r * lda, 0, 3);
-  }
-}
-
 template <class Ops, bool kPrefetch>
 void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_step,
-                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1, int64_t pf = 1,
-                 AmxNextPass next = {}) {
+                 int64_t groups, const uint8_t* w, uint8_t* acc0, uint8_t* acc1) {
   Ops::ZeroAcc();
   for (int64_t g = 0; g < groups; g += kAmxGroups) {
     const uint8_t* wg = w + g * 256;
     if constexpr (kPrefetch) {
-      const int64_t gn = g + pf * kAmxGroups;
-      if (gn < groups) {
-        AmxPrefetchStep(w, xa0, xa1, lda, a_step, gn);
-      } else if (next.w != nullptr && gn - groups < groups) {
-        AmxPrefetchStep(next.w, next.xa0, next.xa1, lda, a_step, gn - groups);
+      if (g + kAmxGroups < groups) {  // the next step's 16 B rows: 2 lines each
+        const uint8_t* nb = wg + kAmxGroups * 256;
+        for (int r = 0; r < kAmxGroups; ++r) {
+          __builtin_prefetch(nb + r * 256, 0, 3);
+          __builtin_prefetch(nb + r * 256 + 64, 0, 3);
+        }
       }
     }
     Ops::template Load<4>(xa0 + g / kAmxGroups * a_step, lda);
@@ -279,14 +257,12 @@ void AmxMicro2x2(const uint8_t* xa0, const uint8_t* xa1, int64_t lda, int64_t a_
 // One weight block (w, its 64 columns) against row tiles t0 .. t_end - 1 of the plan, onto
 // their accumulators accs ([t - t0][16][64]), with p.kernel's schedule:
 //   k1x4: K in tune.chunk chunks, every row tile over each chunk while it is in L1;
-//   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs (by pair, or
-//   by half with tune.b_stationary), a lone last row tile as AmxMicroTile over the whole of K.
+//   k2x2 / k2x2Prefetch: each half (32 columns) against the row tiles in pairs, a lone last
+//   row tile as AmxMicroTile over the whole of K.
 // The same bits either way: every element is one lane over all k groups in order from zero.
-// next_w: the block the caller runs next on the same row tiles (2x2pf prefetches its first
-// steps at the end of this one), or null.
 template <class Ops>
 void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t t0, int64_t t_end,
-              int32_t* accs, const uint8_t* next_w = nullptr) {
+              int32_t* accs) {
   auto acc = [&](int64_t t) { return accs + (t - t0) * kAmxRows * kBlockN; };
   if (p.kernel == AmxKernel::k1x4) {
     const int64_t chunk = std::max<int64_t>(kAmxGroups, p.tune.chunk / kAmxGroups * kAmxGroups);
@@ -299,44 +275,21 @@ void AmxBlock(const AmxPlan& p, const AmxSchedule& sc, const uint8_t* w, int64_t
     return;
   }
   const bool prefetch = p.kernel == AmxKernel::k2x2Prefetch;
-  const int64_t pairs_end = t0 + (t_end - t0) / 2 * 2;
-  // The passes (row-tile pair, half) in order: by pair, or by half with tune.b_stationary.
-  const int64_t pairs = (pairs_end - t0) / 2;
-  auto pass_at = [&](int64_t i, int64_t* t, int* h) {
-    if (p.tune.b_stationary) {
-      *h = static_cast<int>(i / pairs);
-      *t = t0 + 2 * (i % pairs);
-    } else {
-      *h = static_cast<int>(i % 2);
-      *t = t0 + 2 * (i / 2);
-    }
-  };
-  for (int64_t i = 0; i < 2 * pairs; ++i) {
-    int64_t t;
-    int h;
-    pass_at(i, &t, &h);
-    auto* a0 = reinterpret_cast<uint8_t*>(acc(t)) + 128 * h;
-    auto* a1 = reinterpret_cast<uint8_t*>(acc(t + 1)) + 128 * h;
-    if (prefetch) {
-      AmxNextPass next;  // the next pass of this block, else the next block's first
-      if (i + 1 < 2 * pairs) {
-        int64_t tn;
-        int hn;
-        pass_at(i + 1, &tn, &hn);
-        next = {w + 128 * hn, sc.RowX(p, tn), sc.RowX(p, tn + 1)};
-      } else if (next_w != nullptr) {
-        next = {next_w, sc.RowX(p, t0), sc.RowX(p, t0 + 1)};
+  int64_t t = t0;
+  for (; t + 1 < t_end; t += 2) {
+    auto* a0 = reinterpret_cast<uint8_t*>(acc(t));
+    auto* a1 = reinterpret_cast<uint8_t*>(acc(t + 1));
+    for (int h = 0; h < 2; ++h) {
+      if (prefetch) {
+        AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
+                               w + 128 * h, a0 + 128 * h, a1 + 128 * h);
+      } else {
+        AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
+                                w + 128 * h, a0 + 128 * h, a1 + 128 * h);
       }
-      AmxMicro2x2<Ops, true>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                             w + 128 * h, a0, a1, p.tune.prefetch, next);
-    } else {
-      AmxMicro2x2<Ops, false>(sc.RowX(p, t), sc.RowX(p, t + 1), p.ldx, p.a_step, p.groups,
-                              w + 128 * h, a0, a1);
     }
   }
-  if (pairs_end < t_end) {
-    AmxMicroTile<Ops>(sc.RowX(p, pairs_end), p.ldx, p.a_step, 0, p.groups, w, acc(pairs_end));
-  }
+  if (t < t_end) AmxMicroTile<Ops>(sc.RowX(p, t), p.ldx, p.a_step, 0, p.groups, w, acc(t));
 }
 
 // The whole GEMM on the calling thread's OpenMP team. Tiles of (row-tile group) x
@@ -361,8 +314,7 @@ void AmxDrive(const AmxPlan& p) {
         for (int64_t b = tn * sc.pb; b < b_end; ++b) {
           const int64_t c0 = b * kBlockN;
           const int64_t cols = std::min<int64_t>(kBlockN, p.n - c0);
-          AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs,
-                        b + 1 < b_end ? p.packed + (b + 1) * sc.block_bytes : nullptr);
+          AmxBlock<Ops>(p, sc, p.packed + b * sc.block_bytes, t0, t_end, accs);
           if (!p.tune.epilogue) continue;
           for (int64_t t = t0; t < t_end; ++t) {
             AmxTileEpilogue(p, t, c0, cols, accs + (t - t0) * kAmxRows * kBlockN);

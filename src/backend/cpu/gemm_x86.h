@@ -195,18 +195,9 @@ struct AmxTuning {
   int64_t tile_group = 4;      // row tiles (16 rows each) per scheduling tile, 1..8
   int64_t l2_bytes = 1 << 20;  // packed weight bytes per scheduling tile (at most)
   bool epilogue = true;        // false skips the epilogue: benchmarks only (output not written)
-  // The 2x2pf schedule prefetches (prefetcht0) the A and B lines of the k step this many
-  // steps ahead (1..16).
-  int64_t prefetch = 1;
-  // 2x2 / 2x2pf: each half of a weight block (32 columns) runs against every row-tile pair of
-  // the scheduling tile before the other half (the half's weights stay in L1 across pairs),
-  // instead of both halves per pair (the pair's activations stay in L1 across halves).
-  bool b_stationary = false;
 };
 AmxTuning CurrentAmxTuning();
-// "CHUNK:GROUP:L2KB[:FLAG...]" (e.g. "128:4:1024"), flags each at most once: noepi (no
-// epilogue), pfN (prefetch N steps ahead, 1..16), bs (b_stationary); false on malformed or
-// out-of-range input.
+// "CHUNK:GROUP:L2KB[:noepi]" (e.g. "128:4:1024"); false on malformed or out-of-range input.
 bool ParseAmxTuning(const char* s, AmxTuning* t);
 // For benchmarks and tests: process-wide, not synchronised with running GEMMs.
 void SetAmxTuningForTesting(const AmxTuning& t);

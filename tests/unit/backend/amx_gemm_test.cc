@@ -320,8 +320,7 @@ void CheckKernelsAgree(Impl impl) {
     }
     // The other schedules, and every schedule under other blockings (AmxTuning: K chunks of
     // one tile row or of more than K, 1 to 8 row tiles per tile, weight tiles of 1 block).
-    const char* tunings[] = {"128:4:1024", "16:1:16",       "48:8:64",     "512:3:4096",
-                             "32:2:1",     "128:8:1024:bs", "64:5:64:pf3", "128:4:1024:bs:pf16"};
+    const char* tunings[] = {"128:4:1024", "16:1:16", "48:8:64", "512:3:4096", "32:2:1"};
     for (auto kernel : kKernels) {
       for (const char* tune : tunings) {
         x86::AmxTuning t;
@@ -360,37 +359,11 @@ TEST(AmxGemm, TuningParsesAndRefuses) {
   EXPECT_EQ(8, t.tile_group);
   EXPECT_EQ(512 << 10, t.l2_bytes);
   EXPECT_FALSE(t.epilogue);
-  EXPECT_EQ(1, t.prefetch);
-  EXPECT_FALSE(t.b_stationary);
   ASSERT_TRUE(x86::ParseAmxTuning("128:4:1024", &t));
   EXPECT_TRUE(t.epilogue);
-  ASSERT_TRUE(x86::ParseAmxTuning("128:4:1024:pf4:bs", &t));
-  EXPECT_TRUE(t.epilogue);
-  EXPECT_EQ(4, t.prefetch);
-  EXPECT_TRUE(t.b_stationary);
-  ASSERT_TRUE(x86::ParseAmxTuning("128:4:1024:bs:noepi:pf16", &t));
-  EXPECT_FALSE(t.epilogue);
-  EXPECT_EQ(16, t.prefetch);
-  for (const char* bad : {"",
-                          "128",
-                          "128:4",
-                          "8:4:1024",
-                          "100:4:1024",
-                          "128:0:1024",
-                          "128:9:1024",
-                          "128:4:0",
-                          "128:4:1024:x",
-                          "a:4:1024",
-                          "128:4:1024:",
-                          "128:4:1024:noepi:noepi",
-                          "128:4:1024:t1",
-                          "128:4:1024:ovl",
-                          "128:4:1024:pf0",
-                          "128:4:1024:pf17",
-                          "128:4:1024:pf",
-                          "128:4:1024:pfx",
-                          "128:4:1024:bs:bs",
-                          "128:4:1024:pf2:pf3"}) {
+  for (const char* bad : {"", "128", "128:4", "8:4:1024", "100:4:1024", "128:0:1024", "128:9:1024",
+                          "128:4:0", "128:4:1024:x", "a:4:1024", "128:4:1024:",
+                          "128:4:1024:noepi:noepi", "128:4:1024:t1", "128:4:1024:ovl"}) {
     EXPECT_FALSE(x86::ParseAmxTuning(bad, &t)) << bad;
   }
   const x86::AmxTuning d = x86::CurrentAmxTuning();  // the defaults
@@ -398,8 +371,6 @@ TEST(AmxGemm, TuningParsesAndRefuses) {
   EXPECT_EQ(4, d.tile_group);
   EXPECT_EQ(1 << 20, d.l2_bytes);
   EXPECT_TRUE(d.epilogue);
-  EXPECT_EQ(1, d.prefetch);
-  EXPECT_FALSE(d.b_stationary);
   // The schedules and the int8 activation layout by default (measured, gemm_amx.cc).
   EXPECT_FALSE(x86::AmxKernelOverridden());
   EXPECT_EQ(x86::AmxKernel::k2x2, x86::CurrentAmxKernel(true));
